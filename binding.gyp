@@ -1,0 +1,34 @@
+{
+  "targets": [
+    {
+      "target_name": "prefix_router",
+      "sources": [
+        "native/addon.cc",
+        "native/ring.cc",
+        "native/router.cc",
+        "native/xxh3.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": [
+        "NAPI_VERSION=8",
+        "NAPI_DISABLE_CPP_EXCEPTIONS",
+        "NODE_ADDON_API_DISABLE_DEPRECATED",
+        "PR_SOURCES_HASH=\"<!(node scripts/native-sources-hash.cjs)\""
+      ],
+      "cflags": ["-fvisibility=hidden"],
+      "cflags_cc": ["-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fno-exceptions", "-std=c++17"],
+      "configurations": {
+        "Release": {
+          "cflags": ["-O3"],
+          "cflags_cc": ["-O3"]
+        }
+      },
+      "xcode_settings": {
+        "GCC_SYMBOLS_PRIVATE_EXTERN": "YES",
+        "GCC_OPTIMIZATION_LEVEL": "3",
+        "CLANG_CXX_LANGUAGE_STANDARD": "c++17"
+      },
+      "msvs_settings": { "VCCLCompilerTool": { "ExceptionHandling": 0, "Optimization": 2 } }
+    }
+  ]
+}

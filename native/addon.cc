@@ -1,0 +1,377 @@
+// N-API bindings only. Arguments are validated in src/ (TypeScript); the checks here are
+// a backstop so that no call from JS can crash the process.
+#include <napi.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "router.h"
+#include "xxh3.h"
+
+#ifndef PR_SOURCES_HASH
+#define PR_SOURCES_HASH "unknown"
+#endif
+
+namespace {
+
+using pr::RouterState;
+
+Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false) {
+  Napi::Error e = type_error ? Napi::TypeError::New(env, message) : Napi::Error::New(env, message);
+  e.Set("code", Napi::String::New(env, code));
+  e.ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// Bytes of a Uint8Array (no copy) or a string (UTF-8 into a per-thread buffer).
+struct Bytes {
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  bool ok = false;
+};
+
+thread_local std::vector<char> t_utf8;
+thread_local std::vector<char16_t> t_utf16;
+
+Bytes GetBytes(const Napi::Value& v) {
+  Bytes b;
+  if (v.IsTypedArray()) {
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    b.data = static_cast<const uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+    b.len = ta.ByteLength();
+    b.ok = true;
+  } else if (v.IsString()) {
+    napi_env env = v.Env();
+    size_t len = 0;
+    if (napi_get_value_string_utf8(env, v, nullptr, 0, &len) != napi_ok) return b;
+    if (t_utf8.size() < len + 1) t_utf8.resize(len + 1);
+    napi_get_value_string_utf8(env, v, t_utf8.data(), len + 1, &len);
+    b.data = reinterpret_cast<const uint8_t*>(t_utf8.data());
+    b.len = len;
+    b.ok = true;
+  }
+  return b;
+}
+
+// The first max_cp code points of a JS string, as UTF-8 (lone surrogates become U+FFFD,
+// as in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8.
+Bytes PrefixOfString(const Napi::Value& v, size_t max_cp) {
+  Bytes b;
+  napi_env env = v.Env();
+  const size_t cap = max_cp * 2;
+  if (t_utf16.size() < cap + 1) t_utf16.resize(cap + 1);
+  size_t units = 0;
+  if (napi_get_value_string_utf16(env, v, t_utf16.data(), cap + 1, &units) != napi_ok) return b;
+  if (t_utf8.size() < max_cp * 4) t_utf8.resize(max_cp * 4);
+  const char16_t* in = t_utf16.data();
+  unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
+  size_t i = 0, o = 0, cp = 0;
+  while (i < units && cp < max_cp) {
+    uint32_t c = in[i++];
+    if (c < 0x80) { out[o++] = static_cast<unsigned char>(c); cp++; continue; }
+    if (c >= 0xD800 && c <= 0xDBFF && i < units && in[i] >= 0xDC00 && in[i] <= 0xDFFF) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (in[i++] - 0xDC00);
+    } else if (c >= 0xD800 && c <= 0xDFFF) {
+      c = 0xFFFD;
+    }
+    if (c < 0x800) {
+      out[o++] = static_cast<unsigned char>(0xC0 | (c >> 6));
+    } else if (c < 0x10000) {
+      out[o++] = static_cast<unsigned char>(0xE0 | (c >> 12));
+      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 6) & 0x3F));
+    } else {
+      out[o++] = static_cast<unsigned char>(0xF0 | (c >> 18));
+      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 12) & 0x3F));
+      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 6) & 0x3F));
+    }
+    if (c >= 0x80) out[o++] = static_cast<unsigned char>(0x80 | (c & 0x3F));
+    cp++;
+  }
+  b.data = out;
+  b.len = o;
+  b.ok = true;
+  return b;
+}
+
+uint64_t GetSeed(const Napi::Value& v, bool* ok) {
+  *ok = true;
+  if (v.IsUndefined()) return 0;
+  if (!v.IsBigInt()) { *ok = false; return 0; }
+  bool lossless = false;
+  uint64_t seed = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  *ok = lossless;
+  return seed;
+}
+
+Napi::Value Xxh3(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Bytes b = GetBytes(info[0]);
+  if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "data must be a Uint8Array or a string", true);
+  bool ok;
+  uint64_t seed = GetSeed(info[1], &ok);
+  if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  return Napi::BigInt::New(env, pr::xxh3_64(b.data, b.len, seed));
+}
+
+// xxh3_path(path, data, seed): one SIMD path, for tests that compare paths from JS.
+Napi::Value Xxh3Path(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "path must be a number", true);
+  int path = info[0].As<Napi::Number>().Int32Value();
+  if (path < 0 || path > 3) return Throw(env, "ERR_OUT_OF_RANGE", "path must be 0..3");
+  Bytes b = GetBytes(info[1]);
+  if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "data must be a Uint8Array or a string", true);
+  bool ok;
+  uint64_t seed = GetSeed(info[2], &ok);
+  if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  return Napi::BigInt::New(env, pr::xxh3_64_path(static_cast<pr::SimdPath>(path), b.data, b.len, seed));
+}
+
+Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("simd", pr::simd_path_name(pr::simd_active_path()));
+  Napi::Array supported = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (int p = 0; p < 4; p++)
+    if (pr::simd_path_supported(static_cast<pr::SimdPath>(p)))
+      supported.Set(k++, pr::simd_path_name(static_cast<pr::SimdPath>(p)));
+  o.Set("simdSupported", supported);
+  o.Set("sourcesHash", PR_SOURCES_HASH);
+  o.Set("napiVersion", NAPI_VERSION);
+#if defined(__clang__)
+  o.Set("compiler", "clang " __clang_version__);
+#elif defined(__GNUC__)
+  o.Set("compiler", "gcc " __VERSION__);
+#endif
+  return o;
+}
+
+// ---- routers ------------------------------------------------------------------------
+
+// Named routers live in a process-wide registry so worker threads can open them; the
+// state lives as long as any handle to it does.
+std::mutex g_registry_mutex;
+std::unordered_map<std::string, std::weak_ptr<RouterState>> g_registry;
+
+struct Handle {
+  std::shared_ptr<RouterState> state;
+  int reader = -1;
+  void close() {
+    if (state && reader >= 0) state->release_reader(reader);
+    state.reset();
+    reader = -1;
+  }
+  ~Handle() { close(); }
+};
+
+Napi::Value Wrap(Napi::Env env, std::shared_ptr<RouterState> state) {
+  int reader = state->acquire_reader();
+  if (reader < 0)
+    return Throw(env, "ROUTER_TOO_MANY_HANDLES", "at most 128 open handles per router (one per thread)");
+  auto* h = new Handle{std::move(state), reader};
+  return Napi::External<Handle>::New(env, h, [](Napi::Env, Handle* p) { delete p; });
+}
+
+Handle* GetHandle(const Napi::CallbackInfo& info) {
+  if (!info[0].IsExternal()) {
+    Throw(info.Env(), "ERR_INVALID_ARG_TYPE", "not a router handle", true);
+    return nullptr;
+  }
+  Handle* h = info[0].As<Napi::External<Handle>>().Data();
+  if (!h->state) {
+    Throw(info.Env(), "ROUTER_CLOSED", "router is closed");
+    return nullptr;
+  }
+  return h;
+}
+
+// router_create(name | undefined, vnodesPerWeight, slotCapacity)
+Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[1].IsNumber() || !info[2].IsNumber())
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "vnodes and slots must be numbers", true);
+  const int64_t vnodes = info[1].As<Napi::Number>().Int64Value();
+  const int64_t slots = info[2].As<Napi::Number>().Int64Value();
+  if (vnodes < 1 || vnodes > 65536) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
+  if (slots < 1 || slots > 16384) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
+  auto state = std::make_shared<RouterState>(static_cast<uint32_t>(vnodes), static_cast<uint32_t>(slots));
+  if (info[0].IsString()) {
+    std::string name = info[0].As<Napi::String>().Utf8Value();
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    auto it = g_registry.find(name);
+    if (it != g_registry.end() && !it->second.expired())
+      return Throw(env, "ROUTER_EXISTS", "a router named '" + name + "' is already open in this process");
+    g_registry[name] = state;
+  }
+  return Wrap(env, std::move(state));
+}
+
+Napi::Value RouterOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "name must be a string", true);
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  std::shared_ptr<RouterState> state;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    auto it = g_registry.find(name);
+    if (it != g_registry.end()) state = it->second.lock();
+    if (!state && it != g_registry.end()) g_registry.erase(it);
+  }
+  if (!state) return Throw(env, "ROUTER_NOT_FOUND", "no router named '" + name + "' is open in this process");
+  return Wrap(env, std::move(state));
+}
+
+Napi::Value RouterClose(const Napi::CallbackInfo& info) {
+  if (info[0].IsExternal()) info[0].As<Napi::External<Handle>>().Data()->close();
+  return info.Env().Undefined();
+}
+
+// router_configure(h, strategy, prefixLength, threshold)
+Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber())
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy, prefixLength and threshold must be numbers", true);
+  const int64_t s = info[1].As<Napi::Number>().Int64Value();
+  const int64_t len = info[2].As<Napi::Number>().Int64Value();
+  const int64_t thr = info[3].As<Napi::Number>().Int64Value();
+  if (s < 0 || s > 2 || len < 1 || len > (1 << 20) || thr < 1 || thr > (1 << 20))
+    return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
+  h->state->configure(static_cast<pr::Strategy>(s), static_cast<uint32_t>(len), static_cast<uint32_t>(thr));
+  return env.Undefined();
+}
+
+// router_set_instances(h, ids: string[], weights: number[])
+Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsArray() || !info[2].IsArray())
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "ids and weights must be arrays", true);
+  Napi::Array ids = info[1].As<Napi::Array>(), weights = info[2].As<Napi::Array>();
+  if (ids.Length() != weights.Length()) return Throw(env, "ERR_INVALID_ARG_VALUE", "ids and weights differ in length");
+  std::vector<pr::RingMember> members;
+  members.reserve(ids.Length());
+  for (uint32_t i = 0; i < ids.Length(); i++) {
+    Napi::Value id = ids.Get(i), w = weights.Get(i);
+    if (!id.IsString() || !w.IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "bad instance entry", true);
+    const double weight = w.As<Napi::Number>().DoubleValue();
+    if (!(weight > 0 && weight <= 1e6)) return Throw(env, "ERR_OUT_OF_RANGE", "weight out of range");
+    members.push_back({id.As<Napi::String>().Utf8Value(), weight});
+  }
+  std::string err = h->state->set_instances(members);
+  if (!err.empty()) return Throw(env, "ROUTER_CAPACITY", err);
+  return env.Undefined();
+}
+
+// router_pick(h, prefix: Uint8Array | string, tenant: string | undefined) -> number
+// Encodes slot (13 bits), overflow (1 bit) and the slot's generation above them, so one
+// call returns everything without allocating; -1 when the router has no instances.
+Napi::Value RouterPick(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  const uint32_t max_len = h->state->prefix_length();
+  Bytes b;
+  if (info[1].IsString()) {
+    b = PrefixOfString(info[1], max_len);
+  } else {
+    b = GetBytes(info[1]);
+    if (b.len > max_len) b.len = max_len;
+  }
+  if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
+  uint64_t seed = 0;
+  if (info[2].IsString()) {
+    // Tenants get their own key space: the tenant id's hash seeds the prefix hash.
+    std::string tenant = info[2].As<Napi::String>().Utf8Value();
+    seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
+  }
+  const uint64_t key = pr::xxh3_64(b.data, b.len, seed);
+  pr::PickResult r = h->state->pick(h->reader, key);
+  if (r.slot < 0) return Napi::Number::New(env, -1);
+  const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;
+  return Napi::Number::New(env, encoded);
+}
+
+Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "slot must be a number", true);
+  const int64_t slot = info[1].As<Napi::Number>().Int64Value();
+  if (slot < 0 || slot > 0xFFFFFFFF) return Napi::Boolean::New(env, false);
+  return Napi::Boolean::New(env, h->state->release(static_cast<uint32_t>(slot)));
+}
+
+Napi::Value RouterSlotId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "slot must be a number", true);
+  const int64_t slot = info[1].As<Napi::Number>().Int64Value();
+  if (slot < 0 || slot > 0xFFFFFFFF) return Napi::String::New(env, "");
+  return Napi::String::New(env, h->state->slot_id(static_cast<uint32_t>(slot)));
+}
+
+Napi::Value RouterInFlight(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "id must be a string", true);
+  return Napi::Number::New(env, static_cast<double>(h->state->in_flight(h->reader, info[1].As<Napi::String>())));
+}
+
+Napi::Value RouterInstances(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  auto list = h->state->instances(h->reader);
+  Napi::Array out = Napi::Array::New(env, list.size());
+  for (uint32_t i = 0; i < list.size(); i++) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("id", list[i].id);
+    o.Set("weight", list[i].weight);
+    o.Set("inFlight", list[i].in_flight);
+    out.Set(i, o);
+  }
+  return out;
+}
+
+Napi::Value RouterStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("slotsInUse", h->state->slots_in_use());
+  o.Set("ringPoints", static_cast<double>(h->state->ring_points(h->reader)));
+  o.Set("ringBytes", static_cast<double>(h->state->ring_memory_bytes(h->reader)));
+  return o;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("xxh3", Napi::Function::New(env, Xxh3, "xxh3"));
+  exports.Set("xxh3_path", Napi::Function::New(env, Xxh3Path, "xxh3_path"));
+  exports.Set("build_info", Napi::Function::New(env, BuildInfo, "build_info"));
+  exports.Set("router_create", Napi::Function::New(env, RouterCreate, "router_create"));
+  exports.Set("router_open", Napi::Function::New(env, RouterOpen, "router_open"));
+  exports.Set("router_close", Napi::Function::New(env, RouterClose, "router_close"));
+  exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
+  exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
+  exports.Set("router_pick", Napi::Function::New(env, RouterPick, "router_pick"));
+  exports.Set("router_release", Napi::Function::New(env, RouterRelease, "router_release"));
+  exports.Set("router_slot_id", Napi::Function::New(env, RouterSlotId, "router_slot_id"));
+  exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
+  exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));
+  exports.Set("router_stats", Napi::Function::New(env, RouterStats, "router_stats"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(prefix_router, Init)

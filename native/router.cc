@@ -1,0 +1,245 @@
+#include "router.h"
+
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+namespace pr {
+
+struct Snapshot {
+  Ring ring;
+  std::vector<uint32_t> slot_of;    // member index -> slot
+  std::vector<double> cum_weight;   // running sum of weights, for weighted random
+  Snapshot(std::vector<RingMember> m, uint32_t vnodes) : ring(std::move(m), vnodes) {}
+};
+
+namespace {
+
+// Per-thread generator: random and tie-breaking need speed, not cryptographic quality.
+uint64_t next_random() {
+  thread_local uint64_t s = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ std::hash<std::thread::id>{}(std::this_thread::get_id());
+  }();
+  uint64_t z = (s += 0x9E3779B97F4A7C15ULL);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+RouterState::RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity)
+    : vnodes_(vnodes_per_weight), slots_(slot_capacity), slot_used_(slot_capacity, false) {
+  current_.store(new Snapshot({}, vnodes_), std::memory_order_release);
+  free_slots_.reserve(slot_capacity);
+  for (uint32_t i = slot_capacity; i > 0; i--) free_slots_.push_back(i - 1);
+}
+
+RouterState::~RouterState() { delete current_.load(); }
+
+int RouterState::acquire_reader() {
+  for (uint32_t i = 0; i < kMaxReaders; i++) {
+    bool expected = false;
+    if (hazards_[i].claimed.compare_exchange_strong(expected, true)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void RouterState::release_reader(int reader) {
+  hazards_[reader].ptr.store(nullptr, std::memory_order_release);
+  hazards_[reader].claimed.store(false, std::memory_order_release);
+}
+
+const Snapshot* RouterState::enter(int reader) {
+  const Snapshot* s = current_.load(std::memory_order_acquire);
+  for (;;) {
+    hazards_[reader].ptr.store(s, std::memory_order_seq_cst);
+    const Snapshot* again = current_.load(std::memory_order_seq_cst);
+    if (again == s) return s;
+    s = again;
+  }
+}
+
+void RouterState::free_slot_locked(uint32_t slot) {
+  if (!slot_used_[slot]) return;
+  slot_used_[slot] = false;
+  slots_[slot].id.clear();
+  free_slots_.push_back(slot);
+}
+
+void RouterState::unpin_and_free(const Snapshot* s) {
+  for (uint32_t slot : s->slot_of) {
+    uint64_t after = slots_[slot].word.fetch_sub(kPin, std::memory_order_acq_rel) - kPin;
+    if (after == 0) free_slot_locked(slot);
+  }
+}
+
+std::string RouterState::set_instances(const std::vector<RingMember>& members) {
+  if (members.size() > kMaxMembers) return "at most 4096 instances";
+  std::lock_guard<std::mutex> lock(writer_);
+  // Live slots by id, members and draining alike: an instance removed and re-added while
+  // its leases drain gets its old counter back.
+  std::unordered_map<std::string, uint32_t> live;
+  for (uint32_t i = 0; i < slots_.capacity(); i++)
+    if (slot_used_[i]) live.emplace(slots_[i].id, i);
+  size_t needed = 0;
+  for (const auto& m : members) needed += live.count(m.id) ? 0 : 1;
+  if (needed > free_slots_.size()) return "no free instance slots (too many instances draining)";
+
+  auto* snap = new Snapshot(members, vnodes_);
+  snap->slot_of.resize(snap->ring.member_count());
+  snap->cum_weight.resize(snap->ring.member_count());
+  double sum = 0;
+  for (size_t i = 0; i < snap->ring.member_count(); i++) {
+    const RingMember& m = snap->ring.member(i);
+    uint32_t slot;
+    auto it = live.find(m.id);
+    if (it != live.end()) {
+      slot = it->second;
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      slot_used_[slot] = true;
+      slots_[slot].id = m.id;
+      slots_[slot].generation.fetch_add(1, std::memory_order_relaxed);
+    }
+    slots_[slot].word.fetch_add(kPin, std::memory_order_acq_rel);
+    snap->slot_of[i] = slot;
+    sum += m.weight;
+    snap->cum_weight[i] = sum;
+  }
+  const Snapshot* old = current_.exchange(snap, std::memory_order_seq_cst);
+  // Readers hold a snapshot for the length of one pick (well under a microsecond), so
+  // waiting them out here is cheap and lets the old table go right away.
+  for (uint32_t i = 0; i < kMaxReaders; i++)
+    while (hazards_[i].ptr.load(std::memory_order_seq_cst) == old) std::this_thread::yield();
+  unpin_and_free(old);
+  delete old;
+  return {};
+}
+
+PickResult RouterState::pick(int reader, uint64_t key) {
+  PickResult r;
+  const Snapshot* s = enter(reader);
+  const size_t n = s->ring.member_count();
+  if (n == 0) { leave(reader); return r; }
+  const auto strategy = static_cast<Strategy>(strategy_.load(std::memory_order_relaxed));
+  uint32_t chosen = 0;
+
+  if (strategy == Strategy::Random) {
+    const double x = (next_random() >> 11) * 0x1.0p-53 * s->cum_weight[n - 1];
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) { size_t mid = (lo + hi) / 2; if (s->cum_weight[mid] > x) hi = mid; else lo = mid + 1; }
+    chosen = static_cast<uint32_t>(lo);
+    slots_[s->slot_of[chosen]].acquire();
+  } else if (strategy == Strategy::LeastOutstanding) {
+    // Fewest in flight per unit of weight; ties broken at random (reservoir of one).
+    double best = 0;
+    uint32_t ties = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      const double load = slots_[s->slot_of[i]].in_flight() / s->ring.member(i).weight;
+      if (ties == 0 || load < best) { best = load; chosen = i; ties = 1; }
+      else if (load == best && next_random() % ++ties == 0) chosen = i;
+    }
+    slots_[s->slot_of[chosen]].acquire();
+  } else {
+    const uint32_t limit = threshold_.load(std::memory_order_relaxed);
+    size_t pos = s->ring.find(key);
+    const uint32_t target = s->ring.owner(pos);
+    bool placed = slots_[s->slot_of[target]].try_acquire(limit);
+    chosen = target;
+    if (!placed && n > 1) {
+      // Walk clockwise to the next distinct instance below the threshold, so a hot prefix
+      // spills to the same second home every time rather than anywhere.
+      uint64_t seen_bits[kMaxMembers / 64] = {};
+      seen_bits[target / 64] |= uint64_t{1} << (target % 64);
+      size_t seen = 1;
+      for (size_t step = 0; step < s->ring.point_count() && seen < n; step++) {
+        pos = s->ring.next(pos);
+        const uint32_t m = s->ring.owner(pos);
+        uint64_t& word = seen_bits[m / 64];
+        const uint64_t bit = uint64_t{1} << (m % 64);
+        if (word & bit) continue;
+        word |= bit;
+        seen++;
+        if (slots_[s->slot_of[m]].try_acquire(limit)) { chosen = m; placed = true; break; }
+      }
+    }
+    if (!placed) {
+      // Everyone is at the threshold: the fewest in flight, the ring's target on a tie.
+      uint32_t best = slots_[s->slot_of[target]].in_flight();
+      for (uint32_t i = 0; i < n; i++) {
+        const uint32_t c = slots_[s->slot_of[i]].in_flight();
+        if (c < best) { best = c; chosen = i; }
+      }
+      slots_[s->slot_of[chosen]].acquire();
+    }
+    r.overflow = chosen != target;
+  }
+  const uint32_t slot = s->slot_of[chosen];
+  r.slot = static_cast<int32_t>(slot);
+  r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
+  leave(reader);
+  return r;
+}
+
+bool RouterState::release(uint32_t slot) {
+  if (slot >= slots_.capacity()) return false;
+  uint64_t after = 0;
+  if (!slots_[slot].release(&after)) return false;
+  if (after == 0) {  // last lease of a removed instance: its slot can be reused
+    std::lock_guard<std::mutex> lock(writer_);
+    if (slots_[slot].word.load(std::memory_order_acquire) == 0) free_slot_locked(slot);
+  }
+  return true;
+}
+
+int64_t RouterState::in_flight(int reader, const std::string& id) {
+  const Snapshot* s = enter(reader);
+  const int idx = s->ring.index_of(id);
+  int64_t result = idx >= 0 ? slots_[s->slot_of[idx]].in_flight() : -1;
+  leave(reader);
+  if (result >= 0) return result;
+  std::lock_guard<std::mutex> lock(writer_);
+  for (uint32_t i = 0; i < slots_.capacity(); i++)
+    if (slot_used_[i] && slots_[i].id == id) return slots_[i].in_flight();
+  return -1;
+}
+
+std::string RouterState::slot_id(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(writer_);
+  return slot < slots_.capacity() && slot_used_[slot] ? slots_[slot].id : std::string();
+}
+
+std::vector<InstanceInfo> RouterState::instances(int reader) {
+  std::vector<InstanceInfo> out;
+  const Snapshot* s = enter(reader);
+  for (size_t i = 0; i < s->ring.member_count(); i++) {
+    const RingMember& m = s->ring.member(i);
+    out.push_back({m.id, m.weight, slots_[s->slot_of[i]].in_flight()});
+  }
+  leave(reader);
+  return out;
+}
+
+uint32_t RouterState::slots_in_use() {
+  std::lock_guard<std::mutex> lock(writer_);
+  return static_cast<uint32_t>(slots_.capacity() - free_slots_.size());
+}
+
+size_t RouterState::ring_memory_bytes(int reader) {
+  const Snapshot* s = enter(reader);
+  size_t b = s->ring.memory_bytes() + s->slot_of.capacity() * 4 + s->cum_weight.capacity() * 8;
+  leave(reader);
+  return b;
+}
+
+size_t RouterState::ring_points(int reader) {
+  const Snapshot* s = enter(reader);
+  size_t p = s->ring.point_count();
+  leave(reader);
+  return p;
+}
+
+}  // namespace pr

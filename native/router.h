@@ -1,0 +1,89 @@
+// Router state shared by every thread that opens it: membership (ring snapshots
+// published by atomic pointer), per-instance counters, and the routing parameters.
+// pick() never takes a lock; membership changes serialise on a writer mutex.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "load.h"
+#include "ring.h"
+
+namespace pr {
+
+enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2 };
+
+constexpr uint32_t kMaxMembers = 4096;  // ring owners are 16-bit; slots hold members plus draining ones
+constexpr uint32_t kMaxReaders = 128;   // handles (one per thread that opened the router) at once
+
+struct PickResult {
+  int32_t slot = -1;  // -1: no instances
+  uint32_t generation = 0;
+  bool overflow = false;
+};
+
+struct InstanceInfo { std::string id; double weight; uint32_t in_flight; };
+
+struct Snapshot;  // ring + the slot of each member
+
+class RouterState {
+ public:
+  RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity);
+  ~RouterState();
+  RouterState(const RouterState&) = delete;
+  RouterState& operator=(const RouterState&) = delete;
+
+  void configure(Strategy s, uint32_t prefix_length, uint32_t threshold) {
+    strategy_.store(static_cast<uint32_t>(s), std::memory_order_relaxed);
+    prefix_length_.store(prefix_length, std::memory_order_relaxed);
+    threshold_.store(threshold, std::memory_order_relaxed);
+  }
+  uint32_t prefix_length() const { return prefix_length_.load(std::memory_order_relaxed); }
+
+  // A reader index protects snapshots while this thread reads them (hazard pointer).
+  int acquire_reader();
+  void release_reader(int reader);
+
+  // Atomic swap of the membership. Returns an empty string or an error message.
+  std::string set_instances(const std::vector<RingMember>& members);
+
+  // key: XXH3 of the prefix, already seeded by the tenant.
+  PickResult pick(int reader, uint64_t key);
+  bool release(uint32_t slot);
+
+  // In-flight count of an instance, including one removed but still draining; -1 if unknown.
+  int64_t in_flight(int reader, const std::string& id);
+  std::string slot_id(uint32_t slot);
+  std::vector<InstanceInfo> instances(int reader);
+  uint32_t slots_in_use();
+  size_t ring_memory_bytes(int reader);
+  size_t ring_points(int reader);
+
+ private:
+  const Snapshot* enter(int reader);
+  void leave(int reader) { hazards_[reader].ptr.store(nullptr, std::memory_order_release); }
+  void unpin_and_free(const Snapshot* s);
+  void free_slot_locked(uint32_t slot);
+
+  struct alignas(64) Hazard {
+    std::atomic<const Snapshot*> ptr{nullptr};
+    std::atomic<bool> claimed{false};
+  };
+
+  uint32_t vnodes_;
+  SlotTable slots_;
+  std::atomic<const Snapshot*> current_;
+  Hazard hazards_[kMaxReaders];
+  std::atomic<uint32_t> strategy_{static_cast<uint32_t>(Strategy::PrefixAware)};
+  std::atomic<uint32_t> prefix_length_{4096};
+  std::atomic<uint32_t> threshold_{10};
+
+  std::mutex writer_;                // set_instances, slot allocation and freeing
+  std::vector<uint32_t> free_slots_;  // guarded by writer_
+  std::vector<bool> slot_used_;       // guarded by writer_
+};
+
+}  // namespace pr

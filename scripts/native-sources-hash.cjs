@@ -1,0 +1,25 @@
+#!/usr/bin/env node
+// Prints the SHA-256 of the files the addon is built from (binding.gyp and native/*.{cc,h},
+// not native/test/). binding.gyp bakes it into the binary; tests compare the committed
+// prebuild's value with a fresh one to catch a prebuild left stale by a native change.
+'use strict'
+const { createHash } = require('node:crypto')
+const { readFileSync, readdirSync } = require('node:fs')
+const { join } = require('node:path')
+
+function nativeSourcesHash(root) {
+  const files = ['binding.gyp', ...readdirSync(join(root, 'native'))
+    .filter((f) => /\.(cc|h)$/.test(f))
+    .sort()
+    .map((f) => `native/${f}`)]
+  const h = createHash('sha256')
+  for (const f of files) {
+    // Normalise line endings so a checkout with CRLF hashes the same.
+    const text = readFileSync(join(root, f), 'utf8').replace(/\r\n/g, '\n')
+    h.update(`${f}\0${Buffer.byteLength(text)}\0`).update(text)
+  }
+  return h.digest('hex')
+}
+
+module.exports = { nativeSourcesHash }
+if (require.main === module) process.stdout.write(nativeSourcesHash(join(__dirname, '..')))

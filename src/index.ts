@@ -1,0 +1,14 @@
+export { xxh3 } from './hash.js'
+export { buildInfo, type BuildInfo } from './build-info.js'
+export { Router, Lease, type PickOptions } from './router.js'
+export {
+  STRATEGIES,
+  LIMITS,
+  parseStrategy,
+  type Strategy,
+  type InstanceSpec,
+  type RouterOptions,
+  type RoutingParams,
+  type ResolvedParams,
+} from './router-options.js'
+export { InvalidArgTypeError, OutOfRangeError } from './errors.js'

@@ -1,0 +1,43 @@
+// Loads the addon through node-gyp-build: a local build (build/Release) when there is one,
+// otherwise the prebuild for this platform in prebuilds/. PREBUILDS_ONLY=1 skips local builds.
+import { createRequire } from 'node:module'
+import { fileURLToPath } from 'node:url'
+
+export interface NativeBuildInfo {
+  simd: 'scalar' | 'sse2' | 'avx2' | 'neon'
+  simdSupported: string[]
+  sourcesHash: string
+  napiVersion: number
+  compiler?: string
+}
+
+export interface NativeInstance { id: string; weight: number; inFlight: number }
+export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number }
+
+declare const handleBrand: unique symbol
+export type NativeHandle = { readonly [handleBrand]: true }
+
+export interface NativeBinding {
+  xxh3(data: Uint8Array | string, seed?: bigint): bigint
+  xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
+  build_info(): NativeBuildInfo
+  router_create(name: string | undefined, vnodes: number, slots: number): NativeHandle
+  router_open(name: string): NativeHandle
+  router_close(h: NativeHandle): void
+  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number): void
+  router_set_instances(h: NativeHandle, ids: string[], weights: number[]): void
+  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined): number
+  router_release(h: NativeHandle, slot: number): boolean
+  router_slot_id(h: NativeHandle, slot: number): string
+  router_in_flight(h: NativeHandle, id: string): number
+  router_instances(h: NativeHandle): NativeInstance[]
+  router_stats(h: NativeHandle): NativeStats
+}
+
+const require = createRequire(import.meta.url)
+const nodeGypBuild = require('node-gyp-build') as { resolve(dir: string): string }
+const packageRoot = fileURLToPath(new URL('..', import.meta.url))
+
+/** Absolute path of the binary in use. */
+export const bindingPath: string = nodeGypBuild.resolve(packageRoot)
+export const native = require(bindingPath) as NativeBinding

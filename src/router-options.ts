@@ -1,0 +1,130 @@
+// Validation and defaults for Router options. Ranges come from DESIGN.md section 3.
+import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
+
+export const STRATEGIES = ['random', 'least_outstanding_requests', 'prefix_aware'] as const
+export type Strategy = (typeof STRATEGIES)[number]
+/** Native enum values, in the order of native/router.h's Strategy. */
+export const STRATEGY_CODE: Record<Strategy, number> = { random: 0, least_outstanding_requests: 1, prefix_aware: 2 }
+
+export const LIMITS = {
+  prefixLength: { min: 1024, max: 65536, default: 4096 },
+  concurrencyThreshold: { min: 1, max: 1024, default: 10 },
+  vnodes: { min: 16, max: 65536, default: 8192 },
+  weight: { min: 0.01, max: 100, default: 1 },
+  instances: { max: 4096 },
+  ringPoints: { max: 1 << 24 },
+  idLength: { max: 1024 },
+} as const
+
+export interface InstanceSpec {
+  /** Unique id, e.g. the upstream URL. */
+  id: string
+  /** Relative capacity, 0.01–100 (default 1): the share of keys is proportional to it. */
+  weight?: number
+}
+
+export interface RoutingParams {
+  strategy?: string
+  prefixLength?: number
+  concurrencyThreshold?: number
+}
+
+export interface RouterOptions extends RoutingParams {
+  instances: readonly InstanceSpec[]
+  /** Virtual nodes per unit of weight on the ring (16–65536, default 8192). */
+  vnodes?: number
+  /** Register the router under this name so worker threads can `Router.open(name)` it. */
+  name?: string
+}
+
+export interface ResolvedParams {
+  strategy: Strategy
+  prefixLength: number
+  concurrencyThreshold: number
+}
+
+/** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
+export function parseStrategy(value: unknown, key = 'strategy'): Strategy {
+  if (typeof value !== 'string') throw new InvalidArgTypeError(key, `one of ${STRATEGIES.join(', ')}`, value)
+  const norm = value.trim().toLowerCase().replace(/-/g, '_')
+  if (!(STRATEGIES as readonly string[]).includes(norm)) {
+    throw new OutOfRangeError(key, `one of ${STRATEGIES.join(', ')}`, value)
+  }
+  return norm as Strategy
+}
+
+export function checkInt(key: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number') throw new InvalidArgTypeError(key, `an integer from ${min} to ${max}`, value)
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new OutOfRangeError(key, `an integer from ${min} to ${max}`, value)
+  }
+  return value
+}
+
+export function resolveParams(opts: RoutingParams, base?: ResolvedParams): ResolvedParams {
+  const p = LIMITS.prefixLength
+  const c = LIMITS.concurrencyThreshold
+  return {
+    strategy: opts.strategy === undefined ? (base?.strategy ?? 'prefix_aware') : parseStrategy(opts.strategy),
+    prefixLength:
+      opts.prefixLength === undefined
+        ? (base?.prefixLength ?? p.default)
+        : checkInt('prefixLength', opts.prefixLength, p.min, p.max),
+    concurrencyThreshold:
+      opts.concurrencyThreshold === undefined
+        ? (base?.concurrencyThreshold ?? c.default)
+        : checkInt('concurrencyThreshold', opts.concurrencyThreshold, c.min, c.max),
+  }
+}
+
+export interface ResolvedInstances { ids: string[]; weights: number[] }
+
+export function resolveInstances(list: unknown, vnodes: number): ResolvedInstances {
+  if (!Array.isArray(list)) throw new InvalidArgTypeError('instances', 'an array of { id, weight? }', list)
+  if (list.length === 0) throw new RangeError('instances must list at least one instance; got an empty array')
+  if (list.length > LIMITS.instances.max) {
+    throw new OutOfRangeError('instances', `at most ${LIMITS.instances.max} entries`, list)
+  }
+  const ids: string[] = []
+  const weights: number[] = []
+  const seen = new Set<string>()
+  let points = 0
+  list.forEach((entry: unknown, i) => {
+    const key = `instances[${i}]`
+    if (entry === null || typeof entry !== 'object') throw new InvalidArgTypeError(key, 'an object { id, weight? }', entry)
+    const { id, weight } = entry as { id?: unknown; weight?: unknown }
+    if (typeof id !== 'string') throw new InvalidArgTypeError(`${key}.id`, 'a non-empty string', id)
+    if (id.length === 0 || id.length > LIMITS.idLength.max) {
+      throw new OutOfRangeError(`${key}.id`, `a string of 1 to ${LIMITS.idLength.max} characters`, id)
+    }
+    if (seen.has(id)) throw new RangeError(`${key}.id must be unique; ${JSON.stringify(id)} appears more than once`)
+    seen.add(id)
+    const w = LIMITS.weight
+    let wt: number = w.default
+    if (weight !== undefined) {
+      if (typeof weight !== 'number') throw new InvalidArgTypeError(`${key}.weight`, `a number from ${w.min} to ${w.max}`, weight)
+      if (!Number.isFinite(weight) || weight < w.min || weight > w.max) {
+        throw new OutOfRangeError(`${key}.weight`, `a number from ${w.min} to ${w.max}`, weight)
+      }
+      wt = weight
+    }
+    points += Math.max(1, Math.round(wt * vnodes))
+    ids.push(id)
+    weights.push(wt)
+  })
+  if (points > LIMITS.ringPoints.max) {
+    throw new RangeError(
+      `instances × weight × vnodes make ${points} ring points, above the limit of ${LIMITS.ringPoints.max}; lower vnodes`,
+    )
+  }
+  return { ids, weights }
+}
+
+// SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id: 1–64 printable ASCII characters.
+const TENANT_RE = /^[\x20-\x7e]{1,64}$/
+
+export function checkTenant(tenant: unknown): string {
+  if (typeof tenant !== 'string') throw new InvalidArgTypeError('tenant', 'a string of 1 to 64 printable ASCII characters', tenant)
+  if (!TENANT_RE.test(tenant)) throw new OutOfRangeError('tenant', '1 to 64 printable ASCII characters (0x20–0x7E)', tenant)
+  return tenant
+}

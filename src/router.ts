@@ -1,0 +1,169 @@
+// Router: a thin class over one native handle. Validation lives here; the native side
+// does the per-request work in one call (hash, ring lookup, overflow walk, counter).
+import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
+import { native, type NativeHandle, type NativeInstance, type NativeStats } from './native.js'
+import {
+  checkInt,
+  checkTenant,
+  LIMITS,
+  resolveInstances,
+  resolveParams,
+  STRATEGY_CODE,
+  type InstanceSpec,
+  type ResolvedParams,
+  type RouterOptions,
+  type RoutingParams,
+} from './router-options.js'
+
+// router_pick returns generation * 16384 + overflow * 8192 + slot (native/addon.cc).
+const SLOT_SPAN = 8192
+const SLOT_CAPACITY = 8192
+
+export interface PickOptions {
+  /** Tenant id (SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id): same prefix, different tenant, separate keys. */
+  tenant?: string
+}
+
+/** One routed request. Call release() when it finishes, fails or is aborted; later calls do nothing. */
+export class Lease {
+  #router: Router | null
+  readonly #slot: number
+  /** Id of the instance the request goes to. */
+  readonly instance: string
+  /** True when the prefix's own instance was at the concurrency threshold and this went elsewhere. */
+  readonly overflow: boolean
+
+  constructor(router: Router, slot: number, instance: string, overflow: boolean) {
+    this.#router = router
+    this.#slot = slot
+    this.instance = instance
+    this.overflow = overflow
+  }
+
+  get released(): boolean {
+    return this.#router === null
+  }
+
+  release(): void {
+    const r = this.#router
+    if (r === null) return
+    this.#router = null
+    r._release(this.#slot)
+  }
+}
+
+export class Router {
+  #handle: NativeHandle | null
+  #params: ResolvedParams
+  // Instance id per slot, cached with the slot's generation so a reused slot is re-read.
+  readonly #ids: string[] = []
+  readonly #gens: number[] = []
+
+  constructor(options: RouterOptions)
+  /** @internal used by Router.open */
+  constructor(options: RouterOptions, handle: NativeHandle)
+  constructor(options: RouterOptions, handle?: NativeHandle) {
+    if (handle !== undefined) {
+      this.#handle = handle
+      this.#params = resolveParams(options)
+      return
+    }
+    if (options === null || typeof options !== 'object') throw new InvalidArgTypeError('options', 'an object', options)
+    const params = resolveParams(options)
+    const v = LIMITS.vnodes
+    const vnodes = options.vnodes === undefined ? v.default : checkInt('vnodes', options.vnodes, v.min, v.max)
+    const members = resolveInstances(options.instances, vnodes)
+    if (options.name !== undefined && (typeof options.name !== 'string' || options.name.length === 0 || options.name.length > 256)) {
+      throw new OutOfRangeError('name', 'a string of 1 to 256 characters', options.name)
+    }
+    const h = native.router_create(options.name, vnodes, SLOT_CAPACITY)
+    native.router_configure(h, STRATEGY_CODE[params.strategy], params.prefixLength, params.concurrencyThreshold)
+    native.router_set_instances(h, members.ids, members.weights)
+    this.#handle = h
+    this.#params = params
+  }
+
+  /**
+   * Opens, from any thread of this process, the router created under `name`: counters and
+   * membership are shared. Routing parameters are shared as well; the values reported by
+   * `params` are those this handle last set or, for a fresh handle, the defaults.
+   */
+  static open(name: string): Router {
+    if (typeof name !== 'string' || name.length === 0) throw new InvalidArgTypeError('name', 'a non-empty string', name)
+    return new Router({ instances: [] }, native.router_open(name))
+  }
+
+  get params(): Readonly<ResolvedParams> {
+    return this.#params
+  }
+
+  /** Changes strategy, prefixLength or concurrencyThreshold for every later pick, in every thread. */
+  configure(params: RoutingParams): void {
+    const next = resolveParams(params, this.#params)
+    native.router_configure(this.#h(), STRATEGY_CODE[next.strategy], next.prefixLength, next.concurrencyThreshold)
+    this.#params = next
+  }
+
+  /**
+   * Picks an instance for a request whose routing prefix is `prefix`: the first
+   * prefixLength bytes of a Uint8Array, or code points of a string (hashed as UTF-8).
+   */
+  pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
+    if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
+      throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
+    }
+    const tenant = opts?.tenant === undefined ? undefined : checkTenant(opts.tenant)
+    const r = native.router_pick(this.#h(), prefix, tenant)
+    if (r < 0) throw Object.assign(new Error('router has no instances'), { code: 'ROUTER_NO_INSTANCES' })
+    const slot = r % SLOT_SPAN
+    const overflow = Math.floor(r / SLOT_SPAN) % 2 === 1
+    const gen = Math.floor(r / (2 * SLOT_SPAN))
+    let id = this.#ids[slot]
+    if (id === undefined || this.#gens[slot] !== gen) {
+      id = native.router_slot_id(this.#handle!, slot)
+      this.#ids[slot] = id
+      this.#gens[slot] = gen
+    }
+    return new Lease(this, slot, id, overflow)
+  }
+
+  /** @internal called by Lease.release */
+  _release(slot: number): void {
+    // A lease outliving a closed handle has nothing left to decrement through it.
+    if (this.#handle !== null) native.router_release(this.#handle, slot)
+  }
+
+  /** Replaces the membership atomically; leases taken before still release their own counters. */
+  setInstances(instances: readonly InstanceSpec[], vnodes?: number): void {
+    const h = this.#h()
+    const v = LIMITS.vnodes
+    const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
+    native.router_set_instances(h, members.ids, members.weights)
+  }
+
+  /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */
+  inFlight(id: string): number {
+    if (typeof id !== 'string') throw new InvalidArgTypeError('id', 'a string', id)
+    return Math.max(0, native.router_in_flight(this.#h(), id))
+  }
+
+  instances(): NativeInstance[] {
+    return native.router_instances(this.#h())
+  }
+
+  stats(): NativeStats {
+    return native.router_stats(this.#h())
+  }
+
+  /** Releases this handle. The shared state goes when the last handle in the process closes. */
+  close(): void {
+    if (this.#handle === null) return
+    native.router_close(this.#handle)
+    this.#handle = null
+  }
+
+  #h(): NativeHandle {
+    if (this.#handle === null) throw Object.assign(new Error('router is closed'), { code: 'ROUTER_CLOSED' })
+    return this.#handle
+  }
+}
