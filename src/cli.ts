@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
+// so `prefix-router hash` does not pay for the proxy's imports.
+import { CliError } from './commands/cli-error.js'
+
+const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
+  hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
+  info: { summary: 'build information: SIMD path, native sources hash, binary in use', load: () => import('./commands/info.js') },
+}
+
+function usage(): string {
+  const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(8)} ${c.summary}`)
+  return `usage: prefix-router <command> [options]\n\ncommands:\n${rows.join('\n')}\n\nRun prefix-router <command> --help for its options.\n`
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(usage())
+    return name === undefined ? 2 : 0
+  }
+  const cmd = COMMANDS[name]
+  if (cmd === undefined) {
+    process.stderr.write(`prefix-router: unknown command '${name}'\n\n${usage()}`)
+    return 2
+  }
+  return (await cmd.load()).run(rest)
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code
+  },
+  (err: unknown) => {
+    if (err instanceof CliError) {
+      process.stderr.write(`prefix-router: ${err.message}\n`)
+      process.exitCode = 2
+    } else {
+      process.stderr.write(`prefix-router: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
+      process.exitCode = 1
+    }
+  },
+)

@@ -1,0 +1,8 @@
+import { buildInfo } from '../build-info.js'
+import { parseFlags } from './cli-error.js'
+
+export async function run(argv: string[]): Promise<number> {
+  parseFlags(argv, {})
+  process.stdout.write(`${JSON.stringify(buildInfo(), null, 2)}\n`)
+  return 0
+}
