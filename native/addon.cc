@@ -3,6 +3,9 @@
 #include <napi.h>
 
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,8 +60,10 @@ Bytes GetBytes(const Napi::Value& v) {
   return b;
 }
 
-// The first max_cp code points of a JS string, as UTF-8 (lone surrogates become U+FFFD,
-// as in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8.
+// The first max_cp code points of a JS string, as UTF-8 (lone surrogates become U+FFFD, as
+// in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8 and converts them here:
+// measured faster than V8's UTF-8 writer because the ASCII runs that dominate prompts go
+// 16 units at a time (SSE2 is baseline on x86-64).
 Bytes PrefixOfString(const Napi::Value& v, size_t max_cp) {
   Bytes b;
   napi_env env = v.Env();
@@ -66,30 +71,42 @@ Bytes PrefixOfString(const Napi::Value& v, size_t max_cp) {
   if (t_utf16.size() < cap + 1) t_utf16.resize(cap + 1);
   size_t units = 0;
   if (napi_get_value_string_utf16(env, v, t_utf16.data(), cap + 1, &units) != napi_ok) return b;
-  if (t_utf8.size() < max_cp * 4) t_utf8.resize(max_cp * 4);
+  if (t_utf8.size() < max_cp * 4 + 16) t_utf8.resize(max_cp * 4 + 16);
   const char16_t* in = t_utf16.data();
   unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
   size_t i = 0, o = 0, cp = 0;
   while (i < units && cp < max_cp) {
-    uint32_t c = in[i++];
-    if (c < 0x80) { out[o++] = static_cast<unsigned char>(c); cp++; continue; }
-    if (c >= 0xD800 && c <= 0xDBFF && i < units && in[i] >= 0xDC00 && in[i] <= 0xDFFF) {
-      c = 0x10000 + ((c - 0xD800) << 10) + (in[i++] - 0xDC00);
-    } else if (c >= 0xD800 && c <= 0xDFFF) {
-      c = 0xFFFD;
+#if defined(__SSE2__)
+    if (i + 16 <= units && cp + 16 <= max_cp) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
+      const __m128i high = _mm_and_si128(_mm_or_si128(a, c), _mm_set1_epi16(static_cast<short>(0xFF80)));
+      if (_mm_movemask_epi8(_mm_cmpeq_epi16(high, _mm_setzero_si128())) == 0xFFFF) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), _mm_packus_epi16(a, c));
+        i += 16; o += 16; cp += 16;
+        continue;
+      }
     }
-    if (c < 0x800) {
-      out[o++] = static_cast<unsigned char>(0xC0 | (c >> 6));
-    } else if (c < 0x10000) {
-      out[o++] = static_cast<unsigned char>(0xE0 | (c >> 12));
-      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 6) & 0x3F));
-    } else {
-      out[o++] = static_cast<unsigned char>(0xF0 | (c >> 18));
-      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 12) & 0x3F));
-      out[o++] = static_cast<unsigned char>(0x80 | ((c >> 6) & 0x3F));
-    }
-    if (c >= 0x80) out[o++] = static_cast<unsigned char>(0x80 | (c & 0x3F));
+#endif
+    uint32_t ch = in[i++];
     cp++;
+    if (ch < 0x80) { out[o++] = static_cast<unsigned char>(ch); continue; }
+    if (ch >= 0xD800 && ch <= 0xDBFF && i < units && in[i] >= 0xDC00 && in[i] <= 0xDFFF) {
+      ch = 0x10000 + ((ch - 0xD800) << 10) + (in[i++] - 0xDC00);
+    } else if (ch >= 0xD800 && ch <= 0xDFFF) {
+      ch = 0xFFFD;
+    }
+    if (ch < 0x800) {
+      out[o++] = static_cast<unsigned char>(0xC0 | (ch >> 6));
+    } else if (ch < 0x10000) {
+      out[o++] = static_cast<unsigned char>(0xE0 | (ch >> 12));
+      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
+    } else {
+      out[o++] = static_cast<unsigned char>(0xF0 | (ch >> 18));
+      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 12) & 0x3F));
+      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
+    }
+    out[o++] = static_cast<unsigned char>(0x80 | (ch & 0x3F));
   }
   b.data = out;
   b.len = o;

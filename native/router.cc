@@ -198,7 +198,7 @@ bool RouterState::release(uint32_t slot) {
 int64_t RouterState::in_flight(int reader, const std::string& id) {
   const Snapshot* s = enter(reader);
   const int idx = s->ring.index_of(id);
-  int64_t result = idx >= 0 ? slots_[s->slot_of[idx]].in_flight() : -1;
+  const int64_t result = idx >= 0 ? static_cast<int64_t>(slots_[s->slot_of[idx]].in_flight()) : -1;
   leave(reader);
   if (result >= 0) return result;
   std::lock_guard<std::mutex> lock(writer_);

@@ -1,0 +1,59 @@
+import { execFileSync, spawnSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url))
+const dir = mkdtempSync(join(tmpdir(), 'pr-cli-'))
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+const run = (args: string[], input?: string) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', input })
+
+describe('prefix-router hash', () => {
+  it('prints what xxhsum -H3 prints for files', () => {
+    const files = [0, 17, 240, 241, 5000].map((n, i) => {
+      const f = join(dir, `f${i}`)
+      writeFileSync(f, randomBytes(n))
+      return f
+    })
+    const ours = run(['hash', ...files])
+    expect(ours.status).toBe(0)
+    expect(ours.stdout).toBe(execFileSync('xxhsum', ['-H3', ...files], { encoding: 'utf8' }))
+  })
+
+  it('reads stdin and takes a seed', () => {
+    const a = run(['hash'], 'hello')
+    const b = run(['hash', '--seed', '0x10'], 'hello')
+    const c = run(['hash', '--seed', '16'], 'hello')
+    expect(a.stdout).toMatch(/^XXH3 \(stdin\) = [0-9a-f]{16}\n$/)
+    expect(b.stdout).not.toBe(a.stdout)
+    expect(c.stdout).toBe(b.stdout)
+  })
+
+  it('names the bad value and exits 2', () => {
+    const bad = run(['hash', '--seed', 'banana'])
+    expect(bad.status).toBe(2)
+    expect(bad.stderr).toBe("prefix-router: --seed must be an integer from 0 to 2^64-1; got 'banana'\n")
+    const missing = run(['hash', join(dir, 'nope')])
+    expect(missing.status).toBe(2)
+    expect(missing.stderr).toMatch(/cannot read '.*nope': ENOENT/)
+  })
+})
+
+describe('prefix-router', () => {
+  it('lists commands and rejects unknown ones', () => {
+    expect(run(['--help']).stdout).toMatch(/usage: prefix-router <command>/)
+    const bad = run(['frobnicate'])
+    expect(bad.status).toBe(2)
+    expect(bad.stderr).toMatch(/unknown command 'frobnicate'/)
+  })
+
+  it('info reports the SIMD path and the sources hash', () => {
+    const info = JSON.parse(run(['info']).stdout) as { simd: string; sourcesHash: string }
+    expect(['scalar', 'sse2', 'avx2', 'neon']).toContain(info.simd)
+    expect(info.sourcesHash).toMatch(/^[0-9a-f]{64}$/)
+  })
+})
