@@ -264,7 +264,7 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// router_set_instances(h, ids: string[], weights: number[])
+// router_set_instances(h, ids: string[], weights: number[], groups?: string[][])
 Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -273,6 +273,9 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
     return Throw(env, "ERR_INVALID_ARG_TYPE", "ids and weights must be arrays", true);
   Napi::Array ids = info[1].As<Napi::Array>(), weights = info[2].As<Napi::Array>();
   if (ids.Length() != weights.Length()) return Throw(env, "ERR_INVALID_ARG_VALUE", "ids and weights differ in length");
+  const bool has_groups = !info[3].IsUndefined();
+  if (has_groups && (!info[3].IsArray() || info[3].As<Napi::Array>().Length() != ids.Length()))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "groups must be an array of string arrays, one per id", true);
   std::vector<pr::RingMember> members;
   members.reserve(ids.Length());
   for (uint32_t i = 0; i < ids.Length(); i++) {
@@ -280,16 +283,28 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
     if (!id.IsString() || !w.IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "bad instance entry", true);
     const double weight = w.As<Napi::Number>().DoubleValue();
     if (!(weight > 0 && weight <= 1e6)) return Throw(env, "ERR_OUT_OF_RANGE", "weight out of range");
-    members.push_back({id.As<Napi::String>().Utf8Value(), weight});
+    pr::RingMember m{id.As<Napi::String>().Utf8Value(), weight};
+    if (has_groups) {
+      Napi::Value g = info[3].As<Napi::Array>().Get(i);
+      if (!g.IsArray()) return Throw(env, "ERR_INVALID_ARG_TYPE", "groups must be an array of string arrays", true);
+      Napi::Array ga = g.As<Napi::Array>();
+      for (uint32_t j = 0; j < ga.Length(); j++) {
+        Napi::Value name = ga.Get(j);
+        if (!name.IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "group names must be strings", true);
+        m.groups.push_back(name.As<Napi::String>().Utf8Value());
+      }
+    }
+    members.push_back(std::move(m));
   }
   std::string err = h->state->set_instances(members);
   if (!err.empty()) return Throw(env, "ROUTER_CAPACITY", err);
   return env.Undefined();
 }
 
-// router_pick(h, prefix: Uint8Array | string, tenant: string | undefined) -> number
+// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> number
 // Encodes slot (13 bits), overflow (1 bit) and the slot's generation above them, so one
-// call returns everything without allocating; -1 when the router has no instances.
+// call returns everything without allocating; -1 when the router has no instances, -2 when
+// no instance is in the group.
 Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -310,8 +325,11 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
   }
   const uint64_t key = pr::xxh3_64(b.data, b.len, seed);
-  pr::PickResult r = h->state->pick(h->reader, key);
-  if (r.slot < 0) return Napi::Number::New(env, -1);
+  std::string group;
+  const bool has_group = info[3].IsString();
+  if (has_group) group = info[3].As<Napi::String>().Utf8Value();
+  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr);
+  if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;
   return Napi::Number::New(env, encoded);
 }
@@ -355,6 +373,9 @@ Napi::Value RouterInstances(const Napi::CallbackInfo& info) {
     o.Set("id", list[i].id);
     o.Set("weight", list[i].weight);
     o.Set("inFlight", list[i].in_flight);
+    Napi::Array groups = Napi::Array::New(env, list[i].groups.size());
+    for (uint32_t j = 0; j < list[i].groups.size(); j++) groups.Set(j, list[i].groups[j]);
+    o.Set("groups", groups);
     out.Set(i, o);
   }
   return out;

@@ -10,6 +10,8 @@ namespace pr {
 struct RingMember {
   std::string id;
   double weight;  // > 0; virtual nodes = max(1, round(weight * vnodes_per_weight))
+  // Names this instance answers to (models, LoRA adapters); a pick may be limited to one.
+  std::vector<std::string> groups = {};
 };
 
 class Ring {

@@ -10,6 +10,8 @@ struct Snapshot {
   Ring ring;
   std::vector<uint32_t> slot_of;    // member index -> slot
   std::vector<double> cum_weight;   // running sum of weights, for weighted random
+  // group name -> bitset over member indices
+  std::unordered_map<std::string, std::vector<uint64_t>> groups;
   Snapshot(std::vector<RingMember> m, uint32_t vnodes) : ring(std::move(m), vnodes) {}
 };
 
@@ -108,6 +110,11 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
     snap->slot_of[i] = slot;
     sum += m.weight;
     snap->cum_weight[i] = sum;
+    for (const std::string& g : m.groups) {
+      auto& bits = snap->groups[g];
+      bits.resize((snap->ring.member_count() + 63) / 64);
+      bits[i / 64] |= uint64_t{1} << (i % 64);
+    }
   }
   const Snapshot* old = current_.exchange(snap, std::memory_order_seq_cst);
   // Readers hold a snapshot for the length of one pick (well under a microsecond), so
@@ -119,25 +126,51 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   return {};
 }
 
-PickResult RouterState::pick(int reader, uint64_t key) {
+PickResult RouterState::pick(int reader, uint64_t key, const std::string* group) {
   PickResult r;
   const Snapshot* s = enter(reader);
   const size_t n = s->ring.member_count();
-  if (n == 0) { leave(reader); return r; }
+  const uint64_t* allowed = nullptr;  // null: every member is a candidate
+  size_t candidates = n;
+  if (group != nullptr) {
+    auto it = s->groups.find(*group);
+    if (it == s->groups.end()) {
+      r.no_group = true;
+      leave(reader);
+      return r;
+    }
+    allowed = it->second.data();
+    candidates = 0;
+    for (uint64_t w : it->second) candidates += static_cast<size_t>(__builtin_popcountll(w));
+  }
+  if (candidates == 0) { leave(reader); return r; }
+  auto eligible = [allowed](uint32_t m) { return allowed == nullptr || ((allowed[m / 64] >> (m % 64)) & 1) != 0; };
   const auto strategy = static_cast<Strategy>(strategy_.load(std::memory_order_relaxed));
   uint32_t chosen = 0;
 
   if (strategy == Strategy::Random) {
-    const double x = (next_random() >> 11) * 0x1.0p-53 * s->cum_weight[n - 1];
-    size_t lo = 0, hi = n - 1;
-    while (lo < hi) { size_t mid = (lo + hi) / 2; if (s->cum_weight[mid] > x) hi = mid; else lo = mid + 1; }
-    chosen = static_cast<uint32_t>(lo);
+    if (allowed == nullptr) {
+      const double x = (next_random() >> 11) * 0x1.0p-53 * s->cum_weight[n - 1];
+      size_t lo = 0, hi = n - 1;
+      while (lo < hi) { size_t mid = (lo + hi) / 2; if (s->cum_weight[mid] > x) hi = mid; else lo = mid + 1; }
+      chosen = static_cast<uint32_t>(lo);
+    } else {
+      // Weighted reservoir over the group's members (groups are usually small).
+      double total = 0;
+      for (uint32_t i = 0; i < n; i++) {
+        if (!eligible(i)) continue;
+        const double w = s->ring.member(i).weight;
+        total += w;
+        if ((next_random() >> 11) * 0x1.0p-53 * total < w) chosen = i;
+      }
+    }
     slots_[s->slot_of[chosen]].acquire();
   } else if (strategy == Strategy::LeastOutstanding) {
     // Fewest in flight per unit of weight; ties broken at random (reservoir of one).
     double best = 0;
     uint32_t ties = 0;
     for (uint32_t i = 0; i < n; i++) {
+      if (!eligible(i)) continue;
       const double load = slots_[s->slot_of[i]].in_flight() / s->ring.member(i).weight;
       if (ties == 0 || load < best) { best = load; chosen = i; ties = 1; }
       else if (load == best && next_random() % ++ties == 0) chosen = i;
@@ -146,30 +179,33 @@ PickResult RouterState::pick(int reader, uint64_t key) {
   } else {
     const uint32_t limit = threshold_.load(std::memory_order_relaxed);
     size_t pos = s->ring.find(key);
+    // The target is the first candidate clockwise from the key.
+    while (!eligible(s->ring.owner(pos))) pos = s->ring.next(pos);
     const uint32_t target = s->ring.owner(pos);
     bool placed = slots_[s->slot_of[target]].try_acquire(limit);
     chosen = target;
-    if (!placed && n > 1) {
-      // Walk clockwise to the next distinct instance below the threshold, so a hot prefix
+    if (!placed && candidates > 1) {
+      // Walk clockwise to the next distinct candidate below the threshold, so a hot prefix
       // spills to the same second home every time rather than anywhere.
       uint64_t seen_bits[kMaxMembers / 64] = {};
       seen_bits[target / 64] |= uint64_t{1} << (target % 64);
       size_t seen = 1;
-      for (size_t step = 0; step < s->ring.point_count() && seen < n; step++) {
+      for (size_t step = 0; step < s->ring.point_count() && seen < candidates; step++) {
         pos = s->ring.next(pos);
         const uint32_t m = s->ring.owner(pos);
         uint64_t& word = seen_bits[m / 64];
         const uint64_t bit = uint64_t{1} << (m % 64);
-        if (word & bit) continue;
+        if ((word & bit) || !eligible(m)) continue;
         word |= bit;
         seen++;
         if (slots_[s->slot_of[m]].try_acquire(limit)) { chosen = m; placed = true; break; }
       }
     }
     if (!placed) {
-      // Everyone is at the threshold: the fewest in flight, the ring's target on a tie.
+      // Every candidate is at the threshold: the fewest in flight, the ring's target on a tie.
       uint32_t best = slots_[s->slot_of[target]].in_flight();
       for (uint32_t i = 0; i < n; i++) {
+        if (!eligible(i)) continue;
         const uint32_t c = slots_[s->slot_of[i]].in_flight();
         if (c < best) { best = c; chosen = i; }
       }
@@ -217,7 +253,7 @@ std::vector<InstanceInfo> RouterState::instances(int reader) {
   const Snapshot* s = enter(reader);
   for (size_t i = 0; i < s->ring.member_count(); i++) {
     const RingMember& m = s->ring.member(i);
-    out.push_back({m.id, m.weight, slots_[s->slot_of[i]].in_flight()});
+    out.push_back({m.id, m.weight, slots_[s->slot_of[i]].in_flight(), m.groups});
   }
   leave(reader);
   return out;

@@ -20,12 +20,13 @@ constexpr uint32_t kMaxMembers = 4096;  // ring owners are 16-bit; slots hold me
 constexpr uint32_t kMaxReaders = 128;   // handles (one per thread that opened the router) at once
 
 struct PickResult {
-  int32_t slot = -1;  // -1: no instances
+  int32_t slot = -1;  // -1: no eligible instance (see no_group)
   uint32_t generation = 0;
   bool overflow = false;
+  bool no_group = false;  // the group asked for is served by no instance
 };
 
-struct InstanceInfo { std::string id; double weight; uint32_t in_flight; };
+struct InstanceInfo { std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; };
 
 struct Snapshot;  // ring + the slot of each member
 
@@ -50,8 +51,10 @@ class RouterState {
   // Atomic swap of the membership. Returns an empty string or an error message.
   std::string set_instances(const std::vector<RingMember>& members);
 
-  // key: XXH3 of the prefix, already seeded by the tenant.
-  PickResult pick(int reader, uint64_t key);
+  // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members
+  // listing it are candidates: the ring walk skips the others, which is consistent hashing
+  // over that subset, while counters stay per instance across groups.
+  PickResult pick(int reader, uint64_t key, const std::string* group = nullptr);
   bool release(uint32_t slot);
 
   // In-flight count of an instance, including one removed but still draining; -1 if unknown.

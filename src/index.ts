@@ -1,6 +1,6 @@
 export { xxh3 } from './hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
-export { Router, Lease, type PickOptions } from './router.js'
+export { Router, Lease, NoInstanceError, type PickOptions } from './router.js'
 export {
   STRATEGIES,
   LIMITS,

@@ -11,7 +11,7 @@ export interface NativeBuildInfo {
   compiler?: string
 }
 
-export interface NativeInstance { id: string; weight: number; inFlight: number }
+export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[] }
 export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number }
 
 declare const handleBrand: unique symbol
@@ -25,8 +25,8 @@ export interface NativeBinding {
   router_open(name: string): NativeHandle
   router_close(h: NativeHandle): void
   router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number): void
-  router_set_instances(h: NativeHandle, ids: string[], weights: number[]): void
-  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined): number
+  router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][]): void
+  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string): number
   router_release(h: NativeHandle, slot: number): boolean
   router_slot_id(h: NativeHandle, slot: number): string
   router_in_flight(h: NativeHandle, id: string): number

@@ -21,6 +21,8 @@ export interface InstanceSpec {
   id: string
   /** Relative capacity, 0.01–100 (default 1): the share of keys is proportional to it. */
   weight?: number
+  /** Names the instance serves (models, LoRA adapters); `pick(…, { group })` chooses among those listing it. */
+  groups?: readonly string[]
 }
 
 export interface RoutingParams {
@@ -77,7 +79,7 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
   }
 }
 
-export interface ResolvedInstances { ids: string[]; weights: number[] }
+export interface ResolvedInstances { ids: string[]; weights: number[]; groups: string[][] }
 
 export function resolveInstances(list: unknown, vnodes: number): ResolvedInstances {
   if (!Array.isArray(list)) throw new InvalidArgTypeError('instances', 'an array of { id, weight? }', list)
@@ -87,12 +89,13 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
   }
   const ids: string[] = []
   const weights: number[] = []
+  const groups: string[][] = []
   const seen = new Set<string>()
   let points = 0
   list.forEach((entry: unknown, i) => {
     const key = `instances[${i}]`
     if (entry === null || typeof entry !== 'object') throw new InvalidArgTypeError(key, 'an object { id, weight? }', entry)
-    const { id, weight } = entry as { id?: unknown; weight?: unknown }
+    const { id, weight, groups: g } = entry as { id?: unknown; weight?: unknown; groups?: unknown }
     if (typeof id !== 'string') throw new InvalidArgTypeError(`${key}.id`, 'a non-empty string', id)
     if (id.length === 0 || id.length > LIMITS.idLength.max) {
       throw new OutOfRangeError(`${key}.id`, `a string of 1 to ${LIMITS.idLength.max} characters`, id)
@@ -108,16 +111,20 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
       }
       wt = weight
     }
+    if (g !== undefined && (!Array.isArray(g) || g.some((x) => typeof x !== 'string' || x.length === 0))) {
+      throw new InvalidArgTypeError(`${key}.groups`, 'an array of non-empty strings', g)
+    }
     points += Math.max(1, Math.round(wt * vnodes))
     ids.push(id)
     weights.push(wt)
+    groups.push(g === undefined ? [] : [...new Set(g as string[])])
   })
   if (points > LIMITS.ringPoints.max) {
     throw new RangeError(
       `instances × weight × vnodes make ${points} ring points, above the limit of ${LIMITS.ringPoints.max}; lower vnodes`,
     )
   }
-  return { ids, weights }
+  return { ids, weights, groups }
 }
 
 // SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id: 1–64 printable ASCII characters.

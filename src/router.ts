@@ -22,6 +22,19 @@ const SLOT_CAPACITY = 8192
 export interface PickOptions {
   /** Tenant id (SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id): same prefix, different tenant, separate keys. */
   tenant?: string
+  /** Only instances listing this group (a model or adapter name) are candidates. */
+  group?: string
+}
+
+/** Thrown by pick() when no instance can take the request; `code` says why. */
+export class NoInstanceError extends Error {
+  constructor(
+    readonly code: 'ROUTER_NO_INSTANCES' | 'ROUTER_NO_GROUP',
+    message: string,
+  ) {
+    super(message)
+    this.name = 'NoInstanceError'
+  }
 }
 
 /** One routed request. Call release() when it finishes, fails or is aborted; later calls do nothing. */
@@ -78,7 +91,7 @@ export class Router {
     }
     const h = native.router_create(options.name, vnodes, SLOT_CAPACITY)
     native.router_configure(h, STRATEGY_CODE[params.strategy], params.prefixLength, params.concurrencyThreshold)
-    native.router_set_instances(h, members.ids, members.weights)
+    native.router_set_instances(h, members.ids, members.weights, members.groups)
     this.#handle = h
     this.#params = params
   }
@@ -113,8 +126,11 @@ export class Router {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
     const tenant = opts?.tenant === undefined ? undefined : checkTenant(opts.tenant)
-    const r = native.router_pick(this.#h(), prefix, tenant)
-    if (r < 0) throw Object.assign(new Error('router has no instances'), { code: 'ROUTER_NO_INSTANCES' })
+    const group = opts?.group
+    if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
+    const r = native.router_pick(this.#h(), prefix, tenant, group)
+    if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
+    if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = r % SLOT_SPAN
     const overflow = Math.floor(r / SLOT_SPAN) % 2 === 1
     const gen = Math.floor(r / (2 * SLOT_SPAN))
@@ -138,7 +154,7 @@ export class Router {
     const h = this.#h()
     const v = LIMITS.vnodes
     const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
-    native.router_set_instances(h, members.ids, members.weights)
+    native.router_set_instances(h, members.ids, members.weights, members.groups)
   }
 
   /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */

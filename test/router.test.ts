@@ -235,3 +235,47 @@ describe('lifecycle', () => {
     expect(s.ringBytes).toBeGreaterThan(7000 * 10)
   })
 })
+
+describe('groups (models and adapters)', () => {
+  const fleet = ids(6).map((id, i) => ({ id, groups: i < 2 ? ['base', 'lora-a'] : ['base'] }))
+
+  it('a group limits candidates to the instances listing it, for every strategy', () => {
+    const allowed = new Set(fleet.slice(0, 2).map((m) => m.id))
+    for (const strategy of ['prefix_aware', 'random', 'least_outstanding_requests']) {
+      const r = make({ strategy, instances: fleet, concurrencyThreshold: 2 })
+      const held = randomKeys(300).map((k) => r.pick(k, { group: 'lora-a' }))
+      expect(held.every((l) => allowed.has(l.instance)), strategy).toBe(true)
+      expect(new Set(held.map((l) => l.instance)).size, strategy).toBe(2)
+      held.forEach((l) => l.release())
+    }
+  })
+
+  it('within a group, prefix_aware is consistent hashing over that subset', () => {
+    const r = make({ instances: fleet })
+    const sub = make({ instances: fleet.slice(0, 2) })
+    for (const k of randomKeys(2000)) {
+      const a = r.pick(k, { group: 'lora-a' })
+      const b = sub.pick(k)
+      expect(a.instance).toBe(b.instance)
+      a.release()
+      b.release()
+    }
+  })
+
+  it('counters are per instance across groups: overflow sees load from other groups', () => {
+    const r = make({ instances: fleet, concurrencyThreshold: 1 })
+    const first = r.pick(prefix, { group: 'lora-a' })
+    const second = r.pick(prefix, { group: 'lora-a' })
+    expect(second.instance).not.toBe(first.instance)
+    expect(second.overflow).toBe(true)
+    first.release()
+    second.release()
+  })
+
+  it('an unknown group throws ROUTER_NO_GROUP and takes no lease', () => {
+    const r = make({ instances: fleet })
+    expect(() => r.pick(prefix, { group: 'nope' })).toThrow(expect.objectContaining({ code: 'ROUTER_NO_GROUP' }))
+    expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
+    expect(r.instances().find((i) => i.id === fleet[0]!.id)!.groups).toEqual(['base', 'lora-a'])
+  })
+})
