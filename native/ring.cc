@@ -21,8 +21,10 @@ Ring::Ring(std::vector<RingMember> members, uint32_t vnodes_per_weight) : member
   size_t total = 0;
   std::vector<uint32_t> counts(members_.size());
   for (size_t m = 0; m < members_.size(); m++) {
+    // Clamped so that no weight, however large, overflows the conversion; the TypeScript
+    // layer keeps the whole table under 2^24 points anyway.
     double v = std::round(members_[m].weight * vnodes_per_weight);
-    counts[m] = v < 1 ? 1 : static_cast<uint32_t>(v);
+    counts[m] = !(v >= 1) ? 1 : v > 16777216.0 ? 16777216u : static_cast<uint32_t>(v);
     total += counts[m];
   }
   pts.reserve(total);

@@ -29,6 +29,7 @@ class Ring {
   size_t next(size_t pos) const { return pos + 1 == points_.size() ? 0 : pos + 1; }
   // Index (into members) of the instance that owns the point at pos.
   uint32_t owner(size_t pos) const { return owners_[pos]; }
+  // Precondition for owner/owner_of: the ring has members (point_count() > 0).
   uint32_t owner_of(uint64_t key) const { return owners_[find(key)]; }
   // Index of id among the members, or -1.
   int index_of(const std::string& id) const;

@@ -79,6 +79,11 @@ void RouterState::unpin_and_free(const Snapshot* s) {
 
 std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   if (members.size() > kMaxMembers) return "at most 4096 instances";
+  {
+    std::unordered_map<std::string, int> seen;
+    for (const auto& m : members)
+      if (seen[m.id]++) return "duplicate instance id '" + m.id + "'";
+  }
   std::lock_guard<std::mutex> lock(writer_);
   // Live slots by id, members and draining alike: an instance removed and re-added while
   // its leases drain gets its old counter back.

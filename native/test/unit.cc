@@ -1,0 +1,455 @@
+// Unit tests for the native core (xxh3, ring, router state). No framework: CHECK counts
+// and reports; the last line is "N passed, M failed" and the exit code is non-zero on any
+// failure. Built and run with sanitizers by native/test/run.sh.
+#define XXH_INLINE_ALL
+#include <xxhash.h>  // reference XXH3 (Debian libxxhash-dev)
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../ring.h"
+#include "../router.h"
+#include "../xxh3.h"
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (cond) {                                                                     \
+      g_passed++;                                                                   \
+    } else {                                                                        \
+      g_failed++;                                                                   \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                               \
+  } while (0)
+
+const pr::SimdPath kPaths[] = {pr::SimdPath::Scalar, pr::SimdPath::SSE2, pr::SimdPath::AVX2, pr::SimdPath::NEON};
+
+// ---- xxh3 ---------------------------------------------------------------------------
+
+void test_xxh3() {
+  CHECK(pr::xxh3_64(nullptr, 0, 0) == 0x2d06800538d394c2ULL);
+  CHECK(pr::xxh3_64("", 0, 0) == 0x2d06800538d394c2ULL);
+
+  const size_t kLarge[] = {64 << 10, 1 << 20, 10 << 20};
+  const uint64_t kSeeds[] = {0, 1, 0x9E3779B97F4A7C15ULL, ~uint64_t{0}};
+  // 8 spare bytes so every length can also start at an unaligned offset.
+  std::vector<uint8_t> random_buf((10 << 20) + 8), zero_buf(random_buf.size(), 0);
+  std::mt19937_64 rng(42);
+  for (auto& b : random_buf) b = static_cast<uint8_t>(rng());
+
+  std::vector<size_t> lens;
+  for (size_t n = 0; n <= 4096; n++) lens.push_back(n);
+  lens.insert(lens.end(), std::begin(kLarge), std::end(kLarge));
+
+  for (pr::SimdPath path : kPaths) {
+    if (!pr::simd_path_supported(path)) {
+      std::printf("  xxh3: path %s not supported here, skipped\n", pr::simd_path_name(path));
+      continue;
+    }
+    size_t mismatches = 0, compared = 0;
+    for (const auto* buf : {&random_buf, &zero_buf}) {
+      for (size_t len : lens) {
+        const uint8_t* p = buf->data() + len % 8;
+        for (uint64_t seed : kSeeds) {
+          const uint64_t want = XXH3_64bits_withSeed(p, len, seed);
+          const uint64_t got = pr::xxh3_64_path(path, p, len, seed);
+          compared++;
+          if (got != want && ++mismatches <= 5)
+            std::fprintf(stderr, "  xxh3 %s len=%zu seed=%#" PRIx64 " zero=%d: got %016" PRIx64 " want %016" PRIx64 "\n",
+                         pr::simd_path_name(path), len, seed, buf == &zero_buf, got, want);
+        }
+      }
+    }
+    std::printf("  xxh3: path %-6s %zu hashes compared with the reference\n", pr::simd_path_name(path), compared);
+    CHECK(mismatches == 0);
+  }
+
+  // The dispatching entry point (whatever path this CPU selected).
+  size_t mismatches = 0;
+  for (size_t len : lens)
+    for (uint64_t seed : kSeeds)
+      if (pr::xxh3_64(random_buf.data(), len, seed) != XXH3_64bits_withSeed(random_buf.data(), len, seed)) mismatches++;
+  std::printf("  xxh3: dispatch uses %s\n", pr::simd_path_name(pr::simd_active_path()));
+  CHECK(mismatches == 0);
+}
+
+// ---- ring ---------------------------------------------------------------------------
+
+std::vector<pr::RingMember> members_named(const std::string& names, double weight = 1) {
+  std::vector<pr::RingMember> m;
+  for (char c : names) m.push_back({std::string(1, c), weight});
+  return m;
+}
+
+std::string owner_id(const pr::Ring& r, uint64_t key) { return r.member(r.owner_of(key)).id; }
+
+void test_ring_deterministic() {
+  auto m = members_named("abcdefg");
+  pr::Ring r1(m, 1024);
+  std::mt19937_64 shuffle_rng(1);
+  std::shuffle(m.begin(), m.end(), shuffle_rng);
+  pr::Ring r2(m, 1024);
+  std::mt19937_64 rng(7);
+  size_t differ = 0;
+  for (int i = 0; i < 100000; i++) {
+    const uint64_t k = rng();
+    if (owner_id(r1, k) != owner_id(r2, k)) differ++;
+  }
+  CHECK(differ == 0);
+  CHECK(r1.point_count() == 7 * 1024);
+}
+
+constexpr int kKeys = 1000000;
+constexpr uint32_t kVnodes = 8192;
+
+const std::vector<uint64_t>& random_keys() {
+  static const std::vector<uint64_t> keys = [] {
+    std::mt19937_64 rng(12345);
+    std::vector<uint64_t> k(kKeys);
+    for (auto& x : k) x = rng();
+    return k;
+  }();
+  return keys;
+}
+
+void test_ring_balance() {
+  const auto& keys = random_keys();
+  {  // equal weights: every share within ±5% (relative) of 1/7
+    pr::Ring r(members_named("abcdefg"), kVnodes);
+    std::vector<size_t> count(7);
+    for (uint64_t k : keys) count[r.owner_of(k)]++;
+    double worst = 0;
+    for (size_t c : count) worst = std::max(worst, std::abs(c / double(kKeys) * 7 - 1));
+    std::printf("  ring: 7 equal members, worst share deviation %.2f%%\n", worst * 100);
+    CHECK(worst <= 0.05);
+  }
+  {  // weights 1..7: share of member i proportional to i
+    std::vector<pr::RingMember> m;
+    double total = 0;
+    for (int i = 1; i <= 7; i++) { m.push_back({"w" + std::to_string(i), double(i)}); total += i; }
+    pr::Ring r(m, kVnodes);
+    std::map<std::string, size_t> count;
+    for (uint64_t k : keys) count[owner_id(r, k)]++;
+    double worst = 0;
+    for (const auto& mm : m) worst = std::max(worst, std::abs(count[mm.id] / double(kKeys) / (mm.weight / total) - 1));
+    std::printf("  ring: weights 1..7, worst share deviation %.2f%%\n", worst * 100);
+    CHECK(worst <= 0.05);
+  }
+}
+
+void test_ring_disruption() {
+  const auto& keys = random_keys();
+  pr::Ring seven(members_named("abcdefg"), kVnodes);
+  pr::Ring eight(members_named("abcdefgh"), kVnodes);
+  pr::Ring six(members_named("abdefg"), kVnodes);  // "c" removed
+  size_t moved = 0, moved_elsewhere = 0, removed_wrong = 0;
+  for (uint64_t k : keys) {
+    const std::string before = owner_id(seven, k), after = owner_id(eight, k);
+    if (before != after) { moved++; if (after != "h") moved_elsewhere++; }
+    // Removing "c" may move only the keys "c" owned.
+    if (before != "c" && owner_id(six, k) != before) removed_wrong++;
+  }
+  std::printf("  ring: adding an 8th member moved %.2f%% of keys (ideal %.2f%%)\n", moved * 100.0 / kKeys, 100.0 / 8);
+  CHECK(moved <= 1.1 * kKeys / 8);
+  CHECK(moved > 0);
+  CHECK(moved_elsewhere == 0);
+  CHECK(removed_wrong == 0);
+}
+
+// ---- router state -------------------------------------------------------------------
+
+constexpr uint32_t kRouterVnodes = 64;
+
+// A key whose ring target (for these members) is `id`: the ring is a pure function of the
+// membership, so a standalone Ring predicts the router's choice.
+uint64_t key_for(const std::vector<pr::RingMember>& m, const std::string& id) {
+  pr::Ring r(m, kRouterVnodes);
+  for (uint64_t k = 1;; k++)
+    if (owner_id(r, pr::xxh3_64(&k, sizeof k, 0)) == id) return pr::xxh3_64(&k, sizeof k, 0);
+}
+
+struct Fixture {
+  pr::RouterState st{kRouterVnodes, 64};
+  int reader = st.acquire_reader();
+  std::vector<pr::RingMember> members;
+  explicit Fixture(const std::string& names) : members(members_named(names)) { st.set_instances(members); }
+  ~Fixture() { st.release_reader(reader); }
+  std::string id(const pr::PickResult& r) { return st.slot_id(static_cast<uint32_t>(r.slot)); }
+  int64_t in_flight(const std::string& id) { return st.in_flight(reader, id); }
+  // Hold `n` leases on `id` whatever its load: raises the threshold, so callers configure after.
+  void hold(const std::string& id, int n, std::vector<uint32_t>* leases) {
+    st.configure(pr::Strategy::PrefixAware, 4096, 1u << 30);
+    const uint64_t k = key_for(members, id);
+    for (int i = 0; i < n; i++) leases->push_back(static_cast<uint32_t>(st.pick(reader, k).slot));
+  }
+  void release_all(std::vector<uint32_t>* leases) {
+    for (uint32_t s : *leases) CHECK(st.release(s));
+    leases->clear();
+  }
+};
+
+void test_prefix_overflow() {
+  Fixture f("abcd");
+  constexpr uint32_t T = 3;
+  f.st.configure(pr::Strategy::PrefixAware, 4096, T);
+  const uint64_t key = 0xC0FFEE;
+  pr::Ring ring(f.members, kRouterVnodes);
+  const std::string target = owner_id(ring, key);
+  // The expected second home: the next distinct owner clockwise from the key's point.
+  size_t pos = ring.find(key);
+  while (ring.member(ring.owner(pos)).id == target) pos = ring.next(pos);
+  const std::string second = ring.member(ring.owner(pos)).id;
+
+  std::vector<uint32_t> leases;
+  for (uint32_t i = 0; i < T; i++) {
+    auto r = f.st.pick(f.reader, key);
+    CHECK(f.id(r) == target && !r.overflow);
+    leases.push_back(r.slot);
+  }
+  for (uint32_t i = 0; i < T; i++) {  // spills to the same second home until it is full
+    auto r = f.st.pick(f.reader, key);
+    CHECK(f.id(r) == second && r.overflow);
+    leases.push_back(r.slot);
+  }
+  auto r = f.st.pick(f.reader, key);  // then to a third instance
+  CHECK(r.overflow && f.id(r) != target && f.id(r) != second);
+  leases.push_back(r.slot);
+  CHECK(f.in_flight(target) == T && f.in_flight(second) == T);
+  f.release_all(&leases);
+  for (char c : std::string("abcd")) CHECK(f.in_flight(std::string(1, c)) == 0);
+}
+
+void test_all_full() {
+  Fixture f("abc");
+  std::vector<uint32_t> leases;
+  f.hold("a", 4, &leases);
+  f.hold("b", 3, &leases);
+  f.hold("c", 2, &leases);
+  f.st.configure(pr::Strategy::PrefixAware, 4096, 2);  // everyone at or over the threshold
+  auto r = f.st.pick(f.reader, key_for(f.members, "a"));
+  CHECK(f.id(r) == "c" && r.overflow);  // the fewest in flight
+  leases.push_back(r.slot);
+  r = f.st.pick(f.reader, key_for(f.members, "b"));  // b and c tie at 3: the ring's target wins
+  CHECK(f.id(r) == "b" && !r.overflow);
+  leases.push_back(r.slot);
+  f.release_all(&leases);
+  CHECK(f.in_flight("a") == 0 && f.in_flight("b") == 0 && f.in_flight("c") == 0);
+}
+
+void test_release_backstop() {
+  Fixture f("ab");
+  f.st.configure(pr::Strategy::PrefixAware, 4096, 10);
+  auto r = f.st.pick(f.reader, 99);
+  CHECK(r.slot >= 0);
+  CHECK(f.st.release(r.slot));
+  CHECK(!f.st.release(r.slot));   // nothing in flight any more
+  CHECK(!f.st.release(63));       // a free slot
+  CHECK(!f.st.release(64));       // past the table
+  CHECK(!f.st.release(~0u));
+  CHECK(f.in_flight("a") == 0 && f.in_flight("b") == 0);
+}
+
+void test_draining() {
+  Fixture f("abc");
+  f.st.configure(pr::Strategy::PrefixAware, 4096, 10);
+  auto r = f.st.pick(f.reader, key_for(f.members, "b"));
+  CHECK(f.id(r) == "b");
+  CHECK(f.st.set_instances(members_named("ac")).empty());
+  CHECK(f.in_flight("b") == 1);  // still visible while draining
+  CHECK(f.st.slots_in_use() == 3);
+  // A new instance must not take the draining slot.
+  CHECK(f.st.set_instances(members_named("acz")).empty());
+  auto z = f.st.pick(f.reader, key_for(members_named("acz"), "z"));
+  CHECK(f.id(z) == "z" && z.slot != r.slot);
+  CHECK(f.st.slots_in_use() == 4);
+  CHECK(f.st.release(r.slot));
+  CHECK(f.in_flight("b") == -1);  // gone once drained
+  CHECK(f.in_flight("z") == 1);   // the release hit b's counter, not z's
+  CHECK(f.st.slots_in_use() == 3);
+  CHECK(f.st.release(z.slot));
+
+  // Re-adding an id while it drains gives it its old counter back.
+  auto r2 = f.st.pick(f.reader, key_for(members_named("acz"), "a"));
+  CHECK(f.st.set_instances(members_named("cz")).empty());
+  CHECK(f.in_flight("a") == 1);
+  f.members = members_named("acz");
+  CHECK(f.st.set_instances(f.members).empty());
+  CHECK(f.in_flight("a") == 1);
+  auto r3 = f.st.pick(f.reader, key_for(f.members, "a"));
+  CHECK(r3.slot == r2.slot && r3.generation == r2.generation);
+  CHECK(f.in_flight("a") == 2);
+  CHECK(f.st.release(r2.slot) && f.st.release(r3.slot));
+  CHECK(f.in_flight("a") == 0);
+  CHECK(f.st.slots_in_use() == 3);
+}
+
+void test_least_outstanding() {
+  Fixture f("abc");
+  std::vector<uint32_t> leases;
+  f.hold("a", 2, &leases);
+  f.hold("c", 1, &leases);
+  f.st.configure(pr::Strategy::LeastOutstanding, 4096, 10);
+  auto r = f.st.pick(f.reader, 1);
+  CHECK(f.id(r) == "b");  // 2, 0, 1 in flight
+  leases.push_back(r.slot);
+  r = f.st.pick(f.reader, 1);  // 2, 1, 1: b or c
+  CHECK(f.id(r) == "b" || f.id(r) == "c");
+  leases.push_back(r.slot);
+  f.release_all(&leases);
+  // From idle, three picks held at once land on three different instances.
+  std::set<std::string> seen;
+  for (int i = 0; i < 3; i++) { auto p = f.st.pick(f.reader, 1); seen.insert(f.id(p)); leases.push_back(p.slot); }
+  CHECK(seen.size() == 3);
+  f.release_all(&leases);
+}
+
+void test_random() {
+  Fixture f("abcd");
+  f.st.configure(pr::Strategy::Random, 4096, 10);
+  std::map<std::string, int> count;
+  for (int i = 0; i < 4000; i++) {
+    auto r = f.st.pick(f.reader, 1);  // same key every time: the key must not matter
+    count[f.id(r)]++;
+    CHECK(f.st.release(r.slot));
+  }
+  CHECK(count.size() == 4);
+  for (const auto& kv : count) CHECK(kv.second > 800);  // 1000 expected each
+}
+
+void test_empty() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(st.pick(reader, 1).slot == -1);
+  CHECK(st.slots_in_use() == 0);
+  CHECK(st.in_flight(reader, "x") == -1);
+  st.release_reader(reader);
+}
+
+// Backstops for what the TypeScript layer already rejects: duplicate ids, absurd weights.
+void test_bad_membership() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(!st.set_instances({{"a", 1}, {"b", 1}, {"a", 2}}).empty());
+  CHECK(st.slots_in_use() == 0);  // rejected whole: nothing allocated
+  CHECK(st.set_instances({{"a", 1e300}, {"b", 1}}).empty());  // clamped, not undefined behaviour
+  CHECK(st.pick(reader, 7).slot >= 0);
+  st.release_reader(reader);
+}
+
+// Groups: candidates limited to members listing the group; unknown group reported.
+void test_groups() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(st.set_instances({{"a", 1, {"m", "lora"}}, {"b", 1, {"m"}}, {"c", 1, {"m", "lora"}}}).empty());
+  const std::string lora = "lora", none = "none";
+  std::set<std::string> seen;
+  for (uint64_t k = 0; k < 2000; k++) {
+    auto r = st.pick(reader, k * 0x9E3779B97F4A7C15ULL, &lora);
+    CHECK(r.slot >= 0);
+    seen.insert(st.slot_id(static_cast<uint32_t>(r.slot)));
+    CHECK(st.release(static_cast<uint32_t>(r.slot)));
+  }
+  CHECK(seen == (std::set<std::string>{"a", "c"}));
+  auto r = st.pick(reader, 1, &none);
+  CHECK(r.slot == -1 && r.no_group);
+  st.release_reader(reader);
+}
+
+// ---- multi-thread stress -------------------------------------------------------------
+
+void test_stress() {
+  pr::RouterState st(kRouterVnodes, 64);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> failures{0}, picks{0};
+  auto worker = [&](int seed) {
+    const int reader = st.acquire_reader();
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> held;  // a few leases held at once, like concurrent requests
+    while (!stop.load(std::memory_order_relaxed)) {
+      auto r = st.pick(reader, rng());
+      if (r.slot >= 0) { held.push_back(static_cast<uint32_t>(r.slot)); picks++; }
+      if (held.size() > 4 || (!held.empty() && rng() % 3 == 0)) {
+        const size_t i = rng() % held.size();
+        if (!st.release(held[i])) failures++;
+        held.erase(held.begin() + static_cast<long>(i));
+      }
+    }
+    for (uint32_t s : held) if (!st.release(s)) failures++;
+    st.release_reader(reader);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) threads.emplace_back(worker, t + 1);
+
+  std::mt19937_64 rng(99);
+  const char pool[] = "abcdefghijkl";
+  std::vector<pr::RingMember> m;
+  size_t swaps = 0, swap_errors = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < until) {
+    m.clear();
+    for (int i = 0; i < 12; i++)
+      if (rng() % 2) m.push_back({std::string(1, pool[i]), 1.0 + rng() % 3});
+    st.configure(static_cast<pr::Strategy>(rng() % 3), 4096, 1 + rng() % 4);
+    if (!st.set_instances(m).empty()) swap_errors++;
+    swaps++;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  std::printf("  stress: %zu membership swaps, %llu picks on 4 threads\n", swaps,
+              static_cast<unsigned long long>(picks.load()));
+  CHECK(failures == 0);
+  CHECK(swap_errors == 0);
+  CHECK(picks > 0);
+  const int reader = st.acquire_reader();
+  auto inst = st.instances(reader);
+  CHECK(inst.size() == m.size());
+  size_t busy = 0;
+  for (const auto& i : inst) busy += i.in_flight != 0;
+  for (int i = 0; i < 12; i++) {  // removed ids must have fully drained too
+    const int64_t n = st.in_flight(reader, std::string(1, pool[i]));
+    busy += n != 0 && n != -1;
+  }
+  CHECK(busy == 0);
+  CHECK(st.slots_in_use() == m.size());
+  st.release_reader(reader);
+}
+
+}  // namespace
+
+int main() {
+  struct { const char* name; void (*fn)(); } tests[] = {
+      {"xxh3 vs reference", test_xxh3},
+      {"ring deterministic", test_ring_deterministic},
+      {"ring balance", test_ring_balance},
+      {"ring minimal disruption", test_ring_disruption},
+      {"router prefix_aware overflow", test_prefix_overflow},
+      {"router all at threshold", test_all_full},
+      {"router release backstop", test_release_backstop},
+      {"router draining leases", test_draining},
+      {"router least_outstanding_requests", test_least_outstanding},
+      {"router random", test_random},
+      {"router empty", test_empty},
+      {"router bad membership backstops", test_bad_membership},
+      {"router groups", test_groups},
+      {"router multi-thread stress", test_stress},
+  };
+  for (const auto& t : tests) {
+    std::printf("%s\n", t.name);
+    t.fn();
+  }
+
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
