@@ -6,6 +6,7 @@ import { CliError } from './commands/cli-error.js'
 const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
   info: { summary: 'build information: SIMD path, native sources hash, binary in use', load: () => import('./commands/info.js') },
+  sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
 }
 
 function usage(): string {

@@ -1,0 +1,183 @@
+import { OutOfRangeError } from '../errors.js'
+import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
+import { parseFaults } from '../sim/faults.js'
+import { ApiError } from '../sim/openai-shapes.js'
+import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
+import { CliError, parseFlags } from './cli-error.js'
+
+const HELP = `usage: prefix-router sim [options]
+
+Runs simulated vLLM workers (OpenAI API, prefix cache, continuous batching, vLLM metrics)
+on ports PORT..PORT+N-1 until SIGINT or SIGTERM. Prints one URL per worker.
+
+  --instances N               workers (${describeLimit('instances')}; default 1)
+  --port P                    first port (${describeLimit('port')}; default 8000; 0 = any free ports)
+  --host H                    address to listen on (default 127.0.0.1)
+  --h2c                       also serve HTTP/2 without TLS (prior knowledge) on the same ports
+  --profile NAME              ${Object.keys(PROFILES).join(' | ')} (default ${DEFAULT_PROFILE})
+  --model NAME                served model name (default: the profile's)
+  --lora NAME[=PATH]          a LoRA adapter to serve (repeatable)
+  --kv-blocks N               KV cache blocks per worker (${describeLimit('kvBlocks')})
+  --block-size N              tokens per block (${describeLimit('blockSize')}; default 16)
+  --max-num-seqs N            running sequences per step (${describeLimit('maxNumSeqs')})
+  --max-num-batched-tokens N  token budget per step (${describeLimit('maxNumBatchedTokens')})
+  --max-model-len N           longest prompt + output (${describeLimit('maxModelLen')})
+  --output-tokens N           output length when a request sets no max_tokens (${describeLimit('outputTokens')})
+  --time-scale X              simulated time runs X times faster (${describeLimit('timeScale')}; default 1)
+
+faults (also settable at run time with POST /sim/faults on a worker):
+  --fault-error-rate R        share of requests answered with an error (0 to 1)
+  --fault-error-status S      500 or 503 (default 500)
+  --fault-health-fail         /health and /ping answer 503
+  --fault-drop-after-tokens K close the connection after K tokens
+  --fault-hang-rate R         share of requests never answered (0 to 1)
+  --fault-delay-ms MS         simulated milliseconds added before scheduling
+  --fault-seed N              seed of the fault draws
+  --fault-instances LIST      comma-separated worker indexes the faults apply to (default all)
+`
+
+const NUMBER_FLAGS: [flag: string, limit: LimitName][] = [
+  ['instances', 'instances'],
+  ['port', 'port'],
+  ['kv-blocks', 'kvBlocks'],
+  ['block-size', 'blockSize'],
+  ['max-num-seqs', 'maxNumSeqs'],
+  ['max-num-batched-tokens', 'maxNumBatchedTokens'],
+  ['max-model-len', 'maxModelLen'],
+  ['output-tokens', 'outputTokens'],
+  ['time-scale', 'timeScale'],
+]
+
+const FAULT_FLAGS = ['error-rate', 'error-status', 'drop-after-tokens', 'hang-rate', 'delay-ms', 'seed'] as const
+
+function numberFlag(flag: string, limit: LimitName, raw: string): number {
+  const v = raw.trim() === '' ? NaN : Number(raw)
+  try {
+    return checkLimit(limit, v, `--${flag}`)
+  } catch (err) {
+    if (err instanceof OutOfRangeError) throw new CliError(`--${flag} must be ${describeLimit(limit)}; got '${raw}'`)
+    throw err
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const str = { type: 'string' } as const
+  const { values } = parseFlags(argv, {
+    instances: str,
+    port: str,
+    host: str,
+    h2c: { type: 'boolean' },
+    profile: str,
+    model: str,
+    lora: { type: 'string', multiple: true },
+    'kv-blocks': str,
+    'block-size': str,
+    'max-num-seqs': str,
+    'max-num-batched-tokens': str,
+    'max-model-len': str,
+    'output-tokens': str,
+    'time-scale': str,
+    'fault-error-rate': str,
+    'fault-error-status': str,
+    'fault-health-fail': { type: 'boolean' },
+    'fault-drop-after-tokens': str,
+    'fault-hang-rate': str,
+    'fault-delay-ms': str,
+    'fault-seed': str,
+    'fault-instances': str,
+    help: { type: 'boolean', short: 'h' },
+  })
+  if (values.help) {
+    process.stdout.write(HELP)
+    return 0
+  }
+  const nums: Partial<Record<LimitName, number>> = {}
+  for (const [flag, limit] of NUMBER_FLAGS) {
+    const raw = values[flag as keyof typeof values]
+    if (typeof raw === 'string') nums[limit] = numberFlag(flag, limit, raw)
+  }
+  const instances = nums.instances ?? 1
+  const port = nums.port ?? 8000
+  if (port > 0 && port + instances - 1 > 65535) {
+    throw new CliError(`--port + --instances - 1 must be at most 65535; got ${port + instances - 1}`)
+  }
+  if (values.profile !== undefined && PROFILES[values.profile.toLowerCase()] === undefined) {
+    throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${values.profile}'`)
+  }
+  if (values.model !== undefined && values.model.trim() === '') throw new CliError('--model must be a non-empty name')
+  for (const l of values.lora ?? []) {
+    if (l === '' || l.startsWith('=') || l.endsWith('=')) throw new CliError(`--lora must be NAME or NAME=PATH; got '${l}'`)
+  }
+
+  const faultBody: Record<string, unknown> = {}
+  for (const f of FAULT_FLAGS) {
+    const raw = values[`fault-${f}`]
+    if (raw !== undefined) faultBody[f.replace(/-/g, '_')] = raw.trim() === '' ? NaN : Number(raw)
+  }
+  if (values['fault-health-fail']) faultBody.health_fail = true
+  let faults
+  try {
+    faults = parseFaults(faultBody).faults
+  } catch (err) {
+    if (err instanceof ApiError && err.param !== null) {
+      const flag = `--fault-${err.param.replace(/_/g, '-')}`
+      throw new CliError(err.message.replace(err.param, flag).replace(/; got .*$/, `; got '${String(values[flag.slice(2) as keyof typeof values])}'`))
+    }
+    throw err
+  }
+  let faultInstances: number[] | undefined
+  if (values['fault-instances'] !== undefined) {
+    faultInstances = values['fault-instances'].split(',').map((s) => {
+      const i = Number(s)
+      if (s.trim() === '' || !Number.isInteger(i) || i < 0 || i >= instances) {
+        throw new CliError(`--fault-instances must list worker indexes from 0 to ${instances - 1}; got '${values['fault-instances']}'`)
+      }
+      return i
+    })
+  }
+
+  const { startSimFleet } = await import('../sim/fleet.js')
+  let fleet
+  try {
+    fleet = await startSimFleet({
+      instances,
+      port,
+      host: values.host ?? '127.0.0.1',
+      h2c: values.h2c ?? false,
+      ...(values.profile !== undefined ? { profile: values.profile } : {}),
+      ...(values.model !== undefined ? { model: values.model } : {}),
+      loras: values.lora ?? [],
+      ...(nums.kvBlocks !== undefined ? { kvBlocks: nums.kvBlocks } : {}),
+      ...(nums.blockSize !== undefined ? { blockSize: nums.blockSize } : {}),
+      ...(nums.maxNumSeqs !== undefined ? { maxNumSeqs: nums.maxNumSeqs } : {}),
+      ...(nums.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: nums.maxNumBatchedTokens } : {}),
+      ...(nums.maxModelLen !== undefined ? { maxModelLen: nums.maxModelLen } : {}),
+      ...(nums.outputTokens !== undefined ? { outputTokens: nums.outputTokens } : {}),
+      ...(nums.timeScale !== undefined ? { timeScale: nums.timeScale } : {}),
+      faults,
+      ...(faultInstances !== undefined ? { faultInstances } : {}),
+    })
+  } catch (err) {
+    if (err instanceof OutOfRangeError) throw new CliError(err.message)
+    const e = err as NodeJS.ErrnoException
+    if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
+      process.stderr.write(`prefix-router sim: cannot listen: ${e.message}\n`)
+      return 1
+    }
+    throw err
+  }
+  const w = fleet.workers[0]!
+  const sim = w.engine.config
+  process.stderr.write(
+    `prefix-router sim: ${instances} worker(s), profile ${values.profile ?? DEFAULT_PROFILE}, model ${w.models.base}, ` +
+      `${sim.kvBlocks} KV blocks of ${sim.blockSize} tokens, ` +
+      `time scale ${nums.timeScale ?? 1}${values.h2c ? ', h2c' : ''}; Ctrl-C to stop\n`,
+  )
+  process.stdout.write(`${fleet.urls.join('\n')}\n`)
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve)
+    process.once('SIGTERM', resolve)
+  })
+  await fleet.close()
+  return 0
+}

@@ -1,0 +1,163 @@
+// One simulated vLLM instance: prefix cache + scheduler + latency model, driven by a Clock.
+// Live workers run it on a RealClock behind HTTP; the virtual fleet runs many on one
+// VirtualClock. This class is the whole model: nothing about it differs between the two.
+import type { Clock, TimerHandle } from './clock.js'
+import { KvCache } from './kv-cache.js'
+import { LatencyModel } from './latency-model.js'
+import type { Profile } from './profiles.js'
+import { Scheduler } from './scheduler.js'
+import { Sequence, type EngineRequest, type SeqListener } from './sequence.js'
+import { EngineStats } from './stats.js'
+
+export interface EngineConfig {
+  kvBlocks: number
+  blockSize: number
+  maxNumSeqs: number
+  maxNumBatchedTokens: number
+  /** Longest prompt + output accepted; at most kvBlocks * blockSize. */
+  maxModelLen: number
+  latency: LatencyModel
+}
+
+/** Engine configuration from a profile with overrides. */
+export function engineConfig(profile: Profile, o: Partial<Omit<EngineConfig, 'latency'>> = {}): EngineConfig {
+  const kvBlocks = o.kvBlocks ?? profile.kvBlocks
+  const blockSize = o.blockSize ?? profile.blockSize
+  return {
+    kvBlocks,
+    blockSize,
+    maxNumSeqs: o.maxNumSeqs ?? profile.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens ?? profile.maxNumBatchedTokens,
+    maxModelLen: Math.min(o.maxModelLen ?? profile.maxModelLen, kvBlocks * blockSize),
+    latency: new LatencyModel(profile.latency),
+  }
+}
+
+export class SimEngine {
+  readonly cache: KvCache
+  readonly stats = new EngineStats()
+  private readonly scheduler: Scheduler
+  private readonly finished: Sequence[] = []
+  private nextId = 0
+  private busy = false
+  private stepTimer: TimerHandle | null = null
+  private wake: TimerHandle | null = null
+  private closed = false
+
+  constructor(
+    readonly id: string,
+    readonly clock: Clock,
+    readonly config: EngineConfig,
+  ) {
+    this.cache = new KvCache(config.kvBlocks)
+    this.scheduler = new Scheduler(this.cache, config, this.stats)
+  }
+
+  get numRunning(): number {
+    return this.scheduler.running.length
+  }
+
+  get numWaiting(): number {
+    return this.scheduler.numWaiting
+  }
+
+  /** Submitted requests still in the API server's overhead window. */
+  get numPending(): number {
+    return this.scheduler.pending.length
+  }
+
+  /** Requests in the engine that have not finished. */
+  get inFlight(): number {
+    return this.scheduler.pending.length + this.scheduler.numWaiting + this.scheduler.running.length
+  }
+
+  /** Why this request cannot be served (vLLM's wording), or undefined. */
+  check(promptTokens: number, maxTokens: number): string | undefined {
+    const max = this.config.maxModelLen
+    if (promptTokens + maxTokens > max) {
+      return (
+        `This model's maximum context length is ${max} tokens. However, you requested ` +
+        `${promptTokens + maxTokens} tokens (${promptTokens} in the messages, ${maxTokens} in the completion). ` +
+        'Please reduce the length of the messages or completion.'
+      )
+    }
+    if (promptTokens < 1) return 'The prompt must contain at least one token.'
+    if (maxTokens < 1) return 'max_tokens must be at least 1.'
+    return undefined
+  }
+
+  submit(request: EngineRequest, listener?: SeqListener): Sequence {
+    if (this.closed) throw new Error(`engine ${this.id} is closed`)
+    const problem = this.check(request.promptTokens, request.maxTokens)
+    if (problem !== undefined) throw new RangeError(problem)
+    const now = this.clock.now()
+    const seq = new Sequence(this.nextId++, request, listener, now)
+    seq.readyAt = now + this.config.latency.overheadMs(request.promptTokens) + (request.extraDelayMs ?? 0)
+    this.scheduler.addPending(seq)
+    if (!this.busy) this.wakeAt(seq.readyAt)
+    return seq
+  }
+
+  /** Drops a sequence (client gone): out of the batch at once, its blocks unpinned. */
+  abort(seq: Sequence): void {
+    if (seq.state === 'finished') return
+    this.scheduler.remove(seq)
+    seq.state = 'finished'
+    seq.finishReason = 'abort'
+    seq.finishedAt = this.clock.now()
+    this.stats.success.abort++
+    seq.listener?.onFinish?.(seq, seq.finishedAt)
+  }
+
+  /** Stops the loop and aborts everything in flight. */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    if (this.stepTimer !== null) this.clock.cancel(this.stepTimer)
+    if (this.wake !== null) this.clock.cancel(this.wake)
+    const s = this.scheduler
+    for (const seq of [...s.pending, ...s.waiting.slice(), ...s.running]) if (seq.state !== 'finished') this.abort(seq)
+  }
+
+  private wakeAt(at: number): void {
+    if (this.wake !== null) {
+      if (this.wake.at <= at) return
+      this.clock.cancel(this.wake)
+    }
+    this.wake = this.clock.schedule(at, this.onWake)
+  }
+
+  private readonly onWake = (at: number): void => {
+    this.wake = null
+    if (!this.busy && !this.closed) this.startStep(at)
+  }
+
+  private startStep(t: number): void {
+    const s = this.scheduler
+    if (!s.plan(t)) {
+      this.busy = false
+      const next = s.pending[0]
+      if (next !== undefined) this.wakeAt(next.readyAt)
+      return
+    }
+    this.busy = true
+    const d = this.config.latency.stepMs(s.prefillTokens, s.decodeSeqs, s.contextTokens)
+    this.stepTimer = this.clock.schedule(t + d, this.onStepEnd)
+  }
+
+  private readonly onStepEnd = (t: number): void => {
+    this.stepTimer = null
+    if (this.closed) return
+    this.stats.steps++
+    const finished = this.finished
+    this.scheduler.commit(t, finished)
+    for (let i = 0; i < finished.length; i++) {
+      const seq = finished[i]!
+      this.stats.success[seq.finishReason as 'stop' | 'length']++
+      this.stats.e2e.observe((t - seq.arrivalAt) / 1000)
+      seq.listener?.onFinish?.(seq, t)
+    }
+    finished.length = 0
+    this.startStep(t)
+  }
+}

@@ -1,0 +1,221 @@
+// One live simulated vLLM worker: an HTTP/1.1 server (and h2c on the same port when asked:
+// a connection starting with the HTTP/2 preface goes to an http2 server, anything else to
+// the HTTP/1.1 one) over one SimEngine on a RealClock. It can be stopped (connections
+// refused, open ones reset) and started again on the same port, for the "down" fault.
+import http from 'node:http'
+import http2 from 'node:http2'
+import net from 'node:net'
+import { RealClock, type Clock } from './clock.js'
+import type { ResolvedSim } from './config.js'
+import { SimEngine } from './engine.js'
+import { FaultInjector, faultsJson, NO_FAULTS, parseFaults, type FaultConfig } from './faults.js'
+import { handleGeneration, type Api, type GenerateContext } from './generate.js'
+import { destroy, parseJson, readBody, send, sendError, sendJson, type Req, type Res } from './http-util.js'
+import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.js'
+import { ModelRegistry } from './models.js'
+import { ApiError } from './openai-shapes.js'
+
+export interface SimWorkerOptions {
+  id: string
+  /** The engine label in metrics (vLLM's engine index). */
+  index?: number
+  host?: string
+  /** 0 picks a free port (kept across stop/start). */
+  port?: number
+  h2c?: boolean
+  sim: ResolvedSim
+  clock?: Clock
+  faults?: FaultConfig
+}
+
+const GENERATION: Record<string, Api> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completion',
+  '/invocations': 'invocation',
+}
+
+export class SimWorker {
+  readonly id: string
+  readonly engine: SimEngine
+  readonly models: ModelRegistry
+  readonly faults: FaultInjector
+  readonly host: string
+  private portNumber: number
+  private readonly h1: http.Server
+  private readonly h2: http2.Http2Server | undefined
+  private readonly listener: net.Server
+  private readonly sockets = new Set<net.Socket>()
+  private readonly ctx: GenerateContext
+  private downTimer: NodeJS.Timeout | undefined
+  private listening = false
+  private closed = false
+
+  constructor(private readonly opts: SimWorkerOptions) {
+    this.id = opts.id
+    this.host = opts.host ?? '127.0.0.1'
+    this.portNumber = opts.port ?? 0
+    const clock = opts.clock ?? new RealClock(opts.sim.timeScale)
+    this.engine = new SimEngine(opts.id, clock, opts.sim.engine)
+    this.models = new ModelRegistry(opts.sim.model, opts.sim.loras, opts.sim.engine.maxModelLen)
+    this.faults = new FaultInjector(opts.faults ?? { ...NO_FAULTS })
+    this.ctx = { engine: this.engine, models: this.models, sim: opts.sim, faults: this.faults, hanging: new Set() }
+    const onRequest = (req: Req, res: Res): void => void this.handle(req, res)
+    this.h1 = http.createServer({ keepAliveTimeout: 30_000 }, onRequest)
+    if (opts.h2c === true) {
+      const h1 = this.h1
+      const h2 = (this.h2 = http2.createServer({}, onRequest))
+      this.listener = net.createServer((socket) => {
+        this.track(socket)
+        socket.once('data', (buf) => {
+          socket.pause()
+          socket.unshift(buf)
+          const preface = buf.length >= 3 && buf.toString('latin1', 0, 3) === 'PRI'
+          ;(preface ? h2 : h1).emit('connection', socket)
+          process.nextTick(() => socket.resume())
+        })
+      })
+    } else {
+      this.listener = this.h1
+      this.h1.on('connection', (s: net.Socket) => this.track(s))
+    }
+  }
+
+  get port(): number {
+    return this.portNumber
+  }
+
+  get url(): string {
+    const h = this.host.includes(':') ? `[${this.host}]` : this.host
+    return `http://${h}:${this.portNumber}`
+  }
+
+  get isListening(): boolean {
+    return this.listening
+  }
+
+  /** Starts (or restarts) listening on the worker's port. */
+  async start(): Promise<void> {
+    if (this.closed) throw new Error(`worker ${this.id} is closed`)
+    if (this.listening) return
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: Error): void => reject(err)
+      this.listener.once('error', onError)
+      this.listener.listen(this.portNumber, this.host, () => {
+        this.listener.off('error', onError)
+        resolve()
+      })
+    })
+    this.portNumber = (this.listener.address() as net.AddressInfo).port
+    this.listening = true
+  }
+
+  /** Refuses new connections and resets open ones (their sequences are aborted). */
+  async stop(): Promise<void> {
+    if (!this.listening) return
+    this.listening = false
+    const closed = new Promise<void>((resolve) => this.listener.close(() => resolve()))
+    for (const s of this.sockets) s.destroy()
+    for (const res of this.ctx.hanging) destroy(res)
+    await closed
+  }
+
+  /** Stops the worker for good: sockets, engine, timers. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    clearTimeout(this.downTimer)
+    await this.stop()
+    this.closed = true
+    this.engine.close()
+  }
+
+  private track(socket: net.Socket): void {
+    this.sockets.add(socket)
+    socket.on('close', () => this.sockets.delete(socket))
+  }
+
+  private async handle(req: Req, res: Res): Promise<void> {
+    res.setHeader('x-sim-instance', this.id)
+    const url = req.url ?? '/'
+    const q = url.indexOf('?')
+    const path = q < 0 ? url : url.slice(0, q)
+    const method = req.method ?? 'GET'
+    try {
+      const api = GENERATION[path]
+      if (api !== undefined) {
+        allow(method, 'POST')
+        await handleGeneration(this.ctx, req, res, api)
+        return
+      }
+      switch (path) {
+        case '/v1/models':
+          allow(method, 'GET')
+          return sendJson(res, 200, this.models.list())
+        case '/v1/load_lora_adapter':
+          allow(method, 'POST')
+          return send(res, 200, 'text/plain; charset=utf-8', this.models.load(parseJson(await readBody(req))))
+        case '/v1/unload_lora_adapter':
+          allow(method, 'POST')
+          return send(res, 200, 'text/plain; charset=utf-8', this.models.unload(parseJson(await readBody(req))))
+        case '/health':
+        case '/ping':
+          allow(method, 'GET', path === '/ping' ? 'POST' : 'GET')
+          if (this.faults.config.healthFail) throw new ApiError(503, 'Simulated fault: unhealthy.', 'ServiceUnavailableError')
+          return send(res, 200, 'application/json', path === '/ping' ? '{}' : '')
+        case '/metrics':
+          allow(method, 'GET')
+          return send(res, 200, PROMETHEUS_CONTENT_TYPE, renderMetrics(this.engine, { modelName: this.models.base, engineIndex: 0 }))
+        case '/version':
+          allow(method, 'GET')
+          return sendJson(res, 200, { version: 'prefix-router-sim' })
+        case '/sim/faults':
+          allow(method, 'GET', 'POST')
+          if (method === 'POST') return this.setFaults(parseJson(await readBody(req)), res)
+          return sendJson(res, 200, faultsJson(this.faults.config))
+        case '/sim/state':
+          allow(method, 'GET')
+          return sendJson(res, 200, this.state())
+        default:
+          throw new ApiError(404, `Not Found: ${path}`, 'NotFoundError')
+      }
+    } catch (err) {
+      if (err instanceof ApiError) sendError(res, err)
+      else sendError(res, new ApiError(500, `Internal error: ${(err as Error)?.message ?? String(err)}`))
+    }
+  }
+
+  private setFaults(body: unknown, res: Res): void {
+    const { faults, downMs } = parseFaults(body)
+    this.faults.set(faults)
+    sendJson(res, 200, { ...faultsJson(faults), ...(downMs !== undefined ? { down_ms: downMs } : {}) })
+    if (downMs === undefined) return
+    // Answer first, then go down: the caller learns the fault took effect.
+    res.once('finish', () => {
+      clearTimeout(this.downTimer)
+      void this.stop().then(() => {
+        if (this.closed) return
+        this.downTimer = setTimeout(() => void this.start().catch(() => {}), downMs)
+      })
+    })
+  }
+
+  /** Engine state for tests and operators (not a vLLM endpoint). */
+  state(): object {
+    const e = this.engine
+    return {
+      id: this.id,
+      running: e.numRunning,
+      waiting: e.numWaiting,
+      pending: e.numPending,
+      kv_blocks: e.cache.capacity,
+      kv_blocks_used: e.cache.usedBlocks,
+      kv_blocks_cached: e.cache.cachedBlocks,
+      evictions: e.cache.evictions,
+      steps: e.stats.steps,
+      sim_time_ms: e.clock.now(),
+    }
+  }
+}
+
+function allow(method: string, ...allowed: string[]): void {
+  if (!allowed.includes(method)) throw new ApiError(405, 'Method Not Allowed', 'MethodNotAllowed')
+}

@@ -1,0 +1,23 @@
+// The simulator's public surface: live workers (startSimFleet, SimWorker) and the
+// virtual-time engine (VirtualFleet, or SimEngine on a clock of your own).
+export { startSimFleet, type SimFleet, type SimFleetOptions } from './fleet.js'
+export { SimWorker, type SimWorkerOptions } from './http-worker.js'
+export {
+  VirtualFleet,
+  type VirtualFleetOptions,
+  type VirtualRequest,
+  type VirtualResult,
+  type SubmitOptions,
+} from './virtual-fleet.js'
+export { SimEngine, engineConfig, type EngineConfig } from './engine.js'
+export { RealClock, VirtualClock, type Clock, type TimerHandle } from './clock.js'
+export { KvCache } from './kv-cache.js'
+export { LatencyModel, type LatencyParams } from './latency-model.js'
+export { PROFILES, DEFAULT_PROFILE, LLAMA_3_1_70B_P5, TINY, type Profile, type CalibrationPoint } from './profiles.js'
+export { resolveSim, SIM_LIMITS, type SimOptions, type ResolvedSim } from './config.js'
+export { NO_FAULTS, parseFaults, type FaultConfig } from './faults.js'
+export { renderMetrics } from './metrics.js'
+export { renderChat, type ChatMessage } from './chat-template.js'
+export { cacheSeed, hashBlocks, blockKey, preparePrompt, type PreparedPrompt } from './block-hash.js'
+export { BYTES_PER_TOKEN, tokenCount, fillerText } from './tokenizer.js'
+export { Sequence, type SeqListener, type EngineRequest, type FinishReason } from './sequence.js'

@@ -1,0 +1,59 @@
+// From a validated API request to what the engine needs: the prompt's bytes (rendered by
+// the chat template or taken as given), its token count and block hashes under the
+// model's (or adapter's) cache seed, and the output length. Live workers and the virtual
+// fleet both go through here, so a prompt keys the same blocks in either.
+import { preparePrompt, cacheSeed, type PreparedPrompt } from './block-hash.js'
+import { renderChat, type ChatMessage } from './chat-template.js'
+import type { ResolvedSim } from './config.js'
+import { ApiError, type GenerationRequest } from './openai-shapes.js'
+import { encodeText, encodeTokenIds } from './tokenizer.js'
+
+export interface PlannedRequest {
+  model: string
+  prompt: PreparedPrompt
+  maxTokens: number
+  finishReason: 'stop' | 'length'
+}
+
+export interface PromptSource {
+  messages?: readonly ChatMessage[]
+  addGenerationPrompt?: boolean
+  text?: string | undefined
+  tokenIds?: readonly number[] | undefined
+}
+
+export function promptBytes(src: PromptSource): Uint8Array {
+  if (src.messages !== undefined) return encodeText(renderChat(src.messages, src.addGenerationPrompt ?? true))
+  if (src.tokenIds !== undefined) return encodeTokenIds(src.tokenIds)
+  return encodeText(src.text ?? '')
+}
+
+/**
+ * Output length: max_tokens when given (finishing with "length"), otherwise the
+ * configured default, cut to what the context allows (finishing with "stop", as a model
+ * emitting EOS would).
+ */
+export function outputPlan(
+  sim: ResolvedSim,
+  promptTokens: number,
+  maxTokens: number | undefined,
+): { maxTokens: number; finishReason: 'stop' | 'length' } {
+  if (maxTokens !== undefined) return { maxTokens, finishReason: 'length' }
+  const room = sim.engine.maxModelLen - promptTokens
+  return room < sim.outputTokens && room >= 1
+    ? { maxTokens: room, finishReason: 'length' }
+    : { maxTokens: sim.outputTokens, finishReason: 'stop' }
+}
+
+export function planRequest(
+  req: GenerationRequest & PromptSource,
+  model: string,
+  sim: ResolvedSim,
+  check: (promptTokens: number, maxTokens: number) => string | undefined,
+): PlannedRequest {
+  const prompt = preparePrompt(promptBytes(req), sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
+  const out = outputPlan(sim, prompt.promptTokens, req.maxTokens)
+  const problem = check(prompt.promptTokens, out.maxTokens)
+  if (problem !== undefined) throw new ApiError(400, problem, 'BadRequestError', 'max_tokens')
+  return { model, prompt, ...out }
+}

@@ -1,0 +1,46 @@
+// The simulator's tokenizer. Real tokenizers average about 4 characters of English per
+// token; we make that exact and byte-based so that a token count costs O(1) (a byte
+// length) and a block of tokens is a fixed byte range that can be hashed in place:
+//
+//   token i of a prompt = bytes [4i, 4i + 4) of its UTF-8 encoding (the last one may be short)
+//
+// Token-id prompts (completions with `prompt: number[]`) are encoded as 4 little-endian
+// bytes per id, so they map one id to one token exactly.
+
+export const BYTES_PER_TOKEN = 4
+
+/** Tokens in a prompt of `byteLength` UTF-8 bytes. */
+export function tokenCount(byteLength: number): number {
+  return Math.ceil(byteLength / BYTES_PER_TOKEN)
+}
+
+export function encodeText(text: string): Uint8Array {
+  return Buffer.from(text, 'utf8')
+}
+
+export function encodeTokenIds(ids: readonly number[]): Uint8Array {
+  const out = new Uint8Array(ids.length * BYTES_PER_TOKEN)
+  const view = new DataView(out.buffer)
+  for (let i = 0; i < ids.length; i++) view.setUint32(i * BYTES_PER_TOKEN, ids[i]!, true)
+  return out
+}
+
+// Generated text is a fixed filler whose every token is 4 ASCII characters needing no
+// JSON escaping, so output text re-tokenizes to the same count and SSE chunks can be
+// built by concatenation. Its length is a multiple of 4 so the cycle stays aligned.
+const FILLER =
+  'Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor ' +
+  'incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation. '
+const FILLER_TOKENS = FILLER.length / BYTES_PER_TOKEN
+if (!Number.isInteger(FILLER_TOKENS)) throw new Error('filler length must be a multiple of 4')
+
+/** The text of output tokens [start, start + count). Deterministic. */
+export function fillerText(start: number, count: number): string {
+  let out = ''
+  let i = start % FILLER_TOKENS
+  for (let k = 0; k < count; k++) {
+    out += FILLER.slice(i * BYTES_PER_TOKEN, i * BYTES_PER_TOKEN + BYTES_PER_TOKEN)
+    i = i + 1 === FILLER_TOKENS ? 0 : i + 1
+  }
+  return out
+}
