@@ -7,6 +7,8 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
   info: { summary: 'build information: SIMD path, native sources hash, binary in use', load: () => import('./commands/info.js') },
   sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
+  serve: { summary: 'run the router in front of a fleet (an embedded simulated one if none is given)', load: () => import('./commands/serve.js') },
+  route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
 }
 
 function usage(): string {

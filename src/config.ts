@@ -1,0 +1,159 @@
+// The proxy's configuration: one zod schema, its defaults, and errors that name the key.
+// Sources, later ones winning: defaults < config file (YAML or JSON) < environment < flags.
+import { readFileSync } from 'node:fs'
+import { parse as parseYaml } from 'yaml'
+import { z } from 'zod'
+import { LIMITS, parseStrategy } from './router-options.js'
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max)
+const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
+
+const strategy = z.string().transform((s, ctx) => {
+  try {
+    return parseStrategy(s)
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message.replace(/^strategy /, '') })
+    return z.NEVER
+  }
+})
+
+const routingFields = {
+  strategy,
+  prefixLength: int(LIMITS.prefixLength.min, LIMITS.prefixLength.max),
+  concurrencyThreshold: int(LIMITS.concurrencyThreshold.min, LIMITS.concurrencyThreshold.max),
+  vnodes: int(LIMITS.vnodes.min, LIMITS.vnodes.max),
+}
+const Routing = z
+  .object({
+    strategy: routingFields.strategy.default('prefix_aware'),
+    prefixLength: routingFields.prefixLength.default(LIMITS.prefixLength.default),
+    concurrencyThreshold: routingFields.concurrencyThreshold.default(LIMITS.concurrencyThreshold.default),
+    vnodes: routingFields.vnodes.default(LIMITS.vnodes.default),
+  })
+  .strict()
+const RoutingOverride = z.object(routingFields).partial().strict()
+
+const upstreamUrl = z.string().refine((s) => {
+  try {
+    const u = new URL(s)
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== ''
+  } catch {
+    return false
+  }
+}, 'must be an http:// or https:// URL')
+
+const Instance = z.union([
+  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[] })),
+  z
+    .object({
+      url: upstreamUrl,
+      weight: z.number().min(LIMITS.weight.min).max(LIMITS.weight.max).default(1),
+      /** Declared models and adapters; discovery from /v1/models adds to them. */
+      models: z.array(z.string().min(1)).default([]),
+    })
+    .strict(),
+])
+
+const Endpoint = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'must be 1–63 letters, digits, . _ or -'),
+    instances: z.array(Instance).min(1, 'must list at least one instance'),
+    routing: RoutingOverride.default({}),
+  })
+  .strict()
+
+const Listen = (port: number, host: string) =>
+  z.object({ host: z.string().min(1).default(host), port: int(0, 65535).default(port) }).strict()
+
+export const ConfigSchema = z
+  .object({
+    listen: Listen(8080, '0.0.0.0').default({ host: '0.0.0.0', port: 8080 }),
+    admin: Listen(9090, '127.0.0.1').default({ host: '127.0.0.1', port: 9090 }),
+    tls: z.object({ cert: z.string().min(1), key: z.string().min(1) }).strict().optional(),
+    routing: Routing.default(Routing.parse({})),
+    limits: z
+      .object({
+        maxBodyBytes: int(1024, 1 << 30).default(16 << 20),
+        headersTimeoutMs: ms(15_000),
+        requestTimeoutMs: ms(300_000),
+      })
+      .strict()
+      .default({ maxBodyBytes: 16 << 20, headersTimeoutMs: 15_000, requestTimeoutMs: 300_000 }),
+    upstream: z
+      .object({
+        protocol: z.enum(['http1', 'h2c', 'h2']).default('http1'),
+        connections: int(1, 4096).default(128),
+        connectTimeoutMs: ms(5_000),
+        headersTimeoutMs: ms(300_000),
+        bodyTimeoutMs: ms(300_000),
+        keepAliveTimeoutMs: ms(60_000),
+        retries: int(0, 10).default(2),
+      })
+      .strict()
+      .default({ protocol: 'http1', connections: 128, connectTimeoutMs: 5_000, headersTimeoutMs: 300_000, bodyTimeoutMs: 300_000, keepAliveTimeoutMs: 60_000, retries: 2 }),
+    health: z
+      .object({ path: z.string().startsWith('/').default('/health'), intervalMs: ms(5_000), timeoutMs: ms(2_000) })
+      .strict()
+      .default({ path: '/health', intervalMs: 5_000, timeoutMs: 2_000 }),
+    discovery: z
+      .object({ modelsIntervalMs: ms(30_000), metricsIntervalMs: ms(10_000) })
+      .strict()
+      .default({ modelsIntervalMs: 30_000, metricsIntervalMs: 10_000 }),
+    debugHeaders: z.boolean().default(false),
+    log: z
+      .object({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        prompts: z.boolean().default(false),
+      })
+      .strict()
+      .default({ level: 'info', prompts: false }),
+    endpoints: z
+      .array(Endpoint)
+      .default([])
+      .refine((eps) => new Set(eps.map((e) => e.name)).size === eps.length, 'endpoint names must be unique'),
+  })
+  .strict()
+
+export type Config = z.infer<typeof ConfigSchema>
+export type EndpointConfig = Config['endpoints'][number]
+export type RoutingConfig = Config['routing']
+
+export class ConfigError extends Error {
+  readonly code = 'ERR_CONFIG'
+}
+
+function keyPath(path: readonly PropertyKey[]): string {
+  return path.reduce<string>((acc, p) => (typeof p === 'number' ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), '')
+}
+
+/** Validates raw config; throws ConfigError listing every bad key (`key: problem`). */
+export function parseConfig(raw: unknown, source = 'config'): Config {
+  const r = ConfigSchema.safeParse(raw ?? {})
+  if (r.success) return r.data
+  const lines = r.error.issues.map((i) => {
+    const at = keyPath(i.path)
+    if (i.code === 'unrecognized_keys') return `${at ? `${at}: ` : ''}unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `'${k}'`).join(', ')}`
+    return `${at || '(top level)'}: ${i.message}`
+  })
+  throw new ConfigError(`invalid ${source}:\n  ${lines.join('\n  ')}`)
+}
+
+export function readConfigFile(file: string): unknown {
+  let text: string
+  try {
+    text = readFileSync(file, 'utf8')
+  } catch (err) {
+    throw new ConfigError(`cannot read config file '${file}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`)
+  }
+  try {
+    return file.endsWith('.json') ? JSON.parse(text) : parseYaml(text)
+  } catch (err) {
+    throw new ConfigError(`config file '${file}' is not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`)
+  }
+}
+
+/** Routing of an endpoint: the global routing with the endpoint's overrides on top. */
+export function endpointRouting(config: Config, ep: EndpointConfig): RoutingConfig {
+  const o = Object.fromEntries(Object.entries(ep.routing).filter(([, v]) => v !== undefined))
+  return { ...config.routing, ...o }
+}

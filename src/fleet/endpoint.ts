@@ -1,0 +1,182 @@
+// A named endpoint: its instances, the native router over the healthy ones, and the probes
+// that keep health and models current. Models and adapters become router groups, so a
+// request for model M is routed among the instances serving M only.
+import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
+import { noHealthyInstance, notFound } from '../proxy/errors.js'
+import { NoInstanceError, Router, type Lease } from '../router.js'
+import { Instance } from './instance.js'
+import { probeHealth, probeMetrics, probeModels } from './probe.js'
+
+/** Group of instances whose models are unknown: they are candidates for any model. */
+const ANY_MODEL = '\u0000any'
+
+export interface Pick {
+  lease: Lease
+  instance: Instance
+}
+
+export class Endpoint {
+  readonly name: string
+  readonly router: Router
+  readonly instances = new Map<string, Instance>()
+  routing: RoutingConfig
+  #config: Config
+  #timers: NodeJS.Timeout[] = []
+  #membership = ''
+
+  constructor(config: Config, ep: EndpointConfig) {
+    this.name = ep.name
+    this.#config = config
+    this.routing = endpointRouting(config, ep)
+    for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream))
+    this.router = new Router({ ...this.routing, instances: this.#members() })
+  }
+
+  /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
+  update(config: Config, ep: EndpointConfig): Instance[] {
+    this.#config = config
+    this.routing = endpointRouting(config, ep)
+    this.router.configure(this.routing)
+    const removed: Instance[] = []
+    const wanted = new Map(ep.instances.map((i) => [i.url.replace(/\/+$/, ''), i]))
+    for (const [id, inst] of this.instances) {
+      if (!wanted.has(id)) {
+        this.instances.delete(id)
+        removed.push(inst)
+      }
+    }
+    for (const [id, i] of wanted) {
+      const cur = this.instances.get(id)
+      if (cur) {
+        cur.weight = i.weight
+        cur.declaredModels = i.models
+      } else {
+        this.instances.set(id, new Instance(i.url, i.weight, i.models, config.upstream))
+      }
+    }
+    this.sync()
+    if (this.#timers.length > 0) this.startProbes()
+    return removed // the caller closes them once their requests have drained
+  }
+
+  healthy(): Instance[] {
+    return [...this.instances.values()].filter((i) => i.healthy)
+  }
+
+  #members() {
+    const list = this.healthy()
+    return list.map((i) => ({ id: i.id, weight: i.weight, groups: i.knowsModels() ? i.models() : [ANY_MODEL] }))
+  }
+
+  /** Publishes the healthy instances and their models to the router, if they changed. */
+  sync(): void {
+    const members = this.#members()
+    const key = JSON.stringify(members)
+    if (key === this.#membership || members.length === 0) return
+    this.#membership = key
+    this.router.setInstances(members, this.routing.vnodes)
+  }
+
+  markDown(inst: Instance, reason: string): void {
+    if (!inst.healthy) return
+    inst.healthy = false
+    inst.lastError = reason
+    this.sync()
+  }
+
+  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined): Pick {
+    const healthy = this.healthy()
+    if (healthy.length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+    let group: string | undefined
+    if (model !== undefined) {
+      if (healthy.some((i) => i.models().includes(model))) group = model
+      else if (healthy.some((i) => !i.knowsModels())) group = ANY_MODEL
+      else if ([...this.instances.values()].some((i) => i.models().includes(model))) {
+        throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+      } else throw notFound('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`)
+    }
+    try {
+      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }) })
+      const instance = this.instances.get(lease.instance)
+      if (instance === undefined) {
+        // Membership and the map are updated together on this thread; this is a backstop.
+        lease.release()
+        throw noHealthyInstance(this.name, 1)
+      }
+      instance.requests++
+      return { lease, instance }
+    } catch (err) {
+      if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
+      throw err
+    }
+  }
+
+  /** One round of probes: health, models, metrics. Resolves when all have answered. */
+  async probe(): Promise<void> {
+    const { health, discovery } = this.#config
+    await Promise.all(
+      [...this.instances.values()].map(async (inst) => {
+        const [ok, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
+        inst.healthy = ok
+        if (models) {
+          inst.discoveredModels = models.ids
+          inst.parents = models.parents
+        }
+        if (ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
+      }),
+    )
+    this.sync()
+  }
+
+  startProbes(): void {
+    this.stopProbes()
+    const { health, discovery } = this.#config
+    const every = (ms: number, fn: () => Promise<void>) => {
+      if (ms <= 0) return
+      const t = setInterval(() => void fn(), ms)
+      t.unref()
+      this.#timers.push(t)
+    }
+    const each = (fn: (i: Instance) => Promise<void>) => async () => {
+      await Promise.all([...this.instances.values()].map(fn))
+      this.sync()
+    }
+    every(
+      health.intervalMs,
+      each(async (i) => {
+        i.healthy = await probeHealth(i, health.path, health.timeoutMs)
+      }),
+    )
+    every(
+      discovery.modelsIntervalMs,
+      each(async (i) => {
+        const m = await probeModels(i, health.timeoutMs)
+        if (m) {
+          i.discoveredModels = m.ids
+          i.parents = m.parents
+        }
+      }),
+    )
+    every(discovery.metricsIntervalMs, each((i) => probeMetrics(i, health.timeoutMs)))
+  }
+
+  stopProbes(): void {
+    for (const t of this.#timers) clearInterval(t)
+    this.#timers = []
+  }
+
+  /** Models served here: base models and adapters (with their parent), for GET /v1/models. */
+  models(): { id: string; parent: string | undefined }[] {
+    const out = new Map<string, string | undefined>()
+    for (const inst of this.instances.values()) {
+      for (const m of inst.models()) if (!out.has(m)) out.set(m, inst.parents.get(m))
+    }
+    return [...out].map(([id, parent]) => ({ id, parent }))
+  }
+
+  async close(): Promise<void> {
+    this.stopProbes()
+    await Promise.all([...this.instances.values()].map((i) => i.close()))
+    this.router.close()
+  }
+}

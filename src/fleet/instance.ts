@@ -1,0 +1,65 @@
+// One upstream server: its connection pool, what it serves, and what we last saw of it.
+import { H2CClient, Pool, type Dispatcher } from 'undici'
+import type { Config } from '../config.js'
+
+export type UpstreamOptions = Config['upstream']
+
+export class Instance {
+  /** The id the router hashes: the URL as configured, normalised (no trailing slash). */
+  readonly id: string
+  readonly url: URL
+  /** Path prefix to put before request paths ('' for a bare origin). */
+  readonly basePath: string
+  readonly dispatcher: Dispatcher
+  weight: number
+  declaredModels: string[]
+  /** From GET /v1/models; undefined until the first successful fetch. */
+  discoveredModels: string[] | undefined
+  /** Parent of each adapter (LoRA) in discoveredModels, from /v1/models' `parent`. */
+  parents = new Map<string, string>()
+  healthy = true
+  lastError: string | undefined
+  /** vllm:prefix_cache_hits_total / queries_total from the last scrape. */
+  kvCacheHitRatio: number | undefined
+  kvCacheBlocks: number | undefined
+  requests = 0
+
+  constructor(url: string, weight: number, models: string[], upstream: UpstreamOptions) {
+    this.url = new URL(url)
+    this.id = url.replace(/\/+$/, '')
+    this.basePath = this.url.pathname.replace(/\/+$/, '')
+    this.weight = weight
+    this.declaredModels = models
+    const common = {
+      connectTimeout: upstream.connectTimeoutMs,
+      headersTimeout: upstream.headersTimeoutMs,
+      bodyTimeout: upstream.bodyTimeoutMs,
+      keepAliveTimeout: upstream.keepAliveTimeoutMs,
+    }
+    if (upstream.protocol === 'h2c') {
+      // Prior-knowledge HTTP/2 over cleartext: one connection, many concurrent streams.
+      this.dispatcher = new H2CClient(this.url.origin, { ...common, pipelining: upstream.connections, maxConcurrentStreams: upstream.connections } as H2CClient.Options)
+    } else {
+      this.dispatcher = new Pool(this.url.origin, {
+        ...common,
+        connections: upstream.connections,
+        allowH2: upstream.protocol === 'h2',
+      })
+    }
+  }
+
+  /** Names this instance answers to; empty when nothing is known (it then takes any model). */
+  models(): string[] {
+    const all = new Set(this.declaredModels)
+    for (const m of this.discoveredModels ?? []) all.add(m)
+    return [...all]
+  }
+
+  knowsModels(): boolean {
+    return this.declaredModels.length > 0 || this.discoveredModels !== undefined
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close().catch(() => undefined)
+  }
+}

@@ -1,0 +1,82 @@
+// The router's Prometheus metrics (prom-client), one registry per server so that several
+// servers in one process (tests, embedded gateways) do not share counters.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { Endpoint } from './fleet/endpoint.js'
+
+export class ProxyMetrics {
+  readonly registry = new Registry()
+  readonly requests: Counter<'endpoint' | 'instance' | 'strategy' | 'status'>
+  readonly decision: Histogram<'strategy'>
+  readonly overflow: Counter<'instance'>
+  readonly ttfb: Histogram<'instance'>
+  readonly duration: Histogram<'endpoint' | 'status'>
+
+  constructor(endpoints: () => Iterable<Endpoint>) {
+    const registers = [this.registry]
+    this.requests = new Counter({
+      name: 'prefix_router_requests_total',
+      help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status.',
+      labelNames: ['endpoint', 'instance', 'strategy', 'status'],
+      registers,
+    })
+    this.decision = new Histogram({
+      name: 'prefix_router_routing_decision_seconds',
+      help: 'Time to choose an instance: key extraction excluded, the native pick included.',
+      labelNames: ['strategy'],
+      buckets: [1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3],
+      registers,
+    })
+    this.overflow = new Counter({
+      name: 'prefix_router_overflow_total',
+      help: "Requests sent to another instance because the prefix's own was at the concurrency threshold, by the instance that took them.",
+      labelNames: ['instance'],
+      registers,
+    })
+    this.ttfb = new Histogram({
+      name: 'prefix_router_upstream_ttfb_seconds',
+      help: "Time from sending a request upstream to its first response body byte: the router's view of TTFT.",
+      labelNames: ['instance'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    })
+    this.duration = new Histogram({
+      name: 'prefix_router_request_duration_seconds',
+      help: 'Time from the request arriving to the end of the response.',
+      labelNames: ['endpoint', 'status'],
+      buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers,
+    })
+    new Gauge({
+      name: 'prefix_router_in_flight',
+      help: 'Requests in flight per instance (the native counters the router routes by).',
+      labelNames: ['endpoint', 'instance'],
+      registers,
+      collect() {
+        this.reset()
+        for (const ep of endpoints()) for (const i of ep.router.instances()) this.set({ endpoint: ep.name, instance: i.id }, i.inFlight)
+      },
+    })
+    new Gauge({
+      name: 'prefix_router_instance_kv_cache_hit_ratio',
+      help: "Each instance's prefix-cache hit ratio, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total from its /metrics.",
+      labelNames: ['endpoint', 'instance'],
+      registers,
+      collect() {
+        this.reset()
+        for (const ep of endpoints()) {
+          for (const i of ep.instances.values()) if (i.kvCacheHitRatio !== undefined) this.set({ endpoint: ep.name, instance: i.id }, i.kvCacheHitRatio)
+        }
+      },
+    })
+    new Gauge({
+      name: 'prefix_router_instance_healthy',
+      help: '1 when the instance passes health checks and receives traffic.',
+      labelNames: ['endpoint', 'instance'],
+      registers,
+      collect() {
+        this.reset()
+        for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.healthy ? 1 : 0)
+      },
+    })
+  }
+}

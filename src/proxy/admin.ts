@@ -1,0 +1,74 @@
+// The admin port (loopback by default): Prometheus metrics, instance state, reload.
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { ConfigError, type Config } from '../config.js'
+import type { ProxyServer } from './proxy.js'
+
+export interface AdminServer {
+  readonly address: AddressInfo
+  close(): Promise<void>
+}
+
+function json(res: http.ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json' })
+  res.end(JSON.stringify(body, null, 2))
+}
+
+export function instancesReport(p: ProxyServer) {
+  return [...p.endpoints()].map((ep) => {
+    const counts = new Map(ep.router.instances().map((i) => [i.id, i.inFlight]))
+    const total = [...ep.instances.values()].reduce((n, i) => n + i.requests, 0)
+    return {
+      name: ep.name,
+      routing: ep.routing,
+      instances: [...ep.instances.values()].map((i) => ({
+        id: i.id,
+        healthy: i.healthy,
+        weight: i.weight,
+        inFlight: counts.get(i.id) ?? p.endpoint(ep.name)!.router.inFlight(i.id),
+        models: i.models(),
+        requests: i.requests,
+        share: total > 0 ? i.requests / total : 0,
+        kvCacheHitRatio: i.kvCacheHitRatio ?? null,
+        kvCacheBlocks: i.kvCacheBlocks ?? null,
+        lastError: i.lastError ?? null,
+      })),
+    }
+  })
+}
+
+export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<AdminServer> {
+  const server = http.createServer((req, res) => {
+    void (async () => {
+      const path = (req.url ?? '/').split('?')[0]
+      if (req.method === 'GET' && path === '/metrics') {
+        const text = await p.metrics.registry.metrics()
+        res.writeHead(200, { 'content-type': p.metrics.registry.contentType })
+        res.end(text)
+      } else if (req.method === 'GET' && path === '/admin/instances') {
+        json(res, 200, { endpoints: instancesReport(p) })
+      } else if (req.method === 'POST' && path === '/admin/reload') {
+        try {
+          json(res, 200, p.reload())
+        } catch (err) {
+          const status = err instanceof ConfigError ? 400 : 500
+          json(res, status, { error: { message: (err as Error).message, type: 'invalid_config', code: 'invalid_config' } })
+        }
+      } else {
+        json(res, 404, { error: { message: `no admin route for ${req.method} ${path}`, type: 'invalid_request_error', code: 'not_found' } })
+      }
+    })().catch((err: unknown) => {
+      p.log.error({ err }, 'admin request failed')
+      if (!res.headersSent) json(res, 500, { error: { message: 'internal error', type: 'server_error', code: 'internal' } })
+    })
+  })
+  await new Promise<void>((res, rej) => server.once('error', rej).listen(at.port, at.host, res))
+  return {
+    address: server.address() as AddressInfo,
+    close: () =>
+      new Promise<void>((res) => {
+        server.closeAllConnections()
+        server.close(() => res())
+      }),
+  }
+}

@@ -1,0 +1,188 @@
+// One front request, start to end: route, routing key, pick, forward, release. The lease
+// is released in `finally`, so success, upstream error, client abort and timeout all
+// return the in-flight count to where it was.
+import type { Logger } from 'pino'
+import type { Config } from '../config.js'
+import type { Endpoint, Pick } from '../fleet/endpoint.js'
+import type { ProxyMetrics } from '../metrics.js'
+import { readInvokePrefix } from '../prefix/invoke-key.js'
+import { openAIRequest } from '../prefix/openai-key.js'
+import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
+import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge } from './errors.js'
+import { forward, isConnectError, upstreamError } from './forward.js'
+import { matchRoute, type Route } from './routes.js'
+import type { Req, Res } from './types.js'
+
+export interface ProxyCore {
+  readonly config: Config
+  readonly metrics: ProxyMetrics
+  readonly log: Logger
+  endpoint(name: string | undefined): Endpoint | undefined
+  endpoints(): Iterable<Endpoint>
+}
+
+interface Outcome {
+  endpoint: string
+  instance: string
+  strategy: string
+  status: number
+}
+
+const isH2 = (req: Req) => req.httpVersionMajor === 2
+
+function send(req: Req, res: Res, status: number, body: string, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.destroy()
+    return
+  }
+  const h: Record<string, string> = { 'content-type': 'application/json', ...headers }
+  // Connection-specific headers are forbidden in HTTP/2 (RFC 9113 section 8.2.2).
+  if (isH2(req)) delete h.connection
+  res.writeHead(status, h)
+  res.end(body)
+}
+
+async function readBody(req: Req, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length
+    if (size > limit) throw tooLarge(limit)
+    chunks.push(chunk)
+  }
+  return Buffer.concat(chunks, size)
+}
+
+function declaredLength(req: Req): number | undefined {
+  const v = req.headers['content-length']
+  return v === undefined ? undefined : Number(v)
+}
+
+export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void> {
+  const started = performance.now()
+  const abort = new AbortController()
+  // 'close' before the response ended means the client went away. (Aborting on every close
+  // would also work, but builds a DOMException per request for nothing.)
+  res.once('close', () => {
+    if (!res.writableEnded) abort.abort()
+  })
+  const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0 }
+  try {
+    const m = matchRoute(req.url ?? '/')
+    if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
+    if (req.method !== m.method) throw methodNotAllowed(m.method)
+    out.status = await dispatch(core, m.route, req, res, abort.signal, out)
+  } catch (err) {
+    const e = err instanceof ProxyError ? err : upstreamError(err)
+    if (!(err instanceof ProxyError)) core.log.error({ err }, 'request failed')
+    out.status = e.status
+    // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
+    send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : e.headers)
+  } finally {
+    const seconds = (performance.now() - started) / 1000
+    const status = abort.signal.aborted ? 499 : out.status
+    core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
+    if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
+    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, ms: Math.round(seconds * 1000) }, 'request')
+  }
+}
+
+async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, signal: AbortSignal, out: Outcome): Promise<number> {
+  if (route.kind === 'ping') {
+    send(req, res, 200, '{}')
+    return 200
+  }
+  if (route.kind === 'health') {
+    const healthy = [...core.endpoints()].reduce((n, ep) => n + ep.healthy().length, 0)
+    const status = healthy > 0 ? 200 : 503
+    send(req, res, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
+    return status
+  }
+  const ep = core.endpoint(route.endpoint)
+  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${route.endpoint ?? 'default'}'`)
+  out.endpoint = ep.name
+  if (route.kind === 'models') {
+    const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
+    send(req, res, 200, JSON.stringify({ object: 'list', data }))
+    return 200
+  }
+  const limit = core.config.limits.maxBodyBytes
+  const length = declaredLength(req)
+  if (length !== undefined && length > limit) throw tooLarge(limit)
+  const routing = ep.routing
+  out.strategy = routing.strategy
+  const header = req.headers[TENANT_HEADER]
+
+  let key: Uint8Array | string
+  let body: Buffer | AsyncIterable<Buffer>
+  let tenant: string | undefined
+  let model: string | undefined
+  if (route.kind === 'invoke') {
+    tenant = tenantOf(header)
+    const inv = await readInvokePrefix(req, routing.prefixLength, limit)
+    key = inv.prefix
+    body = inv.complete ? Buffer.from(inv.prefix) : inv.body
+  } else {
+    const raw = await readBody(req, limit)
+    const parsed = openAIRequest(route.api, raw, routing.prefixLength)
+    tenant = tenantOf(header, parsed.promptCacheKey)
+    model = parsed.model
+    key = parsed.text
+    body = raw
+    if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
+  }
+  return proxyTo(core, ep, req, res, signal, out, { key, body, tenant, model, path: route.upstreamPath })
+}
+
+interface Outbound {
+  key: Uint8Array | string
+  body: Buffer | AsyncIterable<Buffer>
+  tenant: string | undefined
+  model: string | undefined
+  path: string
+}
+
+async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, signal: AbortSignal, out: Outcome, o: Outbound): Promise<number> {
+  const retries = Buffer.isBuffer(o.body) ? core.config.upstream.retries : 0
+  for (let attempt = 0; ; attempt++) {
+    const t0 = process.hrtime.bigint()
+    const pick: Pick = ep.pick(o.key, o.tenant, o.model)
+    const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
+    const { lease, instance } = pick
+    out.instance = instance.id
+    core.metrics.decision.observe({ strategy: ep.routing.strategy }, decisionSeconds)
+    if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
+    const decision = ep.routing.strategy === 'prefix_aware' ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+    const sent = process.hrtime.bigint()
+    try {
+      return await forward(
+        {
+          instance,
+          method: req.method ?? 'POST',
+          path: o.path,
+          headers: req.headers,
+          body: o.body,
+          clientAddress: req.socket?.remoteAddress,
+          secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
+          signal,
+          responseHeaders: core.config.debugHeaders ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision } : {},
+          onFirstByte: () => core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9),
+        },
+        res,
+      )
+    } catch (err) {
+      if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
+      if (signal.aborted) return 499
+      if (isConnectError(err) && !res.headersSent) {
+        if (ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
+        if (attempt < retries) {
+          core.log.warn({ instance: instance.id, err: (err as Error).message }, 'instance unreachable; retrying on another')
+          continue
+        }
+      }
+      throw err instanceof ProxyError ? err : upstreamError(err)
+    } finally {
+      lease.release()
+    }
+  }
+}

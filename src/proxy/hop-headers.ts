@@ -1,0 +1,39 @@
+// Hop-by-hop headers apply to one connection and must not be forwarded (RFC 9110 section
+// 7.6.1): Connection, the headers it names, and the classic list below. HTTP/2 pseudo
+// headers (":path" …) belong to the client's stream and are dropped as well.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'http2-settings',
+])
+
+function connectionTokens(value: unknown): Set<string> {
+  const out = new Set<string>()
+  const list = Array.isArray(value) ? value : typeof value === 'string' ? [value] : []
+  for (const v of list) for (const t of String(v).split(',')) out.add(t.trim().toLowerCase())
+  return out
+}
+
+/** Headers to forward, without hop-by-hop ones, pseudo headers, and the names in `drop`. */
+export function endToEnd(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>, drop: readonly string[] = []): Record<string, string | string[]> {
+  const named = connectionTokens(headers.connection)
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue
+    const n = name.toLowerCase()
+    if (n.startsWith(':') || HOP_BY_HOP.has(n) || named.has(n) || drop.includes(n)) continue
+    out[n] = value
+  }
+  return out
+}
+
+export type ResponseHeaders = OutgoingHttpHeaders

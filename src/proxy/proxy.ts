@@ -1,0 +1,125 @@
+// The running router: endpoints built from config, the front server, the admin server,
+// and reload. Everything per request is in handler.ts.
+import type { AddressInfo } from 'node:net'
+import { pino, type Logger } from 'pino'
+import type { Config } from '../config.js'
+import { Endpoint } from '../fleet/endpoint.js'
+import { ProxyMetrics } from '../metrics.js'
+import { listenAdmin, type AdminServer } from './admin.js'
+import { handle, type ProxyCore } from './handler.js'
+import { listenFront, type FrontServer } from './server.js'
+
+export interface ProxyOptions {
+  /** Re-reads the configuration for a reload (SIGHUP, POST /admin/reload). */
+  reloadConfig?: () => Config
+  logger?: Logger
+  /** Run one round of health and model probes before accepting traffic (default true). */
+  probeFirst?: boolean
+}
+
+export interface ReloadResult {
+  endpoints: string[]
+  /** Keys that changed but only take effect on restart. */
+  restartRequired: string[]
+}
+
+export class ProxyServer implements ProxyCore {
+  config: Config
+  readonly metrics: ProxyMetrics
+  readonly log: Logger
+  #endpoints = new Map<string, Endpoint>()
+  #front: FrontServer | undefined
+  #admin: AdminServer | undefined
+  #opts: ProxyOptions
+
+  private constructor(config: Config, opts: ProxyOptions) {
+    this.config = config
+    this.#opts = opts
+    this.log = opts.logger ?? pino({ level: config.log.level })
+    this.metrics = new ProxyMetrics(() => this.#endpoints.values())
+    for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep))
+  }
+
+  static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
+    if (config.endpoints.length === 0) throw new Error('no endpoints configured')
+    const p = new ProxyServer(config, opts)
+    try {
+      if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
+      for (const ep of p.#endpoints.values()) ep.startProbes()
+      p.#front = await listenFront(config, (req, res) => void handle(p, req, res))
+      p.#admin = await listenAdmin(p, config.admin)
+    } catch (err) {
+      await p.close()
+      throw err
+    }
+    return p
+  }
+
+  get url(): string {
+    const a = this.#front!.address
+    const host = a.family === 'IPv6' ? `[${a.address}]` : a.address === '0.0.0.0' ? '127.0.0.1' : a.address
+    return `${this.#front!.protocol}://${host}:${a.port}`
+  }
+
+  get adminUrl(): string {
+    const a = this.#admin!.address as AddressInfo
+    return `http://${a.address === '0.0.0.0' ? '127.0.0.1' : a.address}:${a.port}`
+  }
+
+  endpoint(name: string | undefined): Endpoint | undefined {
+    if (name === undefined) return this.#endpoints.values().next().value // the first one is the default
+    return this.#endpoints.get(name)
+  }
+
+  endpoints(): Iterable<Endpoint> {
+    return this.#endpoints.values()
+  }
+
+  /** Applies a new configuration to later requests; requests in flight keep their leases. */
+  reload(next?: Config): ReloadResult {
+    const config = next ?? this.#opts.reloadConfig?.() ?? this.config
+    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream'] as const).filter(
+      (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
+    )
+    const retired: Promise<void>[] = []
+    const names = new Set(config.endpoints.map((e) => e.name))
+    for (const [name, ep] of this.#endpoints) {
+      if (!names.has(name)) {
+        this.#endpoints.delete(name)
+        retired.push(drainThen(ep, () => ep.close()))
+      }
+    }
+    for (const epc of config.endpoints) {
+      const cur = this.#endpoints.get(epc.name)
+      if (cur) {
+        for (const inst of cur.update(config, epc)) retired.push(drainThen(cur, () => inst.close()))
+      } else {
+        const ep = new Endpoint(config, epc)
+        this.#endpoints.set(epc.name, ep)
+        ep.startProbes()
+        void ep.probe()
+      }
+    }
+    this.config = { ...config, listen: this.config.listen, admin: this.config.admin, tls: this.config.tls, limits: this.config.limits, upstream: this.config.upstream }
+    this.log.level = config.log.level
+    this.log.info({ endpoints: [...names], restartRequired }, 'configuration reloaded')
+    void Promise.all(retired)
+    return { endpoints: [...names], restartRequired }
+  }
+
+  async close(): Promise<void> {
+    await this.#front?.close()
+    await this.#admin?.close()
+    await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
+    this.#endpoints.clear()
+  }
+}
+
+/** Waits (up to 10 minutes) until nothing is in flight on the endpoint, then runs fn. */
+async function drainThen(ep: Endpoint, fn: () => Promise<void>): Promise<void> {
+  const deadline = Date.now() + 600_000
+  while (Date.now() < deadline && ep.router.instances().some((i) => i.inFlight > 0)) {
+    await new Promise((r) => setTimeout(r, 500).unref())
+  }
+  await fn()
+}
