@@ -1,15 +1,22 @@
-// Sends one request to the chosen instance and streams the answer back with backpressure.
-// Errors before the response starts are thrown (the handler may retry or answer 502/504);
+// Sends one request to the chosen instance and streams the answer back with backpressure,
+// through undici's dispatch API (no intermediate body stream: each upstream chunk is written
+// to the client as it arrives, and the upstream read pauses while the client is full).
+// Errors before the response starts reject (the handler may retry or answer 502/504);
 // errors after it started end the stream: an SSE error event for event streams, a reset
 // otherwise, so a client never mistakes a truncated answer for a whole one.
-import { once } from 'node:events'
-import { Readable } from 'node:stream'
 import type { IncomingHttpHeaders } from 'node:http'
+import { Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { upstreamFailed } from './errors.js'
 import { endToEnd } from './hop-headers.js'
 import type { Res } from './types.js'
+
+/** Whether the client went away, and what to do when it does (set by forward). */
+export interface ClientState {
+  gone: boolean
+  onGone: (() => void) | undefined
+}
 
 export interface ForwardRequest {
   instance: Instance
@@ -20,7 +27,7 @@ export interface ForwardRequest {
   body: Buffer | AsyncIterable<Buffer>
   clientAddress: string | undefined
   secure: boolean
-  signal: AbortSignal
+  client: ClientState
   /** Extra response headers (opt-in debug headers). */
   responseHeaders: Record<string, string>
   onFirstByte(): void
@@ -49,46 +56,64 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
   return h
 }
 
-async function writeOrWait(res: Res, chunk: Buffer): Promise<void> {
-  if (res.write(chunk)) return
-  // Backpressure: wait until the client drains, or goes away.
-  await Promise.race([once(res, 'drain'), once(res, 'close')])
-}
+const CLIENT_GONE = Object.assign(new Error('client closed the connection'), { code: 'PR_CLIENT_GONE' })
 
-/** Returns the upstream status once the whole answer has been written (or the stream ended). */
-export async function forward(f: ForwardRequest, res: Res): Promise<number> {
-  const up: Dispatcher.ResponseData = await f.instance.dispatcher.request({
-    path: f.instance.basePath + f.path,
-    method: f.method as Dispatcher.HttpMethod,
-    headers: requestHeaders(f),
-    body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
-    signal: f.signal,
+/** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
+export function forward(f: ForwardRequest, res: Res): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let status = 0
+    let started = false
+    let first = true
+    let sse = false
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(controller) {
+        if (f.client.gone) controller.abort(CLIENT_GONE)
+        else f.client.onGone = () => controller.abort(CLIENT_GONE)
+      },
+      onResponseStart(_controller, statusCode, headers) {
+        if (statusCode < 200) return // 1xx: informational, the real answer follows
+        status = statusCode
+        started = true
+        sse = String(headers['content-type'] ?? '').startsWith('text/event-stream')
+        res.writeHead(statusCode, { ...endToEnd(headers), ...f.responseHeaders })
+      },
+      onResponseData(controller, chunk) {
+        if (first) {
+          f.onFirstByte()
+          first = false
+        }
+        if (!res.write(chunk)) {
+          controller.pause()
+          res.once('drain', () => controller.resume())
+        }
+      },
+      onResponseEnd() {
+        if (first) f.onFirstByte()
+        res.end()
+        resolve(status)
+      },
+      onResponseError(_controller, err) {
+        f.client.onGone = undefined
+        if (f.client.gone) return resolve(499)
+        if (!started) return reject(err)
+        if (sse) {
+          const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
+          const message = `upstream stream ended early: ${upstreamError(err).message}`
+          res.end(`data: ${JSON.stringify({ error: { message, type: 'upstream_error', code } })}\n\n`)
+        } else {
+          res.destroy(err)
+        }
+        resolve(502)
+      },
+    }
+    f.instance.dispatcher.dispatch(
+      {
+        path: f.instance.basePath + f.path,
+        method: f.method as Dispatcher.HttpMethod,
+        headers: requestHeaders(f),
+        body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
+      },
+      handler,
+    )
   })
-  const headers = { ...endToEnd(up.headers as IncomingHttpHeaders), ...f.responseHeaders }
-  res.writeHead(up.statusCode, headers)
-  const sse = String(up.headers['content-type'] ?? '').startsWith('text/event-stream')
-  let first = true
-  try {
-    for await (const chunk of up.body as AsyncIterable<Buffer>) {
-      if (first) {
-        f.onFirstByte()
-        first = false
-      }
-      if (f.signal.aborted) break
-      await writeOrWait(res, chunk)
-    }
-    if (first) f.onFirstByte()
-    res.end()
-  } catch (err) {
-    if (f.signal.aborted) return up.statusCode
-    if (sse) {
-      const e = upstreamError(err)
-      const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
-      res.end(`data: ${JSON.stringify({ error: { message: `upstream stream ended early: ${e.message}`, type: 'upstream_error', code } })}\n\n`)
-    } else {
-      res.destroy(err as Error)
-    }
-    return 502
-  }
-  return up.statusCode
 }

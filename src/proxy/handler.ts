@@ -9,7 +9,7 @@ import { readInvokePrefix } from '../prefix/invoke-key.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge } from './errors.js'
-import { forward, isConnectError, upstreamError } from './forward.js'
+import { forward, isConnectError, upstreamError, type ClientState } from './forward.js'
 import { matchRoute, type Route } from './routes.js'
 import type { Req, Res } from './types.js'
 
@@ -42,15 +42,34 @@ function send(req: Req, res: Res, status: number, body: string, headers: Record<
   res.end(body)
 }
 
-async function readBody(req: Req, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length
-    if (size > limit) throw tooLarge(limit)
-    chunks.push(chunk)
-  }
-  return Buffer.concat(chunks, size)
+function readBody(req: Req, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    let done = false
+    const fail = (err: Error) => {
+      if (done) return
+      done = true
+      req.pause()
+      reject(err)
+    }
+    req.on('data', (chunk: Buffer) => {
+      if (done) return
+      size += chunk.length
+      if (size > limit) return fail(tooLarge(limit))
+      chunks.push(chunk)
+    })
+    req.once('end', () => {
+      if (done) return
+      done = true
+      resolve(Buffer.concat(chunks, size))
+    })
+    req.once('error', fail)
+    req.once('close', () => {
+      // 'close' follows 'end' on every request; only an early one means the client left.
+      if (!done) fail(Object.assign(new Error('client closed the request body'), { code: 'PR_CLIENT_GONE' }))
+    })
+  })
 }
 
 function declaredLength(req: Req): number | undefined {
@@ -60,19 +79,22 @@ function declaredLength(req: Req): number | undefined {
 
 export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void> {
   const started = performance.now()
-  const abort = new AbortController()
-  // 'close' before the response ended means the client went away. (Aborting on every close
-  // would also work, but builds a DOMException per request for nothing.)
+  // 'close' before the response ended means the client went away: stop the upstream request.
+  // (A plain object rather than an AbortController, which costs a DOMException per request.)
+  const client: ClientState = { gone: false, onGone: undefined }
   res.once('close', () => {
-    if (!res.writableEnded) abort.abort()
+    if (res.writableEnded) return
+    client.gone = true
+    client.onGone?.()
   })
   const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0 }
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
     if (req.method !== m.method) throw methodNotAllowed(m.method)
-    out.status = await dispatch(core, m.route, req, res, abort.signal, out)
+    out.status = await dispatch(core, m.route, req, res, client, out)
   } catch (err) {
+    if (client.gone) return void (out.status = 499)
     const e = err instanceof ProxyError ? err : upstreamError(err)
     if (!(err instanceof ProxyError)) core.log.error({ err }, 'request failed')
     out.status = e.status
@@ -80,14 +102,14 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : e.headers)
   } finally {
     const seconds = (performance.now() - started) / 1000
-    const status = abort.signal.aborted ? 499 : out.status
+    const status = client.gone ? 499 : out.status
     core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
     if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
     core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, ms: Math.round(seconds * 1000) }, 'request')
   }
 }
 
-async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, signal: AbortSignal, out: Outcome): Promise<number> {
+async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, client: ClientState, out: Outcome): Promise<number> {
   if (route.kind === 'ping') {
     send(req, res, 200, '{}')
     return 200
@@ -131,7 +153,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, signa
     body = raw
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
   }
-  return proxyTo(core, ep, req, res, signal, out, { key, body, tenant, model, path: route.upstreamPath })
+  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, path: route.upstreamPath })
 }
 
 interface Outbound {
@@ -142,7 +164,7 @@ interface Outbound {
   path: string
 }
 
-async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, signal: AbortSignal, out: Outcome, o: Outbound): Promise<number> {
+async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound): Promise<number> {
   const retries = Buffer.isBuffer(o.body) ? core.config.upstream.retries : 0
   for (let attempt = 0; ; attempt++) {
     const t0 = process.hrtime.bigint()
@@ -164,7 +186,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, signal
           body: o.body,
           clientAddress: req.socket?.remoteAddress,
           secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
-          signal,
+          client,
           responseHeaders: core.config.debugHeaders ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision } : {},
           onFirstByte: () => core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9),
         },
@@ -172,7 +194,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, signal
       )
     } catch (err) {
       if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
-      if (signal.aborted) return 499
+      if (client.gone) return 499
       if (isConnectError(err) && !res.headersSent) {
         if (ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
         if (attempt < retries) {
