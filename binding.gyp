@@ -4,6 +4,7 @@
       "target_name": "prefix_router",
       "sources": [
         "native/addon.cc",
+        "native/prefix_index.cc",
         "native/ring.cc",
         "native/router.cc",
         "native/xxh3.cc"

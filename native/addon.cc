@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "prefix_index.h"
 #include "router.h"
 #include "xxh3.h"
 
@@ -148,6 +149,39 @@ Napi::Value Xxh3Path(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(env, pr::xxh3_64_path(static_cast<pr::SimdPath>(path), b.data, b.len, seed));
 }
 
+// xxh3_chain(data, blockBytes, seed, out: BigUint64Array | Float64Array) -> blocks written.
+// Chained hashes of the full blocks (block i seeded with block i-1's hash) in one call; into
+// a Float64Array it writes the low 52 bits, exact as doubles (the simulator's cache keys).
+Napi::Value Xxh3Chain(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Bytes b = GetBytes(info[0]);
+  if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "data must be a Uint8Array or a string", true);
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "blockBytes must be a number", true);
+  const int64_t block = info[1].As<Napi::Number>().Int64Value();
+  if (block < 1 || block > (1 << 20)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be 1..1048576");
+  bool ok;
+  const uint64_t seed = GetSeed(info[2], &ok);
+  if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  if (!info[3].IsTypedArray()) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
+  Napi::TypedArray out = info[3].As<Napi::TypedArray>();
+  const napi_typedarray_type type = out.TypedArrayType();
+  if (type != napi_biguint64_array && type != napi_float64_array)
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
+  const size_t n = b.len / static_cast<size_t>(block);
+  if (out.ElementLength() < n) return Throw(env, "ERR_OUT_OF_RANGE", "out is shorter than the number of full blocks");
+  void* dst = static_cast<uint8_t*>(out.ArrayBuffer().Data()) + out.ByteOffset();
+  if (type == napi_biguint64_array) {
+    pr::chain_hashes(b.data, b.len, static_cast<size_t>(block), seed, static_cast<uint64_t*>(dst));
+  } else {
+    thread_local std::vector<uint64_t> tmp;
+    if (tmp.size() < n) tmp.resize(n);
+    pr::chain_hashes(b.data, b.len, static_cast<size_t>(block), seed, tmp.data());
+    double* d = static_cast<double*>(dst);
+    for (size_t i = 0; i < n; i++) d[i] = static_cast<double>(tmp[i] & ((uint64_t{1} << 52) - 1));
+  }
+  return Napi::Number::New(env, static_cast<double>(n));
+}
+
 Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
@@ -248,7 +282,7 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// router_configure(h, strategy, prefixLength, threshold)
+// router_configure(h, strategy, prefixLength, threshold, blockBytes?, indexBlocks?)
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -258,13 +292,20 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   const int64_t s = info[1].As<Napi::Number>().Int64Value();
   const int64_t len = info[2].As<Napi::Number>().Int64Value();
   const int64_t thr = info[3].As<Napi::Number>().Int64Value();
-  if (s < 0 || s > 2 || len < 1 || len > (1 << 20) || thr < 1 || thr > (1 << 20))
+  if (s < 0 || s > 3 || len < 1 || len > (1 << 20) || thr < 1 || thr > (1 << 20))
     return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
+  if (info[4].IsNumber() && info[5].IsNumber()) {
+    const int64_t block = info[4].As<Napi::Number>().Int64Value();
+    const int64_t blocks = info[5].As<Napi::Number>().Int64Value();
+    if (block < 1 || block > (1 << 20) || blocks < 0 || blocks > (1 << 28))
+      return Throw(env, "ERR_OUT_OF_RANGE", "index parameters out of range");
+    h->state->configure_index(static_cast<uint32_t>(block), static_cast<uint32_t>(blocks));
+  }
   h->state->configure(static_cast<pr::Strategy>(s), static_cast<uint32_t>(len), static_cast<uint32_t>(thr));
   return env.Undefined();
 }
 
-// router_set_instances(h, ids: string[], weights: number[], groups?: string[][])
+// router_set_instances(h, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[])
 Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -276,6 +317,9 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   const bool has_groups = !info[3].IsUndefined();
   if (has_groups && (!info[3].IsArray() || info[3].As<Napi::Array>().Length() != ids.Length()))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "groups must be an array of string arrays, one per id", true);
+  const bool has_index = !info[4].IsUndefined();
+  if (has_index && (!info[4].IsArray() || info[4].As<Napi::Array>().Length() != ids.Length()))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "indexBlocks must be an array of numbers, one per id", true);
   std::vector<pr::RingMember> members;
   members.reserve(ids.Length());
   for (uint32_t i = 0; i < ids.Length(); i++) {
@@ -293,6 +337,13 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
         if (!name.IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "group names must be strings", true);
         m.groups.push_back(name.As<Napi::String>().Utf8Value());
       }
+    }
+    if (has_index) {
+      Napi::Value v = info[4].As<Napi::Array>().Get(i);
+      if (!v.IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "indexBlocks entries must be numbers", true);
+      const int64_t blocks = v.As<Napi::Number>().Int64Value();
+      if (blocks < 0 || blocks > (1 << 28)) return Throw(env, "ERR_OUT_OF_RANGE", "indexBlocks out of range");
+      m.index_blocks = static_cast<uint32_t>(blocks);
     }
     members.push_back(std::move(m));
   }
@@ -328,7 +379,16 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   std::string group;
   const bool has_group = info[3].IsString();
   if (has_group) group = info[3].As<Napi::String>().Utf8Value();
-  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr);
+  const uint64_t* blocks = nullptr;
+  size_t nblocks = 0;
+  if (h->state->strategy() == pr::Strategy::LongestPrefix) {
+    thread_local std::vector<uint64_t> chain;
+    const size_t block = h->state->block_bytes();
+    if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
+    nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
+    blocks = chain.data();
+  }
+  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr, blocks, nblocks);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;
   return Napi::Number::New(env, encoded);
@@ -389,12 +449,15 @@ Napi::Value RouterStats(const Napi::CallbackInfo& info) {
   o.Set("slotsInUse", h->state->slots_in_use());
   o.Set("ringPoints", static_cast<double>(h->state->ring_points(h->reader)));
   o.Set("ringBytes", static_cast<double>(h->state->ring_memory_bytes(h->reader)));
+  o.Set("indexEntries", static_cast<double>(h->state->index_entries()));
+  o.Set("indexBytes", static_cast<double>(h->state->index_memory_bytes()));
   return o;
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("xxh3", Napi::Function::New(env, Xxh3, "xxh3"));
   exports.Set("xxh3_path", Napi::Function::New(env, Xxh3Path, "xxh3_path"));
+  exports.Set("xxh3_chain", Napi::Function::New(env, Xxh3Chain, "xxh3_chain"));
   exports.Set("build_info", Napi::Function::New(env, BuildInfo, "build_info"));
   exports.Set("router_create", Napi::Function::New(env, RouterCreate, "router_create"));
   exports.Set("router_open", Napi::Function::New(env, RouterOpen, "router_open"));

@@ -12,6 +12,8 @@ struct RingMember {
   double weight;  // > 0; virtual nodes = max(1, round(weight * vnodes_per_weight))
   // Names this instance answers to (models, LoRA adapters); a pick may be limited to one.
   std::vector<std::string> groups = {};
+  // longest_prefix: blocks the prefix index remembers for this instance (0: the router's default).
+  uint32_t index_blocks = 0;
 };
 
 class Ring {

@@ -1,5 +1,6 @@
 #include "router.h"
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -32,7 +33,7 @@ uint64_t next_random() {
 }  // namespace
 
 RouterState::RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity)
-    : vnodes_(vnodes_per_weight), slots_(slot_capacity), slot_used_(slot_capacity, false) {
+    : vnodes_(vnodes_per_weight), slots_(slot_capacity), index_(slot_capacity), slot_used_(slot_capacity, false) {
   current_.store(new Snapshot({}, vnodes_), std::memory_order_release);
   free_slots_.reserve(slot_capacity);
   for (uint32_t i = slot_capacity; i > 0; i--) free_slots_.push_back(i - 1);
@@ -63,8 +64,17 @@ const Snapshot* RouterState::enter(int reader) {
   }
 }
 
+void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks) {
+  block_bytes_.store(block_bytes, std::memory_order_relaxed);
+  index_default_.store(default_blocks, std::memory_order_relaxed);
+}
+
 void RouterState::free_slot_locked(uint32_t slot) {
   if (!slot_used_[slot]) return;
+  {
+    std::lock_guard<std::mutex> l(index_.mutex());
+    index_.clear_slot(slot);
+  }
   slot_used_[slot] = false;
   slots_[slot].id.clear();
   free_slots_.push_back(slot);
@@ -121,6 +131,14 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       bits[i / 64] |= uint64_t{1} << (i % 64);
     }
   }
+  {
+    std::lock_guard<std::mutex> l(index_.mutex());
+    const uint32_t def = index_default_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < snap->ring.member_count(); i++) {
+      const uint32_t b = snap->ring.member(i).index_blocks;
+      index_.set_capacity(snap->slot_of[i], b == 0 ? def : b);
+    }
+  }
   const Snapshot* old = current_.exchange(snap, std::memory_order_seq_cst);
   // Readers hold a snapshot for the length of one pick (well under a microsecond), so
   // waiting them out here is cheap and lets the old table go right away.
@@ -131,7 +149,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   return {};
 }
 
-PickResult RouterState::pick(int reader, uint64_t key, const std::string* group) {
+PickResult RouterState::pick(int reader, uint64_t key, const std::string* group, const uint64_t* blocks, size_t nblocks) {
   PickResult r;
   const Snapshot* s = enter(reader);
   const size_t n = s->ring.member_count();
@@ -183,6 +201,22 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group)
     slots_[s->slot_of[chosen]].acquire();
   } else {
     const uint32_t limit = threshold_.load(std::memory_order_relaxed);
+    std::unique_lock<std::mutex> index_lock;
+    if (strategy == Strategy::LongestPrefix && nblocks > 0) {
+      index_lock = std::unique_lock<std::mutex>(index_.mutex());
+      const LongestChoice m = longest_match(s, key, blocks, nblocks, allowed, limit);
+      if (m.member >= 0) {
+        chosen = static_cast<uint32_t>(m.member);
+        r.overflow = m.overflow;
+        index_.insert(s->slot_of[chosen], blocks, nblocks);
+        const uint32_t slot = s->slot_of[chosen];
+        r.slot = static_cast<int32_t>(slot);
+        r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
+        index_lock.unlock();
+        leave(reader);
+        return r;
+      }
+    }
     size_t pos = s->ring.find(key);
     // The target is the first candidate clockwise from the key.
     while (!eligible(s->ring.owner(pos))) pos = s->ring.next(pos);
@@ -217,12 +251,66 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group)
       slots_[s->slot_of[chosen]].acquire();
     }
     r.overflow = chosen != target;
+    if (index_lock.owns_lock()) index_.insert(s->slot_of[chosen], blocks, nblocks);
   }
   const uint32_t slot = s->slot_of[chosen];
   r.slot = static_cast<int32_t>(slot);
   r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
   leave(reader);
   return r;
+}
+
+RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks,
+                                                      size_t nblocks, const uint64_t* allowed, uint32_t limit) {
+  // Per-thread scratch, indexed by slot: match lengths, reset after use via `touched`.
+  thread_local std::vector<uint32_t> match;
+  thread_local std::vector<uint32_t> touched;
+  if (match.size() < slots_.capacity()) match.assign(slots_.capacity(), 0);
+  touched.clear();
+  index_.match(blocks, nblocks, match, touched);
+  const size_t n = s->ring.member_count();
+  auto eligible = [allowed](size_t m) { return allowed == nullptr || ((allowed[m / 64] >> (m % 64)) & 1) != 0; };
+  uint32_t best = 0, worst = UINT32_MAX;
+  for (size_t i = 0; i < n; i++) {
+    if (!eligible(i)) continue;
+    const uint32_t v = match[s->slot_of[i]];
+    best = v > best ? v : best;
+    worst = v < worst ? v : worst;
+  }
+  LongestChoice result;
+  // Only a match that tells instances apart is worth following: none, or one every candidate
+  // holds (a system prompt everyone has cached), leaves placement to the consistent hash.
+  if (best > 0 && best != worst) {
+    // Candidates with a match, longest first; among equal matches, the order in which the
+    // ring meets them clockwise from the key (deterministic, so replicas agree, and distinct
+    // keys spread over the instances holding the same prefix). The first below the threshold
+    // takes the request.
+    thread_local std::vector<uint32_t> rank;
+    if (rank.size() < kMaxMembers) rank.assign(kMaxMembers, UINT32_MAX);
+    thread_local std::vector<std::pair<uint64_t, uint32_t>> order;
+    order.clear();
+    size_t with_match = 0;
+    for (size_t i = 0; i < n; i++)
+      if (eligible(i) && match[s->slot_of[i]] > 0) with_match++;
+    size_t pos = s->ring.find(key), ranked = 0;
+    for (size_t step = 0; step < s->ring.point_count() && ranked < with_match; step++, pos = s->ring.next(pos)) {
+      const uint32_t m = s->ring.owner(pos);
+      if (rank[m] != UINT32_MAX || !eligible(m) || match[s->slot_of[m]] == 0) continue;
+      rank[m] = static_cast<uint32_t>(ranked++);
+      order.emplace_back((static_cast<uint64_t>(UINT32_MAX - match[s->slot_of[m]]) << 32) | rank[m], m);
+    }
+    for (const auto& o : order) rank[o.second] = UINT32_MAX;
+    std::sort(order.begin(), order.end());
+    for (size_t k = 0; k < order.size(); k++) {
+      if (slots_[s->slot_of[order[k].second]].try_acquire(limit)) {
+        result.member = static_cast<int32_t>(order[k].second);
+        result.overflow = k > 0;
+        break;
+      }
+    }
+  }
+  for (uint32_t slot : touched) match[slot] = 0;
+  return result;
 }
 
 bool RouterState::release(uint32_t slot) {

@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "load.h"
+#include "prefix_index.h"
 #include "ring.h"
 
 namespace pr {
 
-enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2 };
+enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2, LongestPrefix = 3 };
 
 constexpr uint32_t kMaxMembers = 4096;  // ring owners are 16-bit; slots hold members plus draining ones
 constexpr uint32_t kMaxReaders = 128;   // handles (one per thread that opened the router) at once
@@ -43,6 +44,10 @@ class RouterState {
     threshold_.store(threshold, std::memory_order_relaxed);
   }
   uint32_t prefix_length() const { return prefix_length_.load(std::memory_order_relaxed); }
+  Strategy strategy() const { return static_cast<Strategy>(strategy_.load(std::memory_order_relaxed)); }
+  // longest_prefix: bytes per block of the routing key, and the index's default capacity.
+  void configure_index(uint32_t block_bytes, uint32_t default_blocks);
+  uint32_t block_bytes() const { return block_bytes_.load(std::memory_order_relaxed); }
 
   // A reader index protects snapshots while this thread reads them (hazard pointer).
   int acquire_reader();
@@ -54,7 +59,11 @@ class RouterState {
   // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members
   // listing it are candidates: the ring walk skips the others, which is consistent hashing
   // over that subset, while counters stay per instance across groups.
-  PickResult pick(int reader, uint64_t key, const std::string* group = nullptr);
+  // For longest_prefix, `blocks` are the key's chained block hashes (chain_hashes); the
+  // instance with the longest match wins, and without a distinguishing match the key places
+  // the request as prefix_aware does.
+  PickResult pick(int reader, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
+                  size_t nblocks = 0);
   bool release(uint32_t slot);
 
   // In-flight count of an instance, including one removed but still draining; -1 if unknown.
@@ -64,12 +73,19 @@ class RouterState {
   uint32_t slots_in_use();
   size_t ring_memory_bytes(int reader);
   size_t ring_points(int reader);
+  size_t index_entries() { std::lock_guard<std::mutex> l(index_.mutex()); return index_.entries(); }
+  size_t index_memory_bytes() { std::lock_guard<std::mutex> l(index_.mutex()); return index_.memory_bytes(); }
 
  private:
   const Snapshot* enter(int reader);
   void leave(int reader) { hazards_[reader].ptr.store(nullptr, std::memory_order_release); }
   void unpin_and_free(const Snapshot* s);
   void free_slot_locked(uint32_t slot);
+  // longest_prefix's choice under index_'s lock: a member (and whether that is an overflow
+  // from a longer match), or member -1 to place by the consistent hash instead.
+  struct LongestChoice { int32_t member = -1; bool overflow = false; };
+  LongestChoice longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks, size_t nblocks,
+                              const uint64_t* allowed, uint32_t limit);
 
   struct alignas(64) Hazard {
     std::atomic<const Snapshot*> ptr{nullptr};
@@ -83,6 +99,9 @@ class RouterState {
   std::atomic<uint32_t> strategy_{static_cast<uint32_t>(Strategy::PrefixAware)};
   std::atomic<uint32_t> prefix_length_{4096};
   std::atomic<uint32_t> threshold_{10};
+  std::atomic<uint32_t> block_bytes_{64};
+  std::atomic<uint32_t> index_default_{65536};
+  PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
 
   std::mutex writer_;                // set_instances, slot allocation and freeing
   std::vector<uint32_t> free_slots_;  // guarded by writer_

@@ -22,6 +22,8 @@ const routingFields = {
   prefixLength: int(LIMITS.prefixLength.min, LIMITS.prefixLength.max),
   concurrencyThreshold: int(LIMITS.concurrencyThreshold.min, LIMITS.concurrencyThreshold.max),
   vnodes: int(LIMITS.vnodes.min, LIMITS.vnodes.max),
+  blockSize: int(LIMITS.blockSize.min, LIMITS.blockSize.max),
+  indexBlocks: int(LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
 }
 const Routing = z
   .object({
@@ -29,6 +31,8 @@ const Routing = z
     prefixLength: routingFields.prefixLength.default(LIMITS.prefixLength.default),
     concurrencyThreshold: routingFields.concurrencyThreshold.default(LIMITS.concurrencyThreshold.default),
     vnodes: routingFields.vnodes.default(LIMITS.vnodes.default),
+    blockSize: routingFields.blockSize.default(LIMITS.blockSize.default),
+    indexBlocks: routingFields.indexBlocks.default(LIMITS.indexBlocks.default),
   })
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
@@ -43,13 +47,15 @@ const upstreamUrl = z.string().refine((s) => {
 }, 'must be an http:// or https:// URL')
 
 const Instance = z.union([
-  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[] })),
+  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined })),
   z
     .object({
       url: upstreamUrl,
       weight: z.number().min(LIMITS.weight.min).max(LIMITS.weight.max).default(1),
       /** Declared models and adapters; discovery from /v1/models adds to them. */
       models: z.array(z.string().min(1)).default([]),
+      /** longest_prefix: blocks remembered for this instance (default: from its KV capacity, else routing.indexBlocks). */
+      indexBlocks: int(1, LIMITS.indexBlocks.max).optional(),
     })
     .strict(),
 ])

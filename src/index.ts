@@ -1,4 +1,4 @@
-export { xxh3 } from './hash.js'
+export { xxh3, xxh3Blocks } from './hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
 export { Router, Lease, NoInstanceError, type PickOptions } from './router.js'
 export {

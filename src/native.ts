@@ -12,7 +12,7 @@ export interface NativeBuildInfo {
 }
 
 export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[] }
-export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number }
+export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number; indexEntries: number; indexBytes: number }
 
 declare const handleBrand: unique symbol
 export type NativeHandle = { readonly [handleBrand]: true }
@@ -20,12 +20,13 @@ export type NativeHandle = { readonly [handleBrand]: true }
 export interface NativeBinding {
   xxh3(data: Uint8Array | string, seed?: bigint): bigint
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
+  xxh3_chain(data: Uint8Array | string, blockBytes: number, seed: bigint, out: BigUint64Array | Float64Array): number
   build_info(): NativeBuildInfo
   router_create(name: string | undefined, vnodes: number, slots: number): NativeHandle
   router_open(name: string): NativeHandle
   router_close(h: NativeHandle): void
-  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number): void
-  router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][]): void
+  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number, blockBytes?: number, indexBlocks?: number): void
+  router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string): number
   router_release(h: NativeHandle, slot: number): boolean
   router_slot_id(h: NativeHandle, slot: number): string

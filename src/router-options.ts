@@ -1,15 +1,17 @@
 // Validation and defaults for Router options. Ranges come from DESIGN.md section 3.
 import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
 
-export const STRATEGIES = ['random', 'least_outstanding_requests', 'prefix_aware'] as const
+export const STRATEGIES = ['random', 'least_outstanding_requests', 'prefix_aware', 'longest_prefix'] as const
 export type Strategy = (typeof STRATEGIES)[number]
 /** Native enum values, in the order of native/router.h's Strategy. */
-export const STRATEGY_CODE: Record<Strategy, number> = { random: 0, least_outstanding_requests: 1, prefix_aware: 2 }
+export const STRATEGY_CODE: Record<Strategy, number> = { random: 0, least_outstanding_requests: 1, prefix_aware: 2, longest_prefix: 3 }
 
 export const LIMITS = {
   prefixLength: { min: 1024, max: 65536, default: 4096 },
   concurrencyThreshold: { min: 1, max: 1024, default: 10 },
   vnodes: { min: 16, max: 65536, default: 8192 },
+  blockSize: { min: 16, max: 4096, default: 64 },
+  indexBlocks: { min: 0, max: 1 << 28, default: 65536 },
   weight: { min: 0.01, max: 100, default: 1 },
   instances: { max: 4096 },
   ringPoints: { max: 1 << 24 },
@@ -23,12 +25,18 @@ export interface InstanceSpec {
   weight?: number
   /** Names the instance serves (models, LoRA adapters); `pick(…, { group })` chooses among those listing it. */
   groups?: readonly string[]
+  /** longest_prefix: prefix blocks remembered for this instance (default: the router's indexBlocks). */
+  indexBlocks?: number
 }
 
 export interface RoutingParams {
   strategy?: string
   prefixLength?: number
   concurrencyThreshold?: number
+  /** longest_prefix: bytes of routing key per block (16–4096, default 64: about 16 tokens). */
+  blockSize?: number
+  /** longest_prefix: blocks remembered per instance unless the instance says (0–2^28, default 65536). */
+  indexBlocks?: number
 }
 
 export interface RouterOptions extends RoutingParams {
@@ -43,6 +51,8 @@ export interface ResolvedParams {
   strategy: Strategy
   prefixLength: number
   concurrencyThreshold: number
+  blockSize: number
+  indexBlocks: number
 }
 
 /** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
@@ -76,10 +86,18 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
       opts.concurrencyThreshold === undefined
         ? (base?.concurrencyThreshold ?? c.default)
         : checkInt('concurrencyThreshold', opts.concurrencyThreshold, c.min, c.max),
+    blockSize:
+      opts.blockSize === undefined
+        ? (base?.blockSize ?? LIMITS.blockSize.default)
+        : checkInt('blockSize', opts.blockSize, LIMITS.blockSize.min, LIMITS.blockSize.max),
+    indexBlocks:
+      opts.indexBlocks === undefined
+        ? (base?.indexBlocks ?? LIMITS.indexBlocks.default)
+        : checkInt('indexBlocks', opts.indexBlocks, LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
   }
 }
 
-export interface ResolvedInstances { ids: string[]; weights: number[]; groups: string[][] }
+export interface ResolvedInstances { ids: string[]; weights: number[]; groups: string[][]; indexBlocks: number[] }
 
 export function resolveInstances(list: unknown, vnodes: number): ResolvedInstances {
   if (!Array.isArray(list)) throw new InvalidArgTypeError('instances', 'an array of { id, weight? }', list)
@@ -90,12 +108,13 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
   const ids: string[] = []
   const weights: number[] = []
   const groups: string[][] = []
+  const indexBlocks: number[] = []
   const seen = new Set<string>()
   let points = 0
   list.forEach((entry: unknown, i) => {
     const key = `instances[${i}]`
     if (entry === null || typeof entry !== 'object') throw new InvalidArgTypeError(key, 'an object { id, weight? }', entry)
-    const { id, weight, groups: g } = entry as { id?: unknown; weight?: unknown; groups?: unknown }
+    const { id, weight, groups: g, indexBlocks: ib } = entry as { id?: unknown; weight?: unknown; groups?: unknown; indexBlocks?: unknown }
     if (typeof id !== 'string') throw new InvalidArgTypeError(`${key}.id`, 'a non-empty string', id)
     if (id.length === 0 || id.length > LIMITS.idLength.max) {
       throw new OutOfRangeError(`${key}.id`, `a string of 1 to ${LIMITS.idLength.max} characters`, id)
@@ -118,13 +137,14 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
     ids.push(id)
     weights.push(wt)
     groups.push(g === undefined ? [] : [...new Set(g as string[])])
+    indexBlocks.push(ib === undefined ? 0 : checkInt(`${key}.indexBlocks`, ib, 1, LIMITS.indexBlocks.max))
   })
   if (points > LIMITS.ringPoints.max) {
     throw new RangeError(
       `instances × weight × vnodes make ${points} ring points, above the limit of ${LIMITS.ringPoints.max}; lower vnodes`,
     )
   }
-  return { ids, weights, groups }
+  return { ids, weights, groups, indexBlocks }
 }
 
 // SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id: 1–64 printable ASCII characters.

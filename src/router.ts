@@ -65,6 +65,10 @@ export class Lease {
   }
 }
 
+function configureNative(h: NativeHandle, p: ResolvedParams): void {
+  native.router_configure(h, STRATEGY_CODE[p.strategy], p.prefixLength, p.concurrencyThreshold, p.blockSize, p.indexBlocks)
+}
+
 export class Router {
   #handle: NativeHandle | null
   #params: ResolvedParams
@@ -90,8 +94,8 @@ export class Router {
       throw new OutOfRangeError('name', 'a string of 1 to 256 characters', options.name)
     }
     const h = native.router_create(options.name, vnodes, SLOT_CAPACITY)
-    native.router_configure(h, STRATEGY_CODE[params.strategy], params.prefixLength, params.concurrencyThreshold)
-    native.router_set_instances(h, members.ids, members.weights, members.groups)
+    configureNative(h, params)
+    native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
     this.#handle = h
     this.#params = params
   }
@@ -113,7 +117,7 @@ export class Router {
   /** Changes strategy, prefixLength or concurrencyThreshold for every later pick, in every thread. */
   configure(params: RoutingParams): void {
     const next = resolveParams(params, this.#params)
-    native.router_configure(this.#h(), STRATEGY_CODE[next.strategy], next.prefixLength, next.concurrencyThreshold)
+    configureNative(this.#h(), next)
     this.#params = next
   }
 
@@ -154,7 +158,7 @@ export class Router {
     const h = this.#h()
     const v = LIMITS.vnodes
     const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
-    native.router_set_instances(h, members.ids, members.weights, members.groups)
+    native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
   }
 
   /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */

@@ -21,7 +21,7 @@ describe('Router options', () => {
   })
 
   it.each([
-    [{ strategy: 'round_robin' }, RangeError, /strategy must be one of random, least_outstanding_requests, prefix_aware; got "round_robin"/],
+    [{ strategy: 'round_robin' }, RangeError, /strategy must be one of random, least_outstanding_requests, prefix_aware, longest_prefix; got "round_robin"/],
     [{ strategy: 3 }, TypeError, /strategy must be one of/],
     [{ prefixLength: 1023 }, RangeError, /prefixLength must be an integer from 1024 to 65536; got 1023/],
     [{ prefixLength: 65537 }, RangeError, /prefixLength must be an integer from 1024 to 65536/],
@@ -94,7 +94,7 @@ describe('Router options', () => {
   it('configure validates like the constructor and keeps the old values on error', () => {
     const r = new Router({ instances: one, prefixLength: 2048 })
     expect(() => r.configure({ concurrencyThreshold: 0 })).toThrow(/concurrencyThreshold/)
-    expect(r.params).toEqual({ strategy: 'prefix_aware', prefixLength: 2048, concurrencyThreshold: 10 })
+    expect(r.params).toEqual({ strategy: 'prefix_aware', prefixLength: 2048, concurrencyThreshold: 10, blockSize: 64, indexBlocks: 65536 })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)
     r.close()

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../prefix_index.h"
 #include "../ring.h"
 #include "../router.h"
 #include "../xxh3.h"
@@ -367,6 +368,64 @@ void test_groups() {
   st.release_reader(reader);
 }
 
+// Prefix index: longest match per slot, LRU eviction tail-first, capacity, clearing.
+void test_prefix_index() {
+  pr::PrefixIndex idx(4);
+  idx.set_capacity(0, 8);
+  idx.set_capacity(1, 8);
+  std::vector<uint8_t> text(64 * 6);
+  for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<uint8_t>(i * 31);
+  uint64_t h[6];
+  CHECK(pr::chain_hashes(text.data(), text.size(), 64, 9, h) == 6);
+  CHECK(h[1] == pr::xxh3_64(text.data() + 64, 64, h[0]));
+  idx.insert(0, h, 4);  // slot 0 was sent blocks 0..3
+  idx.insert(1, h, 2);  // slot 1 blocks 0..1
+  std::vector<uint32_t> match(4, 0), touched;
+  idx.match(h, 6, match, touched);
+  CHECK(match[0] == 4 && match[1] == 2 && match[2] == 0);
+  CHECK(touched.size() == 2);
+  CHECK(idx.entries() == 6);
+  // Capacity 8 on slot 1: a new 6-block prefix evicts slot 1's least recent blocks first.
+  uint64_t other[6];
+  std::vector<uint8_t> text2(text.rbegin(), text.rend());
+  pr::chain_hashes(text2.data(), text2.size(), 64, 9, other);
+  idx.insert(1, other, 6);
+  CHECK(idx.entries() == 4 + 8);
+  for (uint32_t s : touched) match[s] = 0;
+  touched.clear();
+  idx.match(h, 6, match, touched);
+  CHECK(match[1] == 2);  // blocks 0,1 were inserted most-recent-first and survive
+  idx.set_capacity(1, 3);
+  CHECK(idx.entries() == 4 + 3);
+  idx.clear_slot(0);
+  CHECK(idx.entries() == 3);
+  CHECK(idx.memory_bytes() > 0);
+}
+
+// longest_prefix through the router: the longer match wins over the ring's target.
+void test_longest_prefix() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(st.set_instances({{"a", 1}, {"b", 1}, {"c", 1}}).empty());
+  st.configure(pr::Strategy::LongestPrefix, 65536, 10);
+  std::vector<uint8_t> text(64 * 10, 7);
+  for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<uint8_t>(i * 13 + 1);
+  uint64_t h[10];
+  pr::chain_hashes(text.data(), text.size(), 64, 0, h);
+  auto first = st.pick(reader, pr::xxh3_64(text.data(), 5 * 64, 0), nullptr, h, 5);
+  CHECK(first.slot >= 0);
+  st.release(static_cast<uint32_t>(first.slot));
+  int same = 0;
+  for (uint64_t k = 1; k <= 50; k++) {  // longer prompts, keys all over the ring
+    auto r = st.pick(reader, k * 0x9E3779B97F4A7C15ULL, nullptr, h, 10);
+    same += r.slot == first.slot;
+    st.release(static_cast<uint32_t>(r.slot));
+  }
+  CHECK(same == 50);
+  CHECK(st.index_entries() == 10);
+  st.release_reader(reader);
+}
+
 // ---- multi-thread stress -------------------------------------------------------------
 
 void test_stress() {
@@ -443,6 +502,8 @@ int main() {
       {"router empty", test_empty},
       {"router bad membership backstops", test_bad_membership},
       {"router groups", test_groups},
+      {"prefix index", test_prefix_index},
+      {"router longest_prefix", test_longest_prefix},
       {"router multi-thread stress", test_stress},
   };
   for (const auto& t : tests) {

@@ -28,7 +28,7 @@ export class Endpoint {
     this.name = ep.name
     this.#config = config
     this.routing = endpointRouting(config, ep)
-    for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream))
+    for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
     this.router = new Router({ ...this.routing, instances: this.#members() })
   }
 
@@ -50,8 +50,9 @@ export class Endpoint {
       if (cur) {
         cur.weight = i.weight
         cur.declaredModels = i.models
+        cur.indexBlocks = i.indexBlocks
       } else {
-        this.instances.set(id, new Instance(i.url, i.weight, i.models, config.upstream))
+        this.instances.set(id, new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
       }
     }
     this.sync()
@@ -65,7 +66,10 @@ export class Endpoint {
 
   #members() {
     const list = this.healthy()
-    return list.map((i) => ({ id: i.id, weight: i.weight, groups: i.knowsModels() ? i.models() : [ANY_MODEL] }))
+    return list.map((i) => {
+      const capacity = i.indexCapacity(this.routing.blockSize)
+      return { id: i.id, weight: i.weight, groups: i.knowsModels() ? i.models() : [ANY_MODEL], ...(capacity !== undefined && { indexBlocks: capacity }) }
+    })
   }
 
   /** Publishes the healthy instances and their models to the router, if they changed. */

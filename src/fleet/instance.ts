@@ -22,14 +22,19 @@ export class Instance {
   /** vllm:prefix_cache_hits_total / queries_total from the last scrape. */
   kvCacheHitRatio: number | undefined
   kvCacheBlocks: number | undefined
+  /** Tokens per KV block, from vllm:cache_config_info. */
+  kvBlockTokens: number | undefined
+  /** longest_prefix index capacity set in the config, if any. */
+  indexBlocks: number | undefined
   requests = 0
 
-  constructor(url: string, weight: number, models: string[], upstream: UpstreamOptions) {
+  constructor(url: string, weight: number, models: string[], upstream: UpstreamOptions, indexBlocks?: number) {
     this.url = new URL(url)
     this.id = url.replace(/\/+$/, '')
     this.basePath = this.url.pathname.replace(/\/+$/, '')
     this.weight = weight
     this.declaredModels = models
+    this.indexBlocks = indexBlocks
     const common = {
       connectTimeout: upstream.connectTimeoutMs,
       headersTimeout: upstream.headersTimeoutMs,
@@ -53,6 +58,17 @@ export class Instance {
     const all = new Set(this.declaredModels)
     for (const m of this.discoveredModels ?? []) all.add(m)
     return [...all]
+  }
+
+  /**
+   * Blocks of `blockSize` bytes of routing text the longest_prefix index should remember for
+   * this instance: the configured number, else its KV capacity (num_gpu_blocks × block_size
+   * tokens, at about 4 bytes of text per token), else undefined (the router's default).
+   */
+  indexCapacity(blockSize: number): number | undefined {
+    if (this.indexBlocks !== undefined) return this.indexBlocks
+    if (this.kvCacheBlocks === undefined) return undefined
+    return Math.max(1, Math.round((this.kvCacheBlocks * (this.kvBlockTokens ?? 16) * 4) / blockSize))
   }
 
   knowsModels(): boolean {

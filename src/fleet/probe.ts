@@ -65,8 +65,13 @@ export async function probeMetrics(inst: Instance, timeoutMs: number): Promise<v
     const hits = sumMetric(r.text, 'vllm:prefix_cache_hits_total') ?? sumMetric(r.text, 'vllm:gpu_prefix_cache_hits_total')
     const queries = sumMetric(r.text, 'vllm:prefix_cache_queries_total') ?? sumMetric(r.text, 'vllm:gpu_prefix_cache_queries_total')
     if (hits !== undefined && queries !== undefined && queries > 0) inst.kvCacheHitRatio = hits / queries
-    const info = /^vllm:cache_config_info\{[^}]*num_gpu_blocks="(\d+)"/m.exec(r.text)
-    if (info) inst.kvCacheBlocks = Number(info[1])
+    const info = /^vllm:cache_config_info\{([^}]*)\}/m.exec(r.text)
+    if (info) {
+      const blocks = /num_gpu_blocks="(\d+)"/.exec(info[1]!)
+      const size = /block_size="(\d+)"/.exec(info[1]!)
+      if (blocks) inst.kvCacheBlocks = Number(blocks[1])
+      if (size) inst.kvBlockTokens = Number(size[1])
+    }
   } catch {
     // Metrics are informational; a failed scrape leaves the last values.
   }

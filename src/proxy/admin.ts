@@ -21,6 +21,7 @@ export function instancesReport(p: ProxyServer) {
     return {
       name: ep.name,
       routing: ep.routing,
+      router: ep.router.stats(),
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         healthy: i.healthy,
@@ -31,6 +32,7 @@ export function instancesReport(p: ProxyServer) {
         share: total > 0 ? i.requests / total : 0,
         kvCacheHitRatio: i.kvCacheHitRatio ?? null,
         kvCacheBlocks: i.kvCacheBlocks ?? null,
+        indexBlocks: ep.routing.strategy === 'longest_prefix' ? (i.indexCapacity(ep.routing.blockSize) ?? ep.routing.indexBlocks) : null,
         lastError: i.lastError ?? null,
       })),
     }

@@ -165,6 +165,29 @@ describe('through the router to simulated vLLM workers', () => {
     expect(insts[0]!.models).toEqual([MODEL])
   })
 
+  it('longest_prefix keeps a conversation on one worker and sizes its index from the worker’s KV capacity', async () => {
+    const { fleet, router } = await setup(4, { routing: { strategy: 'longest_prefix', prefixLength: 65536 }, discovery: { modelsIntervalMs: 0, metricsIntervalMs: 60_000 } })
+    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused' })
+    for (let c = 0; c < 6; c++) {
+      const messages: { role: 'system' | 'user' | 'assistant'; content: string }[] = [{ role: 'system', content: `Conversation ${c}. ${longSystem}` }]
+      let home: string | undefined
+      for (let turn = 0; turn < 4; turn++) {
+        messages.push({ role: 'user', content: `turn ${turn}: ${'tell me more about the order status. '.repeat(10)}` })
+        const { data, response } = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 8 }).withResponse()
+        const where = response.headers.get('x-prefix-router-instance')!
+        home ??= where
+        expect(where).toBe(home)
+        if (turn > 0) expect(data.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0)
+        messages.push({ role: 'assistant', content: data.choices[0]!.message.content! })
+      }
+    }
+    const report = (await (await fetch(`${router.adminUrl}/admin/instances`)).json()) as { endpoints: { router: { indexEntries: number }; instances: { indexBlocks: number }[] }[] }
+    const ep = report.endpoints[0]!
+    expect(ep.router.indexEntries).toBeGreaterThan(0)
+    // tiny profile: 8,192 KV blocks of 16 tokens, at 4 bytes a token, in 64-byte index blocks
+    expect(ep.instances.map((i) => i.indexBlocks)).toEqual(Array(fleet.urls.length).fill(8192))
+  })
+
   it('forwards to h2c upstreams', async () => {
     const { fleet, router } = await setup(2, { upstream: { protocol: 'h2c' } }, { h2c: true })
     for (let i = 0; i < 5; i++) {

@@ -1,0 +1,57 @@
+// Which instance has recently been sent which prefix blocks: for each slot, an LRU set of
+// chained block hashes, bounded by a per-slot capacity. One hash table maps a block to the
+// slots holding it, so matching a request costs one lookup per block whatever the fleet
+// size. Used by the longest_prefix strategy; guarded by its own mutex (only that strategy
+// takes it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace pr {
+
+// Chained hashes of the full blocks of data: h_i = XXH3(block_i, seed = h_{i-1}), h_{-1} = seed.
+// Returns the number of full blocks (written to out, which must hold len / block entries).
+size_t chain_hashes(const uint8_t* data, size_t len, size_t block, uint64_t seed, uint64_t* out);
+
+class PrefixIndex {
+ public:
+  explicit PrefixIndex(uint32_t slot_capacity);
+
+  // Longest match per slot: for each i with hashes[i] held by slot s, match[s] = i + 1
+  // (chained hashes make block i imply blocks 0..i). `touched` lists the slots set; the
+  // caller resets match[s] = 0 for them afterwards.
+  void match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched);
+  // Records that the blocks went to slot (most recent first for block 0, so eviction takes a
+  // prefix's tail before its head), evicting the slot's least recent blocks over capacity.
+  void insert(uint32_t slot, const uint64_t* hashes, size_t n);
+  void set_capacity(uint32_t slot, uint32_t blocks);
+  void clear_slot(uint32_t slot);
+
+  size_t entries();
+  size_t memory_bytes();
+
+ private:
+  static constexpr uint32_t kNil = 0xFFFFFFFFu;
+  struct Node { uint64_t hash; uint32_t slot; uint32_t prev, next; };
+  struct Lru { uint32_t head = kNil, tail = kNil, size = 0, capacity = 0; };
+
+  void unlink(uint32_t n);
+  void push_front(uint32_t n);
+  void evict_one(uint32_t slot);
+  void drop_from_table(uint32_t n);
+
+  std::mutex mu_;
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> free_nodes_;
+  std::vector<Lru> lru_;
+  // block hash -> nodes (one per slot holding it); usually one or a few
+  std::unordered_map<uint64_t, std::vector<uint32_t>> table_;
+
+ public:
+  std::mutex& mutex() { return mu_; }
+};
+
+}  // namespace pr

@@ -1,0 +1,159 @@
+// The longest_prefix strategy: follow the instance that was sent the longest part of this
+// prompt; without a match that tells instances apart, place by the consistent hash.
+import { afterEach, describe, expect, it } from 'vitest'
+import { xxh3, xxh3Blocks } from '../src/hash.js'
+import { Router, type Lease } from '../src/router.js'
+import { ids } from './helpers/keys.js'
+
+const routers: Router[] = []
+function make(opts: Partial<ConstructorParameters<typeof Router>[0]> = {}): Router {
+  const r = new Router({ strategy: 'longest_prefix', prefixLength: 65536, instances: ids(7).map((id) => ({ id })), ...opts })
+  routers.push(r)
+  return r
+}
+afterEach(() => routers.splice(0).forEach((r) => r.close()))
+
+const once = (r: Router, text: string, tenant?: string) => {
+  const l = r.pick(text, tenant === undefined ? undefined : { tenant })
+  l.release()
+  return l.instance
+}
+const words = (seed: number, n: number) => Array.from({ length: n }, (_, i) => `w${(seed * 7919 + i * 104729) % 100000}`).join(' ')
+
+describe('xxh3Blocks', () => {
+  it('chains block hashes: block i is seeded with block i-1', () => {
+    const data = Buffer.from(words(1, 200))
+    const chain = xxh3Blocks(data, 64, 5n)
+    expect(chain.length).toBe(Math.floor(data.length / 64))
+    let h = 5n
+    for (let i = 0; i < chain.length; i++) {
+      h = xxh3(data.subarray(i * 64, (i + 1) * 64), h)
+      expect(chain[i]).toBe(h)
+    }
+    expect(xxh3Blocks(data.toString(), 64, 5n)).toEqual(chain)
+    expect(() => xxh3Blocks(data, 0)).toThrow(/blockBytes must be an integer from 1 to 1048576/)
+  })
+})
+
+describe('longest_prefix', () => {
+  it('sends each turn of a conversation where the previous turns went, though its hash points elsewhere', () => {
+    const r = make()
+    const hashOnly = make({ strategy: 'prefix_aware' })
+    let followed = 0
+    let hashWouldDiffer = 0
+    for (let c = 0; c < 30; c++) {
+      let history = `system: you are assistant ${c}. ${words(c, 60)}`
+      const home = once(r, history)
+      for (let turn = 0; turn < 4; turn++) {
+        history += ` user: ${words(c * 10 + turn, 40)} assistant: ${words(c * 100 + turn, 40)}`
+        if (once(r, history) === home) followed++
+        if (once(hashOnly, history) !== home) hashWouldDiffer++
+      }
+    }
+    expect(followed).toBe(120)
+    expect(hashWouldDiffer).toBeGreaterThan(60) // the hash of the grown prompt alone would have scattered them
+  })
+
+  it('a popular system prompt spreads under load, then new conversations are placed by hash', () => {
+    const r = make({ concurrencyThreshold: 2 })
+    const system = `system: ${words(999, 200)} `
+    // 14 conversations at once with threshold 2: the first holder fills, overflow walks on,
+    // and the system prompt ends up cached on every instance.
+    const held = Array.from({ length: 14 }, (_, c) => r.pick(`${system}user: ${words(10_000 + c, 30)}`))
+    expect(new Set(held.map((l) => l.instance)).size).toBe(7)
+    held.forEach((l) => l.release())
+    // Now every instance holds it: the match no longer tells them apart, so the hash of each
+    // whole prompt places it and the load spreads.
+    const seen = new Map<string, number>()
+    for (let c = 0; c < 700; c++) {
+      const i = once(r, `${system}user: ${words(c, 30)}`)
+      seen.set(i, (seen.get(i) ?? 0) + 1)
+    }
+    expect(seen.size).toBe(7)
+    for (const n of seen.values()) expect(n).toBeGreaterThan(50)
+  })
+
+  it('among instances holding the same prefix, distinct prompts spread (ring order, not one favourite)', () => {
+    const r = make({ concurrencyThreshold: 1 })
+    const doc = `doc: ${words(7, 300)} `
+    const first = [r.pick(`${doc}a`), r.pick(`${doc}b`), r.pick(`${doc}c`)] // three holders now
+    const holders = new Set(first.map((l) => l.instance))
+    expect(holders.size).toBe(3)
+    first.forEach((l) => l.release())
+    const seen = new Set<string>()
+    for (let q = 0; q < 60; q++) seen.add(once(r, `${doc}question ${q} ${words(q, 20)}`))
+    expect([...seen].every((i) => holders.has(i))).toBe(true)
+    expect(seen.size).toBe(3)
+  })
+
+  it('agrees across router replicas with separate indexes when nothing matches', () => {
+    const a = make()
+    const b = make()
+    for (let i = 0; i < 200; i++) {
+      const text = `fresh prompt ${i}: ${words(i, 50)}`
+      expect(once(a, text)).toBe(once(b, text))
+    }
+  })
+
+  it('the same prompt with another tenant id is not a match', () => {
+    const r = make()
+    const text = words(5, 300)
+    const homes = new Set<string>()
+    for (let t = 0; t < 30; t++) {
+      const home = once(r, text, `tenant-${t}`)
+      expect(once(r, `${text} more`, `tenant-${t}`)).toBe(home)
+      homes.add(home)
+    }
+    expect(homes.size).toBeGreaterThan(3)
+  })
+
+  it('overflows at the threshold to the next best match, then by the ring', () => {
+    const r = make({ concurrencyThreshold: 2 })
+    const base = `doc: ${words(42, 300)}`
+    const home = once(r, base)
+    const held: Lease[] = [r.pick(`${base} q1`), r.pick(`${base} q2`)]
+    expect(held.every((l) => l.instance === home && !l.overflow)).toBe(true)
+    const spill = r.pick(`${base} q3`)
+    expect(spill.instance).not.toBe(home)
+    expect(spill.overflow).toBe(true)
+    held.push(spill)
+    held.forEach((l) => l.release())
+    expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
+  })
+
+  it('keeps its index within indexBlocks per instance and reports its memory', () => {
+    const r = make({ indexBlocks: 100, instances: ids(3).map((id) => ({ id })) })
+    for (let i = 0; i < 300; i++) once(r, words(i, 200)) // ~1,500 bytes = ~23 blocks each
+    const s = r.stats()
+    expect(s.indexEntries).toBeLessThanOrEqual(300)
+    expect(s.indexEntries).toBeGreaterThan(200)
+    expect(s.indexBytes).toBeGreaterThan(0)
+    const per = make({ instances: ids(3).map((id, i) => ({ id, indexBlocks: 10 * (i + 1) })) })
+    for (let i = 0; i < 100; i++) once(per, words(i, 200))
+    expect(per.stats().indexEntries).toBeLessThanOrEqual(60)
+  })
+
+  it('removing an instance forgets its blocks once it has drained', () => {
+    const r = make({ instances: ids(3).map((id) => ({ id })) })
+    for (let i = 0; i < 30; i++) once(r, words(i, 200))
+    const before = r.stats().indexEntries
+    r.setInstances(ids(2).map((id) => ({ id })))
+    expect(r.stats().indexEntries).toBeLessThan(before)
+  })
+
+  it('respects groups', () => {
+    const fleet = ids(4).map((id, i) => ({ id, groups: i < 2 ? ['a'] : ['b'] }))
+    const r = make({ instances: fleet })
+    for (let i = 0; i < 50; i++) {
+      const l = r.pick(words(i, 100), { group: 'b' })
+      expect([fleet[2]!.id, fleet[3]!.id]).toContain(l.instance)
+      l.release()
+    }
+  })
+
+  it('validates its options', () => {
+    expect(() => make({ blockSize: 8 })).toThrow(/blockSize must be an integer from 16 to 4096/)
+    expect(() => make({ indexBlocks: -1 })).toThrow(/indexBlocks must be an integer from 0 to 268435456/)
+    expect(() => make({ instances: [{ id: 'x', indexBlocks: 0 }] })).toThrow(/instances\[0\]\.indexBlocks must be an integer from 1/)
+  })
+})
