@@ -9,6 +9,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
   sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
   serve: { summary: 'run the router in front of a fleet (an embedded simulated one if none is given)', load: () => import('./commands/serve.js') },
   route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
+  replay: { summary: 'replay a workload or trace through the virtual fleet with each strategy', load: () => import('./commands/replay.js') },
 }
 
 function usage(): string {

@@ -1,0 +1,203 @@
+// `prefix-router replay`: runs a generated workload or a JSONL trace through the
+// simulator's virtual engine once per strategy and reports TTFT, hit rates, throughput,
+// balance and overflow (docs/replay.md). Parsing and checks live here; the run is
+// src/replay/run.ts.
+import { mkdir, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { LIMITS } from '../router-options.js'
+import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
+import { CHARTS, renderSvg } from '../replay/charts.js'
+import { formatDuration, parseDuration } from '../replay/duration.js'
+import type { ScaleEvent } from '../replay/lane.js'
+import { Progress } from '../replay/progress.js'
+import { jsonReport, markdownReport } from '../replay/report.js'
+import { runReplay } from '../replay/run.js'
+import { resolveStrategies, strategyNames } from '../replay/strategies.js'
+import { checkTrace, readTrace, TraceError } from '../replay/trace.js'
+import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
+import { WORKLOADS } from '../replay/workloads/index.js'
+import { CliError, parseFlags } from './cli-error.js'
+
+const KNOBS = new Map<string, WorkloadParam>()
+for (const w of Object.values(WORKLOADS)) for (const p of w.params) if (!KNOBS.has(p.flag)) KNOBS.set(p.flag, p)
+
+function help(): string {
+  const workloads = Object.values(WORKLOADS).map((w) => {
+    const knobs = w.params.map((p) => `      --${p.flag.padEnd(19)} ${p.description} (default ${p.default})`)
+    return `  ${w.name}: ${w.summary}\n${knobs.join('\n')}`
+  })
+  return `usage: prefix-router replay [--workload NAME | --trace FILE] [options]
+
+Replays requests through the simulator's virtual-time fleet once per strategy and prints
+a Markdown table; writes replay.json and SVG charts to --out. See docs/replay.md.
+
+  --workload NAME              ${Object.keys(WORKLOADS).join(' | ')} (default long-context)
+  --trace FILE                 a JSONL trace of OpenAI request bodies with "timestamp" (ms or ISO 8601)
+  --instances N                instances at the start (1 to 256; default 7)
+  --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it)
+  --strategies LIST            comma-separated, default all: ${strategyNames().join(', ')}
+  --profile NAME               ${Object.keys(PROFILES).join(' | ')} (default ${DEFAULT_PROFILE})
+  --seed N                     seed of the workload and of the peers' tie-breaks (default 1)
+  --out DIR                    where replay.json and the charts go (default replay-results)
+  --router-replicas K          K independent routers per strategy, requests dealt round-robin (1 to 64; default 1)
+  --prefix-length N            routing prefix, code points (${LIMITS.prefixLength.min} to ${LIMITS.prefixLength.max}; default ${LIMITS.prefixLength.default})
+  --concurrency-threshold N    in-flight requests before overflow (${LIMITS.concurrencyThreshold.min} to ${LIMITS.concurrencyThreshold.max}; default ${LIMITS.concurrencyThreshold.default})
+  --add-instance-at T          add an instance at simulated time T (repeatable)
+  --remove-instance-at T       remove the most recently added instance at T (repeatable)
+  --window D                   window of the moved-share and recovery measurements (default 60s)
+  --quiet                      no progress on stderr
+
+workloads and their knobs:
+${workloads.join('\n')}
+`
+}
+
+function intFlag(flag: string, raw: string, min: number, max: number): number {
+  const v = raw.trim() === '' ? NaN : Number(raw)
+  if (!Number.isInteger(v) || v < min || v > max) throw new CliError(`--${flag} must be an integer from ${min} to ${max}; got '${raw}'`)
+  return v
+}
+
+function durationFlag(flag: string, raw: string, positive = true): number {
+  const ms = parseDuration(raw)
+  if (!Number.isFinite(ms) || ms < 0 || (positive && ms === 0)) {
+    throw new CliError(`--${flag} must be a duration such as 1h, 30m, 90s or 500ms; got '${raw}'`)
+  }
+  return ms
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const str = { type: 'string' } as const
+  const knobOptions = Object.fromEntries([...KNOBS.keys()].map((k) => [k, str]))
+  const { values } = parseFlags(argv, {
+    workload: str,
+    trace: str,
+    instances: str,
+    duration: str,
+    strategies: str,
+    profile: str,
+    seed: str,
+    out: str,
+    'router-replicas': str,
+    'prefix-length': str,
+    'concurrency-threshold': str,
+    'add-instance-at': { type: 'string', multiple: true },
+    'remove-instance-at': { type: 'string', multiple: true },
+    window: str,
+    quiet: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+    ...knobOptions,
+  })
+  const v = values as Record<string, string | string[] | boolean | undefined>
+  if (v.help === true) {
+    process.stdout.write(help())
+    return 0
+  }
+  const get = (k: string): string | undefined => (typeof v[k] === 'string' ? (v[k] as string) : undefined)
+
+  const tracePath = get('trace')
+  if (tracePath !== undefined && get('workload') !== undefined) throw new CliError('give --workload or --trace, not both')
+  const workloadName = get('workload') ?? 'long-context'
+  const workload = tracePath === undefined ? WORKLOADS[workloadName] : undefined
+  if (tracePath === undefined && workload === undefined) {
+    throw new CliError(`--workload must be one of ${Object.keys(WORKLOADS).join(', ')}; got '${workloadName}'`)
+  }
+  const knobs: Record<string, number> = {}
+  for (const [flag, p] of KNOBS) {
+    const raw = get(flag)
+    if (raw === undefined) continue
+    if (workload === undefined || !workload.params.some((q) => q.flag === flag)) {
+      throw new CliError(`--${flag} does not apply to ${workload === undefined ? '--trace' : `--workload ${workload.name}`}`)
+    }
+    const n = raw.trim() === '' ? NaN : Number(raw)
+    const own = workload.params.find((q) => q.flag === flag) ?? p
+    if (!Number.isFinite(n) || n < own.min || n > own.max || (own.integer && !Number.isInteger(n))) {
+      throw new CliError(`--${flag} must be ${describeParam(own)}; got '${raw}'`)
+    }
+    knobs[flag] = n
+  }
+
+  const instances = get('instances') === undefined ? 7 : intFlag('instances', get('instances')!, 1, 256)
+  const seed = get('seed') === undefined ? 1 : intFlag('seed', get('seed')!, 0, 2 ** 31 - 1)
+  const replicas = get('router-replicas') === undefined ? 1 : intFlag('router-replicas', get('router-replicas')!, 1, 64)
+  const pl = LIMITS.prefixLength
+  const prefixLength = get('prefix-length') === undefined ? pl.default : intFlag('prefix-length', get('prefix-length')!, pl.min, pl.max)
+  const ct = LIMITS.concurrencyThreshold
+  const threshold =
+    get('concurrency-threshold') === undefined ? ct.default : intFlag('concurrency-threshold', get('concurrency-threshold')!, ct.min, ct.max)
+  const profile = get('profile') ?? DEFAULT_PROFILE
+  if (PROFILES[profile.toLowerCase()] === undefined) throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${profile}'`)
+  let strategies
+  try {
+    strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''))
+  } catch (err) {
+    throw new CliError(`--strategies: ${(err as Error).message}`)
+  }
+  const windowMs = get('window') === undefined ? 60_000 : durationFlag('window', get('window')!)
+  const events: ScaleEvent[] = []
+  for (const [flag, kind] of [['add-instance-at', 'add'], ['remove-instance-at', 'remove']] as const) {
+    const list = v[flag]
+    for (const raw of Array.isArray(list) ? list : []) events.push({ atMs: durationFlag(flag, raw, false), kind })
+  }
+  const removals = events.filter((e) => e.kind === 'remove').length
+  if (removals >= instances + events.length - removals) throw new CliError('--remove-instance-at would leave no instance')
+
+  const quiet = v.quiet === true
+  let durationMs: number
+  let requests
+  let source
+  if (tracePath !== undefined) {
+    let summary
+    try {
+      summary = await checkTrace(tracePath)
+    } catch (err) {
+      if (err instanceof TraceError) throw new CliError(`--trace ${err.message}`)
+      const e = err as NodeJS.ErrnoException
+      if (e.code === 'ENOENT' || e.code === 'EISDIR' || e.code === 'EACCES') throw new CliError(`--trace cannot read '${tracePath}': ${e.message}`)
+      throw err
+    }
+    durationMs = get('duration') === undefined ? summary.spanMs + 1 : durationFlag('duration', get('duration')!)
+    requests = readTrace(tracePath)
+    source = { trace: tracePath }
+  } else {
+    const params = resolveParams(workload!, knobs)
+    durationMs = get('duration') === undefined ? 3_600_000 : durationFlag('duration', get('duration')!)
+    requests = workload!.generate(params, { seed, durationMs })
+    source = { workload: workload!.name, params }
+  }
+  for (const e of events) {
+    if (e.atMs >= durationMs) throw new CliError(`--${e.kind === 'add' ? 'add' : 'remove'}-instance-at ${formatDuration(e.atMs)} is not within --duration ${formatDuration(durationMs)}`)
+  }
+
+  const outDir = get('out') ?? 'replay-results'
+  const progress = quiet ? null : new Progress(process.stderr, durationMs, 'replay')
+  const result = await runReplay({
+    requests,
+    source,
+    strategies,
+    instances,
+    durationMs,
+    sim: { profile },
+    prefixLength,
+    concurrencyThreshold: threshold,
+    routerReplicas: replicas,
+    seed,
+    events,
+    windowMs,
+    ...(progress === null ? {} : { onProgress: (t: number, n: number) => progress.update(t, n) }),
+  })
+  progress?.done()
+
+  const command = ['prefix-router', 'replay', ...argv].join(' ')
+  process.stdout.write(markdownReport(result))
+  await mkdir(outDir, { recursive: true })
+  await writeFile(join(outDir, 'replay.json'), jsonReport(result, command))
+  for (const [file, spec] of Object.entries(CHARTS)) await writeFile(join(outDir, file), await renderSvg(spec(result)))
+  if (!quiet) {
+    process.stderr.write(
+      `replay: ${result.requests.toLocaleString('en-US')} requests × ${result.strategies.length} strategies in ${(result.wallMs / 1000).toFixed(1)} s; ` +
+        `wrote ${join(outDir, 'replay.json')} and ${Object.keys(CHARTS).length} charts\n`,
+    )
+  }
+  return 0
+}

@@ -1,0 +1,119 @@
+// One strategy's run: its own virtual fleet (engines, caches, clock) and router, fed the
+// same prepared requests as every other lane. A lane advances its clock to each arrival,
+// asks its router, submits to the chosen engine, and releases the router's lease when the
+// engine reports the request finished, so in-flight counts and overflow are the router's
+// real ones.
+import { VirtualFleet } from '../sim/virtual-fleet.js'
+import type { SimOptions } from '../sim/config.js'
+import type { PreparedRequest } from './prepare.js'
+import { ReplicatedRouter, type ReplayRouter, type RouterFactory } from './routers.js'
+import { KeyTracker, LaneStats } from './stats.js'
+
+export interface ScaleEvent {
+  atMs: number
+  kind: 'add' | 'remove'
+}
+
+export interface LaneOptions {
+  /** Instances at the start. */
+  instances: number
+  /** Engines to create: the starting instances plus one per add event (idle until added). */
+  engines: number
+  sim: SimOptions
+  prefixLength: number
+  concurrencyThreshold: number
+  replicas: number
+  seed: number
+  durationMs: number
+  events: readonly ScaleEvent[]
+  /** Window for moved-share measurements around scale events. */
+  windowMs: number
+}
+
+export class Lane {
+  readonly fleet: VirtualFleet
+  readonly router: ReplayRouter
+  readonly stats: LaneStats
+  readonly tracker: KeyTracker | null
+  /** Engine indexes that were in the fleet at any time (shares are reported for these). */
+  readonly everMembers = new Set<number>()
+  private members: number[]
+  private nextEngine: number
+
+  constructor(
+    readonly factory: RouterFactory,
+    o: LaneOptions,
+  ) {
+    this.fleet = new VirtualFleet({ ...o.sim, instances: o.engines })
+    const ids = this.fleet.engines.map((e) => e.id)
+    this.members = Array.from({ length: o.instances }, (_, i) => i)
+    this.nextEngine = o.instances
+    for (const m of this.members) this.everMembers.add(m)
+    const ctx = {
+      ids,
+      engines: this.fleet.engines,
+      members: this.members,
+      prefixLength: o.prefixLength,
+      concurrencyThreshold: o.concurrencyThreshold,
+      model: this.fleet.sim.model,
+      kvBlocks: this.fleet.sim.engine.kvBlocks,
+      blockSize: this.fleet.sim.engine.blockSize,
+    }
+    const replicas = Array.from({ length: o.replicas }, (_, k) => factory.create({ ...ctx, seed: o.seed + k }))
+    this.router = replicas.length === 1 ? replicas[0]! : new ReplicatedRouter(replicas)
+    this.stats = new LaneStats(factory.name, o.engines, o.durationMs)
+    this.tracker = o.events.length === 0 ? null : new KeyTracker(o.events, o.windowMs)
+  }
+
+  arrive(req: PreparedRequest): void {
+    const fleet = this.fleet
+    fleet.run(req.at)
+    const placement = this.router.route(req, req.at)
+    this.stats.routedTo(placement.instance, placement.overflow)
+    if (this.tracker !== null) this.tracker.record(req.key, placement.instance, req.at)
+    const stats = this.stats
+    try {
+      fleet.submit(
+        placement.instance,
+        req.maxTokens === undefined ? { prepared: req.prompt } : { prepared: req.prompt, maxTokens: req.maxTokens },
+        {
+          at: req.at,
+          onFinish: (r) => {
+            placement.finish()
+            stats.done(r)
+          },
+        },
+      )
+    } catch (err) {
+      // The engine refuses what vLLM would answer 400 to (prompt + output over the
+      // context): counted, and the router's lease released.
+      if (!(err instanceof RangeError)) throw err
+      placement.finish()
+      stats.rejected++
+    }
+  }
+
+  /** Applies a scale event at its time (the clock is first run up to it). */
+  scale(ev: ScaleEvent): void {
+    this.fleet.run(ev.atMs)
+    this.tracker?.freeze(ev.atMs)
+    if (ev.kind === 'add') {
+      this.members = [...this.members, this.nextEngine++]
+      this.everMembers.add(this.members[this.members.length - 1]!)
+    } else if (this.members.length > 1) {
+      // The most recently added instance goes first (the highest-numbered member).
+      this.members = this.members.slice(0, -1)
+    }
+    this.router.setInstances(this.members, ev.atMs)
+  }
+
+  /** Runs until every submitted request has finished. */
+  drain(): void {
+    this.fleet.run()
+  }
+
+  close(): void {
+    this.router.close()
+    for (const e of this.fleet.engines) e.close()
+  }
+}

@@ -1,0 +1,102 @@
+// One request, made ready once and shared by every strategy's lane: the routing text as
+// the proxy extracts it, the tenant id as the proxy reads it, and the prompt as the
+// simulator keys it (token count and block hashes). Hashing the prompt is the main cost of
+// a replay (docs/simulator.md: ~0.15 µs per 64-byte block through N-API), so it is done
+// once per request, not once per strategy.
+import { xxh3 } from '../hash.js'
+import { openAIRequest } from '../prefix/openai-key.js'
+import { tenantOf } from '../prefix/tenant.js'
+import { cacheSeed, preparePrompt, preparePromptText, type PreparedPrompt } from '../sim/block-hash.js'
+import { renderChat } from '../sim/chat-template.js'
+import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
+import { encodeTokenIds } from '../sim/tokenizer.js'
+import type { OpenAIApi } from '../prefix/openai-key.js'
+import type { TimedRequest } from './types.js'
+
+export interface PreparedRequest {
+  /** Position in the stream, from 0. */
+  index: number
+  at: number
+  api: OpenAIApi
+  body: Readonly<Record<string, unknown>>
+  /**
+   * Routing text from src/prefix/openai-key.ts, extracted with the largest prefix length
+   * (65,536 code points) so one extraction serves any --prefix-length: the router cuts it
+   * to its own prefixLength, exactly as from the proxy's shorter extraction.
+   */
+  text: string
+  /** Tenant id as the proxy reads it: the header, else the body's prompt_cache_key. */
+  tenant: string | undefined
+  /** The simulator's view of the prompt. */
+  prompt: PreparedPrompt
+  /** max_tokens (or max_completion_tokens); undefined: the profile's default output. */
+  maxTokens: number | undefined
+  /** The routing key prefix_aware hashes (see routingKey); NaN unless key tracking is on. */
+  key: number
+}
+
+const ROUTING_TEXT_LIMIT = 65536
+
+export interface PrepareOptions {
+  /** Model name the simulated fleet serves: every request is served as it (see docs/replay.md). */
+  model: string
+  blockSize: number
+  /** Compute `key` with this prefix length (code points), for scale-event tracking. */
+  trackKeys?: number
+}
+
+export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptions): PreparedRequest {
+  const raw = Buffer.from(JSON.stringify(req.body))
+  const routed = openAIRequest(req.api, raw, ROUTING_TEXT_LIMIT)
+  const tenant = tenantOf(req.tenant, routed.promptCacheKey)
+  // What a live worker does with the body (src/sim/http-worker.ts → request.ts): vLLM's
+  // validation, the chat template, the cache seed of the model and cache_salt.
+  const seed = cacheSeed(o.model, undefined)
+  let prompt: PreparedPrompt
+  let maxTokens: number | undefined
+  if (req.api === 'chat') {
+    const chat = parseChatRequest(req.body)
+    maxTokens = chat.maxTokens
+    const s = chat.cacheSalt === undefined ? seed : cacheSeed(o.model, chat.cacheSalt)
+    // Same keys as VirtualFleet.prepare (which encodes and hashes the same UTF-8 bytes),
+    // through the text path that skips a view per block.
+    prompt = preparePromptText(renderChat(chat.messages, chat.addGenerationPrompt), o.blockSize, s)
+  } else {
+    const c = parseCompletionRequest(req.body)
+    maxTokens = c.maxTokens
+    const s = c.cacheSalt === undefined ? seed : cacheSeed(o.model, c.cacheSalt)
+    prompt = c.tokenIds !== undefined ? preparePrompt(encodeTokenIds(c.tokenIds), o.blockSize, s) : preparePromptText(c.text ?? '', o.blockSize, s)
+  }
+  return {
+    index,
+    at: req.at,
+    api: req.api,
+    body: req.body,
+    text: routed.text,
+    tenant,
+    prompt,
+    maxTokens,
+    key: o.trackKeys === undefined ? NaN : routingKey(routed.text, tenant, o.trackKeys),
+  }
+}
+
+/**
+ * The key prefix_aware routes by: XXH3-64 of the first `prefixLength` code points of the
+ * routing text (UTF-8), seeded by the tenant id's hash (src/commands/route.ts prints the
+ * same), kept to 52 bits so it is exact as a number.
+ */
+export function routingKey(text: string, tenant: string | undefined, prefixLength: number): number {
+  const h = xxh3(codePointPrefix(text, prefixLength), tenant === undefined ? 0n : xxh3(tenant))
+  return Number(BigInt.asUintN(52, h))
+}
+
+/** The first n code points of s (a surrogate pair counts as one). */
+export function codePointPrefix(s: string, n: number): string {
+  if (s.length <= n) return s
+  let units = 0
+  for (let cps = 0; cps < n && units < s.length; cps++) {
+    const c = s.charCodeAt(units)
+    units += c >= 0xd800 && c <= 0xdbff && units + 1 < s.length ? 2 : 1
+  }
+  return s.slice(0, units)
+}

@@ -1,0 +1,59 @@
+// The replay's outputs besides the charts: a Markdown table (stdout) and the JSON file.
+import { formatDuration } from './duration.js'
+import type { ReplayResult, StrategyResult } from './result.js'
+
+const pct = (v: number | null, digits = 1): string => (v === null ? '—' : Number.isNaN(v) ? 'n/a' : `${(v * 100).toFixed(digits)}%`)
+const ms = (v: number): string => (Number.isNaN(v) ? 'n/a' : `${Math.round(v)}`)
+const num = (v: number, digits = 1): string => (Number.isNaN(v) ? 'n/a' : v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }))
+
+/** "long-context (rate 14, documents 1000, …)" or "trace file.jsonl". */
+export function describeSource(r: ReplayResult): string {
+  if ('trace' in r.source) return `trace ${r.source.trace}`
+  const params = Object.entries(r.source.params).map(([k, v]) => `${k} ${v}`)
+  return `${r.source.workload} (${params.join(', ')})`
+}
+
+export function markdownReport(r: ReplayResult): string {
+  const lines: string[] = []
+  lines.push(
+    `${describeSource(r)}: ${r.instances} × ${r.profile}, ${formatDuration(r.durationMs)} simulated, seed ${r.seed}, ` +
+      `prefix length ${r.prefixLength}, concurrency threshold ${r.concurrencyThreshold}` +
+      `${r.routerReplicas > 1 ? `, ${r.routerReplicas} router replicas` : ''}: ${r.requests.toLocaleString('en-US')} requests; ` +
+      `ideal hit rate ${pct(r.ideal.hitRate)}.`,
+  )
+  lines.push('')
+  const random = r.strategies.find((s) => s.strategy === 'random')
+  const vs = (s: StrategyResult, k: 'p50' | 'p90'): string => {
+    if (random === undefined || s === random) return ''
+    const d = s.ttftMs[k] / random.ttftMs[k] - 1
+    return ` (${d > 0 ? '+' : ''}${(d * 100).toFixed(0)}%)`
+  }
+  lines.push('| strategy | P50 TTFT ms | P90 TTFT ms | P99 TTFT ms | hit rate | of ideal | req/s | output tok/s | instance share | overflow |')
+  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: | ---: |')
+  for (const s of r.strategies) {
+    lines.push(
+      `| ${s.strategy} | ${ms(s.ttftMs.p50)}${vs(s, 'p50')} | ${ms(s.ttftMs.p90)}${vs(s, 'p90')} | ${ms(s.ttftMs.p99)} | ` +
+        `${pct(s.hitRate)} | ${pct(s.ofIdeal)} | ${num(s.throughput.requestsPerSec, 2)} | ${num(s.throughput.outputTokensPerSec, 0)} | ` +
+        `${pct(s.shareMin)}–${pct(s.shareMax)} | ${pct(s.overflowRate)} |`,
+    )
+  }
+  const rejected = r.strategies[0]?.rejected ?? 0
+  if (rejected > 0) lines.push('', `${rejected} request(s) exceeded the model's context and were rejected (counted in no column).`)
+  if (r.strategies.some((s) => s.events.length > 0)) {
+    lines.push('', `Scale events (window ${formatDuration(r.windowMs)}):`, '')
+    lines.push('| strategy | event | moved | churn before | hit rate before | recovery |')
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: |')
+    for (const s of r.strategies) {
+      for (const e of s.events) {
+        const rec = e.recoveryMs === null ? 'not within the run' : formatDuration(e.recoveryMs)
+        lines.push(`| ${s.strategy} | ${e.kind} at ${formatDuration(e.atMs)} | ${pct(e.moved)} | ${pct(e.churn)} | ${pct(e.hitBefore)} | ${rec} |`)
+      }
+    }
+  }
+  return `${lines.join('\n')}\n`
+}
+
+/** The JSON file: the whole result, plus the command that produced it. */
+export function jsonReport(r: ReplayResult, command: string): string {
+  return `${JSON.stringify({ command, ...r }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2)}\n`
+}

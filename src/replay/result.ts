@@ -1,0 +1,152 @@
+// From the lanes' raw measurements to the numbers a report shows (and the JSON file
+// holds): percentiles, rates, shares, the hit-rate timeline and the scale events' effect.
+import type { Lane, ScaleEvent } from './lane.js'
+import type { ReplayOptions } from './run.js'
+import { quantile } from './stats.js'
+
+export interface EventResult {
+  atMs: number
+  kind: 'add' | 'remove'
+  /**
+   * Of the requests in the window after the event whose routing key had been routed
+   * before it, the share sent to another instance than that key's last one before it.
+   */
+  moved: number
+  /** The same share over the window before the event (what moves without any event). */
+  churn: number
+  /** Token hit rate of the window before the event. */
+  hitBefore: number
+  /** Time from the event to the first window-long stretch whose hit rate is within 2 points of hitBefore; null if none before the next event or the end. */
+  recoveryMs: number | null
+}
+
+export interface StrategyResult {
+  strategy: string
+  source: string
+  requests: number
+  rejected: number
+  ttftMs: { p50: number; p90: number; p99: number; mean: number }
+  hitRate: number
+  /** hitRate / the ideal hit rate. */
+  ofIdeal: number
+  throughput: { requestsPerSec: number; outputTokensPerSec: number }
+  /** Share of requests per instance id (every instance that was ever in the fleet). */
+  instanceShares: Record<string, number>
+  shareMin: number
+  shareMax: number
+  /** Share of requests that overflowed; null for strategies without that notion. */
+  overflowRate: number | null
+  preemptions: number
+  /** Hit rate per bucket of arrival time: [bucket start s, hit rate]. */
+  timeline: [number, number][]
+  /** TTFT quantiles for the CDF chart: [ms, cumulative share]. */
+  cdf: [number, number][]
+  events: EventResult[]
+}
+
+export interface ReplayResult {
+  source: { workload: string; params: Record<string, number> } | { trace: string }
+  instances: number
+  durationMs: number
+  profile: string
+  seed: number
+  prefixLength: number
+  concurrencyThreshold: number
+  routerReplicas: number
+  windowMs: number
+  requests: number
+  ideal: { hitRate: number; capacityBlocks: number }
+  strategies: StrategyResult[]
+  wallMs: number
+}
+
+export interface SummaryInput {
+  options: ReplayOptions
+  lanes: readonly Lane[]
+  events: readonly ScaleEvent[]
+  windowMs: number
+  idealHitRate: number
+  idealCapacityBlocks: number
+  requests: number
+  wallMs: number
+  profile: string
+}
+
+// 0.02 steps, then the tail: enough for a CDF chart, small enough to keep the SVG light.
+const CDF_POINTS = [...Array.from({ length: 49 }, (_, i) => (i + 1) / 50), 0.99, 0.995, 0.999, 1]
+
+export function summarize(s: SummaryInput): ReplayResult {
+  const o = s.options
+  const durS = o.durationMs / 1000
+  const bucketS = Math.max(1, Math.round(durS / 60))
+  const strategies = s.lanes.map((lane): StrategyResult => {
+    const st = lane.stats
+    const sorted = st.ttftMs.sorted()
+    let sum = 0
+    for (const v of sorted) sum += v
+    const ever = lane.everMembers
+    const shares: Record<string, number> = {}
+    let min = Infinity
+    let max = -Infinity
+    for (const i of [...ever].sort((a, b) => a - b)) {
+      const share = st.routed === 0 ? 0 : st.perInstance[i]! / st.routed
+      shares[lane.fleet.engines[i]!.id] = share
+      min = Math.min(min, share)
+      max = Math.max(max, share)
+    }
+    const hitRate = st.promptTokens === 0 ? NaN : st.cachedTokens / st.promptTokens
+    const timeline: [number, number][] = []
+    for (let t = 0; t < durS; t += bucketS) timeline.push([t, st.hitRate(t * 1000, Math.min(durS, t + bucketS) * 1000)])
+    const moved = lane.tracker?.results() ?? []
+    const events = s.events.map((ev, k): EventResult => {
+      const end = s.events[k + 1]?.atMs ?? o.durationMs
+      const hitBefore = st.hitRate(ev.atMs - s.windowMs, ev.atMs)
+      let recoveryMs: number | null = null
+      for (let t = ev.atMs; t + s.windowMs <= end; t += 1000) {
+        if (st.hitRate(t, t + s.windowMs) >= hitBefore - 0.02) {
+          recoveryMs = t - ev.atMs
+          break
+        }
+      }
+      return { atMs: ev.atMs, kind: ev.kind, moved: moved[k]?.moved ?? NaN, churn: moved[k]?.churn ?? NaN, hitBefore, recoveryMs }
+    })
+    return {
+      strategy: lane.factory.name,
+      source: lane.factory.source,
+      requests: st.routed,
+      rejected: st.rejected,
+      ttftMs: {
+        p50: quantile(sorted, 0.5),
+        p90: quantile(sorted, 0.9),
+        p99: quantile(sorted, 0.99),
+        mean: sorted.length === 0 ? NaN : sum / sorted.length,
+      },
+      hitRate,
+      ofIdeal: hitRate / s.idealHitRate,
+      throughput: { requestsPerSec: st.completedInWindow / durS, outputTokensPerSec: st.outputInWindow / durS },
+      instanceShares: shares,
+      shareMin: min,
+      shareMax: max,
+      overflowRate: st.overflowKnown ? (st.routed === 0 ? 0 : st.overflow / st.routed) : null,
+      preemptions: st.preemptions,
+      timeline,
+      cdf: CDF_POINTS.map((q) => [quantile(sorted, q), q]),
+      events,
+    }
+  })
+  return {
+    source: o.source,
+    instances: o.instances,
+    durationMs: o.durationMs,
+    profile: s.profile,
+    seed: o.seed,
+    prefixLength: o.prefixLength,
+    concurrencyThreshold: o.concurrencyThreshold,
+    routerReplicas: o.routerReplicas,
+    windowMs: s.windowMs,
+    requests: s.requests,
+    ideal: { hitRate: s.idealHitRate, capacityBlocks: s.idealCapacityBlocks },
+    strategies,
+    wallMs: s.wallMs,
+  }
+}

@@ -1,0 +1,130 @@
+// The routers a replay compares, behind one small interface: our native Router (every
+// strategy in STRATEGIES, so a strategy added to the core shows up here by itself) and
+// the TypeScript re-implementations of other routers' policies (src/replay/peers/).
+import type { SimEngine } from '../sim/engine.js'
+import { Router } from '../router.js'
+import { LIMITS, parseStrategy, STRATEGIES, type InstanceSpec, type RouterOptions } from '../router-options.js'
+import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
+import type { PreparedRequest } from './prepare.js'
+
+/** Where one request goes, and what to call when it ends. */
+export interface Placement {
+  /** Engine index in the lane's fleet. */
+  instance: number
+  /** The strategy's preferred instance was skipped for load; null if the strategy has no such notion. */
+  overflow: boolean | null
+  /** The request finished (or failed): release whatever the router counts in flight. */
+  finish(): void
+}
+
+export interface ReplayRouter {
+  route(req: PreparedRequest, now: number): Placement
+  /** The fleet's members changed (scale events); `members` are engine indexes. */
+  setInstances(members: readonly number[], now: number): void
+  close(): void
+}
+
+export interface RouterContext {
+  /** Instance ids by engine index ("sim-0", …). */
+  ids: readonly string[]
+  /** Live engines by index: the signals peers read from metrics (queue, KV usage). */
+  engines: readonly SimEngine[]
+  /** Engine indexes in the fleet at the start. */
+  members: readonly number[]
+  prefixLength: number
+  concurrencyThreshold: number
+  /** Name of the served model (peers key their hashes by it). */
+  model: string
+  /** Per-instance KV capacity, for routers whose index defaults from it. */
+  kvBlocks: number
+  blockSize: number
+  seed: number
+}
+
+export interface RouterFactory {
+  /** Name in reports and on the command line. */
+  name: string
+  /** Where it comes from, for the report. */
+  source: string
+  create(ctx: RouterContext): ReplayRouter
+}
+
+/** Our native strategies, read from the core's list at run time. */
+export function nativeStrategies(): string[] {
+  return [...STRATEGIES]
+}
+
+/** Our Router (src/router.ts) with the given strategy, routing exactly as `serve` does. */
+export function nativeFactory(strategy: string): RouterFactory {
+  const name = parseStrategy(strategy)
+  return {
+    name,
+    source: 'prefix-router (native core)',
+    create: (ctx) => new NativeRouter(name, ctx),
+  }
+}
+
+class NativeRouter implements ReplayRouter {
+  private readonly router: Router
+  private readonly index = new Map<string, number>()
+
+  constructor(strategy: string, private readonly ctx: RouterContext) {
+    ctx.ids.forEach((id, i) => this.index.set(id, i))
+    const options: RouterOptions = {
+      strategy,
+      prefixLength: ctx.prefixLength,
+      concurrencyThreshold: ctx.concurrencyThreshold,
+      instances: this.specs(ctx.members),
+    }
+    this.router = new Router(options)
+  }
+
+  route(req: PreparedRequest): Placement {
+    const lease = this.router.pick(req.text, req.tenant === undefined ? undefined : { tenant: req.tenant })
+    return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, finish: () => lease.release() }
+  }
+
+  setInstances(members: readonly number[]): void {
+    this.router.setInstances(this.specs(members))
+  }
+
+  close(): void {
+    this.router.close()
+  }
+
+  private specs(members: readonly number[]): InstanceSpec[] {
+    // What `serve` gives longest_prefix once it has read an instance's
+    // vllm:cache_config_info (src/fleet/instance.ts indexCapacity): the KV capacity in
+    // tokens at ~4 bytes of routing text each, in blocks of the router's default size.
+    // Other strategies ignore it.
+    const indexBlocks = Math.max(1, Math.round((this.ctx.kvBlocks * this.ctx.blockSize * BYTES_PER_TOKEN) / LIMITS.blockSize.default))
+    return members.map((i) => ({ id: this.ctx.ids[i]!, indexBlocks }))
+  }
+}
+
+/**
+ * K independent routers of one kind (each its own index and in-flight counters), with
+ * requests dealt round-robin, as a load balancer in front of K router pods would deal
+ * connections of one request each.
+ */
+export class ReplicatedRouter implements ReplayRouter {
+  private next = 0
+
+  constructor(private readonly replicas: readonly ReplayRouter[]) {
+    if (replicas.length < 1) throw new RangeError('at least one replica')
+  }
+
+  route(req: PreparedRequest, now: number): Placement {
+    const r = this.replicas[this.next]!
+    this.next = this.next + 1 === this.replicas.length ? 0 : this.next + 1
+    return r.route(req, now)
+  }
+
+  setInstances(members: readonly number[], now: number): void {
+    for (const r of this.replicas) r.setInstances(members, now)
+  }
+
+  close(): void {
+    for (const r of this.replicas) r.close()
+  }
+}

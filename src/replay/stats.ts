@@ -1,0 +1,154 @@
+// What one strategy's lane measures. Hit rates are token-weighted, as vLLM counts them
+// (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total): cached prompt tokens
+// at a request's first admission over its prompt tokens. Time series are kept per
+// simulated second of arrival, so the report can roll them into any window.
+import type { VirtualResult } from '../sim/virtual-fleet.js'
+
+/** A growable array of doubles. */
+export class Samples {
+  private data = new Float64Array(1024)
+  length = 0
+
+  push(v: number): void {
+    if (this.length === this.data.length) {
+      const next = new Float64Array(this.data.length * 2)
+      next.set(this.data)
+      this.data = next
+    }
+    this.data[this.length++] = v
+  }
+
+  /** Sorted copy. */
+  sorted(): Float64Array {
+    return this.data.slice(0, this.length).sort()
+  }
+}
+
+/** The q-quantile (0–1) of sorted values, by the nearest-rank method; NaN when empty. */
+export function quantile(sorted: Float64Array, q: number): number {
+  if (sorted.length === 0) return NaN
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))
+  return sorted[i]!
+}
+
+export class LaneStats {
+  readonly ttftMs = new Samples()
+  routed = 0
+  rejected = 0
+  finished = 0
+  promptTokens = 0
+  cachedTokens = 0
+  outputTokens = 0
+  preemptions = 0
+  overflow = 0
+  /** False when the strategy has no overflow notion. */
+  overflowKnown = true
+  /** Requests per engine index. */
+  readonly perInstance: number[]
+  /** Finished by the end of the arrival window (for throughput). */
+  completedInWindow = 0
+  outputInWindow = 0
+  /** Per second of arrival: prompt and cached tokens. */
+  readonly secPrompt: Float64Array
+  readonly secCached: Float64Array
+
+  constructor(
+    readonly name: string,
+    engines: number,
+    readonly durationMs: number,
+  ) {
+    this.perInstance = new Array<number>(engines).fill(0)
+    const secs = Math.max(1, Math.ceil(durationMs / 1000))
+    this.secPrompt = new Float64Array(secs)
+    this.secCached = new Float64Array(secs)
+  }
+
+  routedTo(instance: number, overflow: boolean | null): void {
+    this.routed++
+    this.perInstance[instance] = (this.perInstance[instance] ?? 0) + 1
+    if (overflow === null) this.overflowKnown = false
+    else if (overflow) this.overflow++
+  }
+
+  done(r: VirtualResult): void {
+    this.finished++
+    if (r.ttftMs >= 0) this.ttftMs.push(r.ttftMs)
+    this.promptTokens += r.promptTokens
+    this.cachedTokens += r.cachedTokens
+    this.outputTokens += r.outputTokens
+    this.preemptions += r.preemptions
+    if (r.finishedMs <= this.durationMs) {
+      this.completedInWindow++
+      this.outputInWindow += r.outputTokens
+    }
+    const s = Math.min(this.secPrompt.length - 1, Math.floor(r.arrivalMs / 1000))
+    this.secPrompt[s]! += r.promptTokens
+    this.secCached[s]! += r.cachedTokens
+  }
+
+  /** Token hit rate of requests arriving in [fromMs, toMs). */
+  hitRate(fromMs: number, toMs: number): number {
+    const a = Math.max(0, Math.floor(fromMs / 1000))
+    const b = Math.min(this.secPrompt.length, Math.ceil(toMs / 1000))
+    let p = 0
+    let c = 0
+    for (let s = a; s < b; s++) {
+      p += this.secPrompt[s]!
+      c += this.secCached[s]!
+    }
+    return p === 0 ? NaN : c / p
+  }
+}
+
+/**
+ * Which instance each routing key went to, to measure how much traffic a scale event
+ * moves. A key is the prefix_aware key of a request (see prepare.ts routingKey), the same
+ * for every strategy, so "moved" means the same thing for all of them.
+ */
+export class KeyTracker {
+  private readonly last = new Map<number, number>()
+  private readonly windows: EventWindow[]
+
+  constructor(events: readonly { atMs: number }[], windowMs: number) {
+    this.windows = events.map((e) => ({ atMs: e.atMs, windowMs, snapshot: null, before: { seen: 0, moved: 0 }, after: { seen: 0, moved: 0 } }))
+  }
+
+  /** Called at each event time, before requests arriving at or after it. */
+  freeze(atMs: number): void {
+    for (const w of this.windows) if (w.atMs === atMs && w.snapshot === null) w.snapshot = new Map(this.last)
+  }
+
+  record(key: number, instance: number, atMs: number): void {
+    const prev = this.last.get(key)
+    for (const w of this.windows) {
+      if (atMs >= w.atMs - w.windowMs && atMs < w.atMs && prev !== undefined) {
+        w.before.seen++
+        if (prev !== instance) w.before.moved++
+      } else if (atMs >= w.atMs && atMs < w.atMs + w.windowMs && w.snapshot !== null) {
+        const home = w.snapshot.get(key)
+        if (home !== undefined) {
+          w.after.seen++
+          if (home !== instance) w.after.moved++
+        }
+      }
+    }
+    this.last.set(key, instance)
+  }
+
+  results(): { atMs: number; moved: number; churn: number; keysAfter: number }[] {
+    return this.windows.map((w) => ({
+      atMs: w.atMs,
+      moved: w.after.seen === 0 ? NaN : w.after.moved / w.after.seen,
+      churn: w.before.seen === 0 ? NaN : w.before.moved / w.before.seen,
+      keysAfter: w.after.seen,
+    }))
+  }
+}
+
+interface EventWindow {
+  atMs: number
+  windowMs: number
+  snapshot: Map<number, number> | null
+  before: { seen: number; moved: number }
+  after: { seen: number; moved: number }
+}

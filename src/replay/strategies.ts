@@ -1,0 +1,25 @@
+// Strategy names a replay accepts: every native strategy the core lists (STRATEGIES in
+// src/router-options.ts, read at run time) and the peers' re-implementations.
+import { llmdDefault } from './peers/llmd-default.js'
+import { sglangCacheAware } from './peers/sglang-cache-aware.js'
+import { nativeFactory, nativeStrategies, type RouterFactory } from './routers.js'
+
+export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault]
+
+/** All names, natives first, in report order. */
+export function strategyNames(): string[] {
+  return [...nativeStrategies(), ...PEERS.map((p) => p.name)]
+}
+
+/** Names in any case, with - or _; throws a RangeError naming the unknown one. */
+export function resolveStrategies(names?: readonly string[]): RouterFactory[] {
+  const all = strategyNames()
+  const wanted = names === undefined || names.length === 0 ? all : names.map((n) => n.trim().toLowerCase().replace(/-/g, '_'))
+  const out: RouterFactory[] = []
+  for (const n of wanted) {
+    if (!all.includes(n)) throw new RangeError(`unknown strategy '${n}'; choose from ${all.join(', ')}`)
+    if (out.some((f) => f.name === n)) continue
+    out.push(PEERS.find((p) => p.name === n) ?? nativeFactory(n))
+  }
+  return out
+}

@@ -1,0 +1,148 @@
+import { Writable } from 'node:stream'
+import { describe, expect, it } from 'vitest'
+import { xxh3 } from '../../src/hash.js'
+import { openAIRequest } from '../../src/prefix/openai-key.js'
+import { formatDuration, parseDuration } from '../../src/replay/duration.js'
+import { IdealCache } from '../../src/replay/ideal.js'
+import { codePointPrefix, prepareRequest, routingKey } from '../../src/replay/prepare.js'
+import { Progress } from '../../src/replay/progress.js'
+import { ReplicatedRouter, type Placement, type ReplayRouter } from '../../src/replay/routers.js'
+import { resolveStrategies, strategyNames } from '../../src/replay/strategies.js'
+import { STRATEGIES } from '../../src/router-options.js'
+import { VirtualFleet } from '../../src/sim/index.js'
+
+describe('prepareRequest', () => {
+  const fleet = new VirtualFleet({ instances: 1, profile: 'tiny' })
+  const body = {
+    messages: [
+      { role: 'system', content: 'Be brief. '.repeat(30) },
+      { role: 'user', content: [{ type: 'text', text: 'What is ' }, { type: 'text', text: 'this? é' }] },
+    ],
+    max_completion_tokens: 7,
+    prompt_cache_key: 'cache-scope',
+  }
+  const o = { model: fleet.sim.model, blockSize: fleet.sim.engine.blockSize, trackKeys: 4096 }
+
+  it('keys the prompt as the virtual fleet does and routes by the proxy’s text', () => {
+    const p = prepareRequest({ at: 5, api: 'chat', body }, 3, o)
+    const direct = fleet.prepare({
+      messages: [
+        { role: 'system', content: body.messages[0]!.content as string },
+        { role: 'user', content: 'What is \nthis? é' },
+      ],
+    })
+    expect(p.prompt.promptTokens).toBe(direct.promptTokens)
+    expect([...p.prompt.blockKeys]).toEqual([...direct.blockKeys])
+    expect(p.text).toBe(openAIRequest('chat', Buffer.from(JSON.stringify(body)), 4096).text)
+    expect(p).toMatchObject({ index: 3, at: 5, maxTokens: 7, tenant: 'cache-scope' })
+    // The header wins over prompt_cache_key, as in the proxy.
+    expect(prepareRequest({ at: 0, api: 'chat', body, tenant: 'acme' }, 0, o).tenant).toBe('acme')
+    expect(p.key).toBe(routingKey(p.text, 'cache-scope', 4096))
+    expect(prepareRequest({ at: 0, api: 'chat', body }, 0, { ...o, trackKeys: undefined } as never).key).toBeNaN()
+  })
+
+  it('keys completions prompts, text or token ids', () => {
+    const t = prepareRequest({ at: 0, api: 'completions', body: { prompt: 'x'.repeat(100) } }, 0, o)
+    expect(t.prompt.blockKeys).toEqual(fleet.prepare({ text: 'x'.repeat(100) }).blockKeys)
+    const ids = prepareRequest({ at: 0, api: 'completions', body: { prompt: Array.from({ length: 40 }, (_, i) => i) } }, 0, o)
+    expect(ids.prompt.promptTokens).toBe(40)
+    expect(ids.prompt.blockKeys).toEqual(fleet.prepare({ tokenIds: Array.from({ length: 40 }, (_, i) => i) }).blockKeys)
+  })
+
+  it('cuts routing keys by code points, as the router does', () => {
+    expect(codePointPrefix('a😀b', 2)).toBe('a😀')
+    expect(codePointPrefix('abc', 10)).toBe('abc')
+    expect(routingKey('x'.repeat(5000), undefined, 4096)).toBe(Number(BigInt.asUintN(52, xxh3('x'.repeat(4096)))))
+    expect(routingKey('abc', 't', 4096)).not.toBe(routingKey('abc', undefined, 4096))
+  })
+})
+
+describe('IdealCache', () => {
+  const prompt = (keys: number[], tokens: number) => ({ promptTokens: tokens, blockKeys: Float64Array.from(keys) })
+
+  it('hits every block seen before except the last token’s, with LRU eviction at capacity', () => {
+    const c = new IdealCache(4, 16)
+    c.observe(prompt([1, 2, 3], 50))
+    expect(c.cachedTokens).toBe(0)
+    c.observe(prompt([1, 2, 3], 50))
+    expect(c.cachedTokens).toBe(48)
+    // Block-aligned prompt: the last block is recomputed (vLLM needs the last logits).
+    c.observe(prompt([1, 2, 3], 48))
+    expect(c.cachedTokens).toBe(48 + 32)
+    // 4 new blocks fill the cache of 4: everything older is evicted.
+    c.observe(prompt([7, 8, 9, 10], 64))
+    c.observe(prompt([1, 2, 3], 50))
+    expect(c.cachedTokens).toBe(80)
+    expect(c.hitRate).toBeCloseTo(80 / (50 + 50 + 48 + 64 + 50))
+  })
+})
+
+describe('durations', () => {
+  it('parses and prints hours, minutes, seconds and milliseconds', () => {
+    expect(parseDuration('1h')).toBe(3_600_000)
+    expect(parseDuration('30m')).toBe(1_800_000)
+    expect(parseDuration('90s')).toBe(90_000)
+    expect(parseDuration('1h30m')).toBe(5_400_000)
+    expect(parseDuration('250ms')).toBe(250)
+    expect(parseDuration('2.5')).toBe(2500)
+    for (const bad of ['', 'h', '1d', '1h x', '-5s']) expect(parseDuration(bad)).toBeNaN()
+    expect(formatDuration(3_600_000)).toBe('1h')
+    expect(formatDuration(90_000)).toBe('1m30s')
+    expect(formatDuration(1500)).toBe('1.5s')
+    expect(formatDuration(0)).toBe('0ms')
+  })
+})
+
+describe('Progress', () => {
+  const sink = (tty: boolean) => {
+    const chunks: string[] = []
+    const s = Object.assign(
+      new Writable({
+        write(c, _e, cb) {
+          chunks.push(String(c))
+          cb()
+        },
+      }),
+      { isTTY: tty },
+    )
+    return { s, chunks }
+  }
+
+  it('redraws a bar on a terminal and prints plain lines elsewhere', () => {
+    const tty = sink(true)
+    const p = new Progress(tty.s, 60_000, 'replay')
+    p.update(30_000, 100)
+    p.done()
+    expect(tty.chunks[0]).toMatch(/^\r\x1b\[Kreplay █+░+  50% 30s\/1m simulated, 100 requests/)
+    expect(tty.chunks.at(-1)).toBe('\r\x1b[K')
+    const log = sink(false)
+    const q = new Progress(log.s, 60_000, 'replay', 0)
+    q.update(15_000, 10)
+    q.update(60_000, 40)
+    q.done()
+    expect(log.chunks).toEqual([expect.stringMatching(/^replay: 25% 15s\/1m simulated, 10 requests, .* s\n$/), expect.stringMatching(/^replay: 100% 1m\/1m/)])
+  })
+})
+
+describe('strategies', () => {
+  it('takes every native strategy from the core at run time, then the peers', () => {
+    expect(strategyNames()).toEqual([...STRATEGIES, 'sglang_cache_aware', 'llmd_default'])
+    expect(resolveStrategies(['PREFIX-AWARE', 'llmd-default', 'prefix_aware']).map((f) => f.name)).toEqual(['prefix_aware', 'llmd_default'])
+    expect(() => resolveStrategies(['nope'])).toThrow(/unknown strategy 'nope'/)
+  })
+
+  it('deals requests round-robin over router replicas', () => {
+    const seen: number[] = []
+    const fake = (k: number): ReplayRouter => ({
+      route: (): Placement => {
+        seen.push(k)
+        return { instance: k, overflow: false, finish: () => {} }
+      },
+      setInstances: () => {},
+      close: () => {},
+    })
+    const r = new ReplicatedRouter([fake(0), fake(1), fake(2)])
+    for (let i = 0; i < 7; i++) r.route({} as never, 0)
+    expect(seen).toEqual([0, 1, 2, 0, 1, 2, 0])
+  })
+})
