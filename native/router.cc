@@ -270,32 +270,36 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
   index_.match(blocks, nblocks, match, touched);
   const size_t n = s->ring.member_count();
   auto eligible = [allowed](size_t m) { return allowed == nullptr || ((allowed[m / 64] >> (m % 64)) & 1) != 0; };
-  uint32_t best = 0, worst = UINT32_MAX;
-  for (size_t i = 0; i < n; i++) {
-    if (!eligible(i)) continue;
-    const uint32_t v = match[s->slot_of[i]];
-    best = v > best ? v : best;
-    worst = v < worst ? v : worst;
-  }
+  // The consistent hash's choice, as prefix_aware would make it (threshold aside).
+  size_t tpos = s->ring.find(key);
+  while (!eligible(s->ring.owner(tpos))) tpos = s->ring.next(tpos);
+  const uint32_t target = s->ring.owner(tpos);
+  const uint32_t at_target = match[s->slot_of[target]];
+  uint32_t best = 0;
+  for (size_t i = 0; i < n; i++)
+    if (eligible(i) && match[s->slot_of[i]] > best) best = match[s->slot_of[i]];
   LongestChoice result;
-  // Only a match that tells instances apart is worth following: none, or one every candidate
-  // holds (a system prompt everyone has cached), leaves placement to the consistent hash.
-  if (best > 0 && best != worst) {
-    // Candidates with a match, longest first; among equal matches, the order in which the
-    // ring meets them clockwise from the key (deterministic, so replicas agree, and distinct
-    // keys spread over the instances holding the same prefix). The first below the threshold
-    // takes the request.
+  // Leave the hash's choice only for a match that saves at least a fifth of what the target
+  // would have to compute. A prefix every instance holds, or a short common one (a system
+  // prompt) held by a few, then never pulls traffic away from the hash: replicas with their
+  // own indexes agree, new instances get their keys, and one popular prompt does not make a
+  // hot spot; a conversation's next turn, or a document asked about again, still goes home.
+  const size_t remaining = nblocks - at_target;
+  if (best > at_target && 5 * static_cast<size_t>(best - at_target) >= remaining) {
+    // Candidates matching more than the target, longest first; among equal matches, the
+    // order in which the ring meets them clockwise from the key. The first below the
+    // threshold takes the request.
     thread_local std::vector<uint32_t> rank;
     if (rank.size() < kMaxMembers) rank.assign(kMaxMembers, UINT32_MAX);
     thread_local std::vector<std::pair<uint64_t, uint32_t>> order;
     order.clear();
-    size_t with_match = 0;
+    size_t better = 0;
     for (size_t i = 0; i < n; i++)
-      if (eligible(i) && match[s->slot_of[i]] > 0) with_match++;
-    size_t pos = s->ring.find(key), ranked = 0;
-    for (size_t step = 0; step < s->ring.point_count() && ranked < with_match; step++, pos = s->ring.next(pos)) {
+      if (eligible(i) && match[s->slot_of[i]] > at_target) better++;
+    size_t pos = tpos, ranked = 0;
+    for (size_t step = 0; step < s->ring.point_count() && ranked < better; step++, pos = s->ring.next(pos)) {
       const uint32_t m = s->ring.owner(pos);
-      if (rank[m] != UINT32_MAX || !eligible(m) || match[s->slot_of[m]] == 0) continue;
+      if (rank[m] != UINT32_MAX || !eligible(m) || match[s->slot_of[m]] <= at_target) continue;
       rank[m] = static_cast<uint32_t>(ranked++);
       order.emplace_back((static_cast<uint64_t>(UINT32_MAX - match[s->slot_of[m]]) << 32) | rank[m], m);
     }

@@ -86,6 +86,30 @@ describe('longest_prefix', () => {
     expect(seen.size).toBe(3)
   })
 
+  it('a short prefix that one instance happens to hold does not pull distinct documents to it', () => {
+    const r = make({ instances: ids(4).map((id) => ({ id })) })
+    const system = 'system: answer from the document. ' // about one block, shared by every request
+    const first = once(r, `${system}${words(0, 600)}`)
+    const seen = new Map<string, number>()
+    for (let d = 1; d < 400; d++) {
+      const i = once(r, `${system}${words(d, 600)}`)
+      seen.set(i, (seen.get(i) ?? 0) + 1)
+    }
+    expect(seen.size).toBe(4)
+    expect(seen.get(first)!).toBeLessThan(200) // no favourite: about a quarter each
+  })
+
+  it('an added instance gets its share of new keys at once, while known documents stay home', () => {
+    const r = make({ instances: ids(4).map((id) => ({ id })) })
+    const homes = Array.from({ length: 50 }, (_, d) => once(r, `doc ${d}: ${words(d, 300)}`))
+    r.setInstances(ids(5).map((id) => ({ id })))
+    const added = ids(5)[4]!
+    homes.forEach((home, d) => expect(once(r, `doc ${d}: ${words(d, 300)} question`)).toBe(home))
+    let toAdded = 0
+    for (let d = 1000; d < 1400; d++) if (once(r, `doc ${d}: ${words(d, 300)}`) === added) toAdded++
+    expect(toAdded).toBeGreaterThan(40) // ~1/5 of 400 new documents
+  })
+
   it('agrees across router replicas with separate indexes when nothing matches', () => {
     const a = make()
     const b = make()
