@@ -1,6 +1,6 @@
 // `prefix-router replay`: runs a generated workload or a JSONL trace through the
 // simulator's virtual engine once per strategy and reports TTFT, hit rates, throughput,
-// balance and overflow (docs/replay.md). Parsing and checks live here; the run is
+// balance and overflow (README, "Replay"). Parsing and checks live here; the run is
 // src/replay/run.ts.
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -29,7 +29,7 @@ function help(): string {
   return `usage: prefix-router replay [--workload NAME | --trace FILE] [options]
 
 Replays requests through the simulator's virtual-time fleet once per strategy and prints
-a Markdown table; writes replay.json and SVG charts to --out. See docs/replay.md.
+a Markdown table; writes replay.json and SVG charts to --out. See the README, section "Replay".
 
   --workload NAME              ${Object.keys(WORKLOADS).join(' | ')} (default long-context)
   --trace FILE                 a JSONL trace of OpenAI request bodies with "timestamp" (ms or ISO 8601)

@@ -38,7 +38,7 @@ export interface PreparedRequest {
 const ROUTING_TEXT_LIMIT = 65536
 
 export interface PrepareOptions {
-  /** Model name the simulated fleet serves: every request is served as it (see docs/replay.md). */
+  /** Model name the simulated fleet serves: every request is served as it (see the README, "Replay"). */
   model: string
   blockSize: number
   /** Compute `key` with this prefix length (code points), for scale-event tracking. */
