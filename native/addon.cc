@@ -65,7 +65,7 @@ Bytes GetBytes(const Napi::Value& v) {
 // in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8 and converts them here:
 // measured faster than V8's UTF-8 writer because the ASCII runs that dominate prompts go
 // 16 units at a time (SSE2 is baseline on x86-64).
-Bytes PrefixOfString(const Napi::Value& v, size_t max_cp) {
+Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, size_t anchor_units = SIZE_MAX, size_t* anchor_bytes = nullptr) {
   Bytes b;
   napi_env env = v.Env();
   const size_t cap = max_cp * 2;
@@ -77,8 +77,9 @@ Bytes PrefixOfString(const Napi::Value& v, size_t max_cp) {
   unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
   size_t i = 0, o = 0, cp = 0;
   while (i < units && cp < max_cp) {
+    if (anchor_bytes != nullptr && i >= anchor_units && *anchor_bytes == SIZE_MAX) *anchor_bytes = o;
 #if defined(__SSE2__)
-    if (i + 16 <= units && cp + 16 <= max_cp) {
+    if (i + 16 <= units && cp + 16 <= max_cp && (anchor_bytes == nullptr || i + 16 <= anchor_units || *anchor_bytes != SIZE_MAX)) {
       const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
       const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
       const __m128i high = _mm_and_si128(_mm_or_si128(a, c), _mm_set1_epi16(static_cast<short>(0xFF80)));
@@ -352,7 +353,10 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> number
+// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number) -> number
+// anchor: for longest_prefix, the length (UTF-16 units of a string, bytes of a Uint8Array) of
+// the part of the prefix that places a request by hash when no match decides, e.g. a chat's
+// opening up to its first user message, which every later turn of the conversation shares.
 // Encodes slot (13 bits), overflow (1 bit) and the slot's generation above them, so one
 // call returns everything without allocating; -1 when the router has no instances, -2 when
 // no instance is in the group.
@@ -361,12 +365,20 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
   const uint32_t max_len = h->state->prefix_length();
+  const bool longest = h->state->strategy() == pr::Strategy::LongestPrefix;
+  size_t anchor = SIZE_MAX;
+  if (longest && info[4].IsNumber()) {
+    const double a = info[4].As<Napi::Number>().DoubleValue();
+    if (a >= 0 && a < 4294967296.0) anchor = static_cast<size_t>(a);
+  }
+  size_t anchor_bytes = SIZE_MAX;
   Bytes b;
   if (info[1].IsString()) {
-    b = PrefixOfString(info[1], max_len);
+    b = PrefixOfString(info[1], max_len, anchor, anchor == SIZE_MAX ? nullptr : &anchor_bytes);
   } else {
     b = GetBytes(info[1]);
     if (b.len > max_len) b.len = max_len;
+    if (anchor != SIZE_MAX) anchor_bytes = anchor;
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
   uint64_t seed = 0;
@@ -375,13 +387,14 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     std::string tenant = info[2].As<Napi::String>().Utf8Value();
     seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
   }
-  const uint64_t key = pr::xxh3_64(b.data, b.len, seed);
+  const size_t key_len = anchor_bytes < b.len ? anchor_bytes : b.len;
+  const uint64_t key = pr::xxh3_64(b.data, key_len, seed);
   std::string group;
   const bool has_group = info[3].IsString();
   if (has_group) group = info[3].As<Napi::String>().Utf8Value();
   const uint64_t* blocks = nullptr;
   size_t nblocks = 0;
-  if (h->state->strategy() == pr::Strategy::LongestPrefix) {
+  if (longest) {
     thread_local std::vector<uint64_t> chain;
     const size_t block = h->state->block_bytes();
     if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);

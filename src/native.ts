@@ -27,7 +27,7 @@ export interface NativeBinding {
   router_close(h: NativeHandle): void
   router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number, blockBytes?: number, indexBlocks?: number): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
-  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string): number
+  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string, anchor?: number): number
   router_release(h: NativeHandle, slot: number): boolean
   router_slot_id(h: NativeHandle, slot: number): string
   router_in_flight(h: NativeHandle, id: string): number

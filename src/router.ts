@@ -24,6 +24,11 @@ export interface PickOptions {
   tenant?: string
   /** Only instances listing this group (a model or adapter name) are candidates. */
   group?: string
+  /**
+   * longest_prefix: how much of the prefix (UTF-16 units of a string, bytes of a Uint8Array)
+   * places the request by consistent hash when no match decides; default all of it.
+   */
+  anchor?: number
 }
 
 /** Thrown by pick() when no instance can take the request; `code` says why. */
@@ -132,7 +137,11 @@ export class Router {
     const tenant = opts?.tenant === undefined ? undefined : checkTenant(opts.tenant)
     const group = opts?.group
     if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
-    const r = native.router_pick(this.#h(), prefix, tenant, group)
+    const anchor = opts?.anchor
+    if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
+      throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+    }
+    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = r % SLOT_SPAN

@@ -119,6 +119,34 @@ describe('longest_prefix', () => {
     }
   })
 
+  it('with an anchor, replicas that each see only some turns keep a conversation on one instance', () => {
+    const a = make()
+    const b = make()
+    const plainA = make()
+    const plainB = make()
+    let together = 0
+    let scattered = 0
+    for (let c = 0; c < 40; c++) {
+      const opening = `system: app ${c % 3}. ${words(c % 3, 40)} user: ${words(1000 + c, 30)}`
+      let history = opening
+      const homes = new Set<string>()
+      const plainHomes = new Set<string>()
+      for (let turn = 0; turn < 4; turn++) {
+        if (turn > 0) history += ` assistant: ${words(c * 10 + turn, 60)} user: ${words(c * 100 + turn, 20)}`
+        const replica = turn % 2 === 0 ? a : b // each replica sees every other turn
+        const l = replica.pick(history, { anchor: opening.length })
+        homes.add(l.instance)
+        l.release()
+        plainHomes.add(once(turn % 2 === 0 ? plainA : plainB, history))
+      }
+      if (homes.size === 1) together++
+      if (plainHomes.size > 1) scattered++
+    }
+    expect(together).toBe(40)
+    expect(scattered).toBeGreaterThan(10) // without the anchor the replicas disagree
+    expect(() => a.pick('x', { anchor: -1 })).toThrow(/anchor must be a non-negative integer/)
+  })
+
   it('the same prompt with another tenant id is not a match', () => {
     const r = make()
     const text = words(5, 300)

@@ -60,6 +60,7 @@ export async function run(argv: string[]): Promise<number> {
     let key: Uint8Array | string
     let model: string | undefined
     let tenant: string | undefined
+    let anchor: number | undefined
     let keyInfo: string
     if (api === 'invoke') {
       tenant = tenantOf(tenantFlag)
@@ -69,11 +70,12 @@ export async function run(argv: string[]): Promise<number> {
       const req = openAIRequest(completions ? 'completions' : 'chat', body, routing.prefixLength)
       tenant = tenantOf(tenantFlag, req.promptCacheKey)
       model = req.model
+      anchor = req.anchor
       const cps = [...req.text].length
       key = req.text
       keyInfo = `first ${Math.min(cps, routing.prefixLength)} code points of the ${completions ? 'prompt' : 'messages'} text${cps > routing.prefixLength ? ` (of at least ${cps})` : ''}`
     }
-    const { lease, instance } = ep.pick(key, tenant, model)
+    const { lease, instance } = ep.pick(key, tenant, model, anchor)
     lease.release()
     const keyBytes = typeof key === 'string' ? Buffer.from([...key].slice(0, routing.prefixLength).join('')) : key
     const result = {

@@ -88,7 +88,7 @@ export class Endpoint {
     this.sync()
   }
 
-  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined): Pick {
+  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number): Pick {
     const healthy = this.healthy()
     if (healthy.length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: string | undefined
@@ -100,7 +100,7 @@ export class Endpoint {
       } else throw notFound('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`)
     }
     try {
-      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }) })
+      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }), ...(anchor !== undefined && { anchor }) })
       const instance = this.instances.get(lease.instance)
       if (instance === undefined) {
         // Membership and the map are updated together on this thread; this is a backstop.

@@ -11,6 +11,12 @@ export interface OpenAIRequest {
   text: string
   /** `prompt_cache_key` from the body, the OpenAI way to name a cache scope. */
   promptCacheKey: string | undefined
+  /**
+   * Chat only: the length of `text` (UTF-16 units) up to the end of the first user message.
+   * Every later turn of the conversation begins with it, so longest_prefix hashes it to place
+   * a request when no match decides: turns of one conversation then agree across replicas.
+   */
+  anchor: number | undefined
   stream: boolean
 }
 
@@ -67,6 +73,7 @@ export function openAIRequest(api: OpenAIApi, raw: Buffer, limit: number): OpenA
   }
   const cap = limit * 2
   let text = ''
+  let anchor: number | undefined
   if (api === 'chat') {
     if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest('missing_messages', "'messages' must be a non-empty array")
     for (let i = 0; i < b.messages.length && text.length < cap; i++) {
@@ -75,6 +82,7 @@ export function openAIRequest(api: OpenAIApi, raw: Buffer, limit: number): OpenA
         throw badRequest('invalid_message', `messages[${i}] must be an object with a string 'role'`)
       }
       text += `${ROLE_OPEN}${m.role}${ROLE_CLOSE}${contentText(m.content, `messages[${i}]`)}`
+      if (anchor === undefined && m.role === 'user') anchor = text.length
     }
   } else {
     const p = promptText(b.prompt)
@@ -85,6 +93,7 @@ export function openAIRequest(api: OpenAIApi, raw: Buffer, limit: number): OpenA
     model: b.model as string | undefined,
     text: text.length > cap ? text.slice(0, cap) : text,
     promptCacheKey: b.prompt_cache_key as string | undefined,
+    anchor,
     stream: b.stream === true,
   }
 }

@@ -139,6 +139,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   let body: Buffer | AsyncIterable<Buffer>
   let tenant: string | undefined
   let model: string | undefined
+  let anchor: number | undefined
   if (route.kind === 'invoke') {
     tenant = tenantOf(header)
     const inv = await readInvokePrefix(req, routing.prefixLength, limit)
@@ -150,10 +151,11 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     tenant = tenantOf(header, parsed.promptCacheKey)
     model = parsed.model
     key = parsed.text
+    anchor = parsed.anchor
     body = raw
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
   }
-  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, path: route.upstreamPath })
+  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, anchor, path: route.upstreamPath })
 }
 
 interface Outbound {
@@ -161,6 +163,7 @@ interface Outbound {
   body: Buffer | AsyncIterable<Buffer>
   tenant: string | undefined
   model: string | undefined
+  anchor: number | undefined
   path: string
 }
 
@@ -168,7 +171,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   const retries = Buffer.isBuffer(o.body) ? core.config.upstream.retries : 0
   for (let attempt = 0; ; attempt++) {
     const t0 = process.hrtime.bigint()
-    const pick: Pick = ep.pick(o.key, o.tenant, o.model)
+    const pick: Pick = ep.pick(o.key, o.tenant, o.model, o.anchor)
     const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
     const { lease, instance } = pick
     out.instance = instance.id

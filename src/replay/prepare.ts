@@ -27,6 +27,8 @@ export interface PreparedRequest {
   text: string
   /** Tenant id as the proxy reads it: the header, else the body's prompt_cache_key. */
   tenant: string | undefined
+  /** Where the chat's first user message ends in `text` (see openAIRequest). */
+  anchor: number | undefined
   /** The simulator's view of the prompt. */
   prompt: PreparedPrompt
   /** max_tokens (or max_completion_tokens); undefined: the profile's default output. */
@@ -74,6 +76,7 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
     body: req.body,
     text: routed.text,
     tenant,
+    anchor: routed.anchor,
     prompt,
     maxTokens,
     key: o.trackKeys === undefined ? NaN : routingKey(routed.text, tenant, o.trackKeys),

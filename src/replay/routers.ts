@@ -80,7 +80,7 @@ class NativeRouter implements ReplayRouter {
   }
 
   route(req: PreparedRequest): Placement {
-    const lease = this.router.pick(req.text, req.tenant === undefined ? undefined : { tenant: req.tenant })
+    const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }) })
     return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, finish: () => lease.release() }
   }
 
