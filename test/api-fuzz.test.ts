@@ -63,6 +63,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
   const fns = [
     'xxh3',
     'xxh3_path',
+    'xxh3_chain',
     'router_configure',
     'router_set_instances',
     'router_pick',
@@ -77,10 +78,11 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
   it('never aborts, with a real handle or anything else in the handle position', () => {
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['x', 'y'], [1, 1])
+    native.router_configure(h, 3, 1024, 4, 64, 1000) // longest_prefix: the index and anchor paths too
     fc.assert(
-      fc.property(fc.constantFrom(...fns), fc.boolean(), anyValue, anyValue, anyValue, (fn, real, a, b, c) => {
+      fc.property(fc.constantFrom(...fns), fc.boolean(), anyValue, anyValue, anyValue, anyValue, (fn, real, a, b, c, d) => {
         const f = native[fn] as (...args: unknown[]) => unknown
-        settles(() => f(real ? h : a, a, b, c))
+        settles(() => f(real ? h : a, a, b, c, d, a))
         settles(() => f(real ? h : b, b, c))
       }),
       { numRuns: 5000 },
