@@ -1,7 +1,7 @@
 // Hop-by-hop headers apply to one connection and must not be forwarded (RFC 9110 section
 // 7.6.1): Connection, the headers it names, and the classic list below. HTTP/2 pseudo
 // headers (":path" …) belong to the client's stream and are dropped as well.
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders } from 'node:http'
 
 const HOP_BY_HOP = new Set([
   'connection',
@@ -36,4 +36,3 @@ export function endToEnd(headers: IncomingHttpHeaders | Record<string, string | 
   return out
 }
 
-export type ResponseHeaders = OutgoingHttpHeaders
