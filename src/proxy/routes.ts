@@ -19,7 +19,11 @@ export function matchRoute(url: string): { route: Route; method: 'GET' | 'POST' 
   let rest = path
   const m = /^\/endpoints\/([^/]+)(\/.*)$/.exec(path)
   if (m) {
-    endpoint = decodeURIComponent(m[1]!)
+    try {
+      endpoint = decodeURIComponent(m[1]!)
+    } catch {
+      return undefined // a malformed escape names no endpoint
+    }
     rest = m[2]!
     if (rest === '/invocations') return { route: { kind: 'invoke', endpoint, upstreamPath: `/invocations${query}` }, method: 'POST' }
     if (!rest.startsWith('/openai/')) return undefined

@@ -121,6 +121,8 @@ describe('bad input', () => {
     expect(errorOf(ep.text).code).toBe('endpoint_not_found')
     const path = await post(`${ctx.router.url}/v2/whatever`, 'x')
     expect(path.status).toBe(404)
+    const escape = await post(`${ctx.router.url}/endpoints/%zz/invocations`, 'x')
+    expect(escape.status).toBe(404)
     const model = await post(`${ctx.router.url}/v1/chat/completions`, JSON.stringify({ model: 'gpt-9', messages: [{ role: 'user', content: 'x' }] }))
     expect(model.status).toBe(404)
     expect(errorOf(model.text)).toMatchObject({ code: 'model_not_found', message: "The model 'gpt-9' does not exist on endpoint 'default'." })

@@ -13,7 +13,7 @@ describe('arbitrary requests', () => {
   it('random methods, paths, headers and bodies always get a status line; counters return to 0', async () => {
     const stub = await startStub('fuzz')
     const router = await startRouter([stub.url], { limits: { maxBodyBytes: 8192, headersTimeoutMs: 2000 } })
-    const paths = fc.constantFrom('/v1/chat/completions', '/v1/completions', '/invocations', '/v1/models', '/endpoints/default/invocations', '/endpoints/x/openai/v1/chat/completions', '/ping', '/health', '/%zz', '/v1/chat/completions?x=%ff')
+    const paths = fc.constantFrom('/v1/chat/completions', '/v1/completions', '/invocations', '/v1/models', '/endpoints/default/invocations', '/endpoints/%zz/invocations', '/endpoints/x/openai/v1/chat/completions', '/ping', '/health', '/%zz', '/v1/chat/completions?x=%ff')
     const bodies = fc.oneof(
       fc.json().map((j) => Buffer.from(j)),
       fc.uint8Array({ maxLength: 10_000 }).map((b) => Buffer.from(b)),
