@@ -55,6 +55,17 @@ describe('router shared across worker_threads', () => {
     r.close()
   })
 
+  it('refuses a 129th open handle on one router with ROUTER_TOO_MANY_HANDLES, and frees handles on close', () => {
+    const first = new Router({ name: 'threads-many', instances: [{ id: 'a' }] })
+    const more = Array.from({ length: 127 }, () => Router.open('threads-many'))
+    expect(() => Router.open('threads-many')).toThrow(expect.objectContaining({ code: 'ROUTER_TOO_MANY_HANDLES' }))
+    more.pop()!.close()
+    const again = Router.open('threads-many')
+    again.close()
+    more.forEach((r) => r.close())
+    first.close()
+  })
+
   it('a name can only be created once while open, and is free again after close', () => {
     const a = new Router({ name: 'threads-once', instances: [{ id: 'a' }] })
     expect(() => new Router({ name: 'threads-once', instances: [{ id: 'a' }] })).toThrow(

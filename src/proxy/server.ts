@@ -1,14 +1,13 @@
-// The front door: HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port, told apart by
-// the first bytes (RFC 9113 section 3.4: every h2c connection starts with the preface), or
-// TLS with ALPN offering h2 and http/1.1.
+// The front door: HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port (src/net/h2c-sniff.ts),
+// or TLS with ALPN offering h2 and http/1.1.
 import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import http2 from 'node:http2'
-import net, { type AddressInfo } from 'node:net'
+import type net from 'node:net'
+import type { AddressInfo } from 'node:net'
 import type { Config } from '../config.js'
+import { h1h2cServer } from '../net/h2c-sniff.js'
 import type { Req, Res } from './types.js'
-
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
 
 export interface FrontServer {
   readonly address: AddressInfo
@@ -54,29 +53,9 @@ export async function listenFront(config: Config, handler: Handler): Promise<Fro
     s.once('close', () => sessions.delete(s))
   })
   const sockets = new Set<net.Socket>()
-  // noDelay: responses go out as several small writes (headers, SSE events); Nagle would hold them.
-  const server = net.createServer({ noDelay: true }, (socket) => {
+  const server = h1h2cServer(h1, h2, (socket) => {
     sockets.add(socket)
     socket.once('close', () => sockets.delete(socket))
-    let seen: Buffer = Buffer.alloc(0)
-    const onData = (chunk: Buffer) => {
-      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk])
-      const n = Math.min(seen.length, PREFACE.length)
-      const h2c = seen.subarray(0, n).equals(PREFACE.subarray(0, n))
-      if (h2c && seen.length < PREFACE.length) return // a prefix of the preface: need more bytes
-      socket.removeListener('data', onData)
-      socket.pause()
-      socket.unshift(seen)
-      if (h2c) {
-        // Http2Session takes over the socket's handle and first drains what is buffered
-        // in JS (socket.read()): resuming here would hand those bytes to no one.
-        h2.emit('connection', socket)
-      } else {
-        h1.emit('connection', socket)
-        socket.resume()
-      }
-    }
-    socket.on('data', onData)
     socket.on('error', () => socket.destroy())
   })
   await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res))

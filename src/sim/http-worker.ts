@@ -14,6 +14,7 @@ import { destroy, parseJson, readBody, send, sendError, sendJson, type Req, type
 import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.js'
 import { ModelRegistry } from './models.js'
 import { ApiError } from './openai-shapes.js'
+import { h1h2cServer } from '../net/h2c-sniff.js'
 
 export interface SimWorkerOptions {
   id: string
@@ -64,16 +65,7 @@ export class SimWorker {
     if (opts.h2c === true) {
       const h1 = this.h1
       const h2 = (this.h2 = http2.createServer({}, onRequest))
-      this.listener = net.createServer((socket) => {
-        this.track(socket)
-        socket.once('data', (buf) => {
-          socket.pause()
-          socket.unshift(buf)
-          const preface = buf.length >= 3 && buf.toString('latin1', 0, 3) === 'PRI'
-          ;(preface ? h2 : h1).emit('connection', socket)
-          process.nextTick(() => socket.resume())
-        })
-      })
+      this.listener = h1h2cServer(h1, h2, (socket) => this.track(socket))
     } else {
       this.listener = this.h1
       this.h1.on('connection', (s: net.Socket) => this.track(s))

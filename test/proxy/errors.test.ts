@@ -145,6 +145,11 @@ describe('upstream faults', () => {
     expect(errorOf(first.text).code).toBe('no_healthy_instance')
     const again = await post(`${r.url}/v1/chat/completions`, chat('y'))
     expect(again.status).toBe(503)
+    // The router itself is alive (SageMaker's /ping) but has nothing healthy to offer (/health).
+    expect((await fetch(`${r.url}/ping`)).status).toBe(200)
+    const health = await fetch(`${r.url}/health`)
+    expect(health.status).toBe(503)
+    expect(await health.json()).toEqual({ status: 'unavailable', healthyInstances: 0 })
     // One instance comes back on its old port; the health probe notices.
     const server = http.createServer((req, res) => {
       req.resume()
@@ -156,6 +161,7 @@ describe('upstream faults', () => {
     await new Promise<void>((res) => server.listen(Number(port), '127.0.0.1', res))
     try {
       await until(async () => (await post(`${r.url}/v1/chat/completions`, chat('z'))).status === 200, 5000, 'recovery')
+      expect(await (await fetch(`${r.url}/health`)).json()).toEqual({ status: 'ok', healthyInstances: 1 })
     } finally {
       server.closeAllConnections()
       server.close()
