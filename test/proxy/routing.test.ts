@@ -108,6 +108,27 @@ describe('prefix-aware routing through the proxy', () => {
   })
 })
 
+describe('reload', () => {
+  it('removing an instance lets its request in flight finish; new requests go to the others', async () => {
+    const r = await fleet(2)
+    const [a, b] = ctx.stubs as [Stub, Stub]
+    a.hold = true
+    b.hold = true
+    const pending = fetch(`${r.url}/v1/chat/completions`, { method: 'POST', body: chat('held') })
+    await until(() => a.held.length + b.held.length === 1, 3000, 'held request')
+    const holder = a.held.length === 1 ? a : b
+    const other = holder === a ? b : a
+    other.hold = false
+    const result = r.reload({ ...r.config, endpoints: [{ name: 'default', instances: [{ url: other.url, weight: 1, models: [], indexBlocks: undefined }], routing: {} }] })
+    expect(result.endpoints).toEqual(['default'])
+    for (let i = 0; i < 5; i++) expect((await post(`${r.url}/v1/chat/completions`, chat(`after ${i}`))).headers.get('x-prefix-router-instance')).toBe(other.url)
+    releaseHeld([holder])
+    const res = await pending
+    expect(res.status).toBe(200)
+    expect(await res.json()).toEqual({ released: true })
+  })
+})
+
 describe('the invoke API', () => {
   it('routes on the first prefixLength bytes and forwards the whole body unchanged', async () => {
     const r = await fleet(4, { routing: { prefixLength: 1024 } })
