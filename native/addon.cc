@@ -401,7 +401,9 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
     blocks = chain.data();
   }
-  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr, blocks, nblocks);
+  // An anchor at or past the end still marks the key as a chat's opening (a first turn).
+  const size_t anchor_blocks = anchor == SIZE_MAX || !longest ? 0 : (key_len + h->state->block_bytes() - 1) / h->state->block_bytes();
+  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;
   return Napi::Number::New(env, encoded);

@@ -149,7 +149,8 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   return {};
 }
 
-PickResult RouterState::pick(int reader, uint64_t key, const std::string* group, const uint64_t* blocks, size_t nblocks) {
+PickResult RouterState::pick(int reader, uint64_t key, const std::string* group, const uint64_t* blocks, size_t nblocks,
+                              size_t anchor_blocks) {
   PickResult r;
   const Snapshot* s = enter(reader);
   const size_t n = s->ring.member_count();
@@ -204,7 +205,7 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
     std::unique_lock<std::mutex> index_lock;
     if (strategy == Strategy::LongestPrefix && nblocks > 0) {
       index_lock = std::unique_lock<std::mutex>(index_.mutex());
-      const LongestChoice m = longest_match(s, key, blocks, nblocks, allowed, limit);
+      const LongestChoice m = longest_match(s, key, blocks, nblocks, allowed, limit, anchor_blocks);
       if (m.member >= 0) {
         chosen = static_cast<uint32_t>(m.member);
         r.overflow = m.overflow;
@@ -261,7 +262,8 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
 }
 
 RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks,
-                                                      size_t nblocks, const uint64_t* allowed, uint32_t limit) {
+                                                      size_t nblocks, const uint64_t* allowed, uint32_t limit,
+                                                      size_t anchor_blocks) {
   // Per-thread scratch, indexed by slot: match lengths, reset after use via `touched`.
   thread_local std::vector<uint32_t> match;
   thread_local std::vector<uint32_t> touched;
@@ -279,13 +281,18 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
   for (size_t i = 0; i < n; i++)
     if (eligible(i) && match[s->slot_of[i]] > best) best = match[s->slot_of[i]];
   LongestChoice result;
-  // Leave the hash's choice only for a match that saves at least a fifth of what the target
-  // would have to compute. A prefix every instance holds, or a short common one (a system
+  // Leave the hash's choice only for a match that tells more than the hash does. With an
+  // anchor (the key hashes a chat's opening, which identifies the conversation), only an
+  // instance holding at least the whole opening has this conversation's own text; a shorter
+  // match is something shared with other conversations, such as a system prompt. Without
+  // one, the match must save at least a fifth of what the hash's target would compute. A prefix every instance holds, or a short common one (a system
   // prompt) held by a few, then never pulls traffic away from the hash: replicas with their
   // own indexes agree, new instances get their keys, and one popular prompt does not make a
   // hot spot; a conversation's next turn, or a document asked about again, still goes home.
   const size_t remaining = nblocks - at_target;
-  if (best > at_target && 5 * static_cast<size_t>(best - at_target) >= remaining) {
+  const bool follow = anchor_blocks > 0 ? best > at_target && best >= anchor_blocks
+                                        : best > at_target && 5 * static_cast<size_t>(best - at_target) >= remaining;
+  if (follow) {
     // Candidates matching more than the target, longest first; among equal matches, the
     // order in which the ring meets them clockwise from the key. The first below the
     // threshold takes the request.

@@ -59,11 +59,12 @@ class RouterState {
   // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members
   // listing it are candidates: the ring walk skips the others, which is consistent hashing
   // over that subset, while counters stay per instance across groups.
-  // For longest_prefix, `blocks` are the key's chained block hashes (chain_hashes); the
-  // instance with the longest match wins, and without a distinguishing match the key places
-  // the request as prefix_aware does.
+  // For longest_prefix, `blocks` are the key's chained block hashes (chain_hashes); the key
+  // places the request as prefix_aware does unless another instance holds enough more of the
+  // prompt. `anchor_blocks` > 0: the key hashes only that many blocks' worth of stable opening
+  // (a chat up to its first user message), and only an instance holding all of it overrides it.
   PickResult pick(int reader, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
-                  size_t nblocks = 0);
+                  size_t nblocks = 0, size_t anchor_blocks = 0);
   bool release(uint32_t slot);
 
   // In-flight count of an instance, including one removed but still draining; -1 if unknown.
@@ -85,7 +86,7 @@ class RouterState {
   // from a longer match), or member -1 to place by the consistent hash instead.
   struct LongestChoice { int32_t member = -1; bool overflow = false; };
   LongestChoice longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks, size_t nblocks,
-                              const uint64_t* allowed, uint32_t limit);
+                              const uint64_t* allowed, uint32_t limit, size_t anchor_blocks);
 
   struct alignas(64) Hazard {
     std::atomic<const Snapshot*> ptr{nullptr};
