@@ -177,7 +177,9 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
     out.instance = instance.id
     core.metrics.decision.observe({ strategy: ep.routing.strategy }, decisionSeconds)
     if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
-    const decision = ep.routing.strategy === 'prefix_aware' ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+    // Strategies with a target of their own say whether they kept it; the others name themselves.
+    const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
+    const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
     const sent = process.hrtime.bigint()
     try {
       return await forward(

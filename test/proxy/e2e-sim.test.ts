@@ -175,6 +175,7 @@ describe('through the router to simulated vLLM workers', () => {
         messages.push({ role: 'user', content: `turn ${turn}: ${'tell me more about the order status. '.repeat(10)}` })
         const { data, response } = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 8 }).withResponse()
         const where = response.headers.get('x-prefix-router-instance')!
+        expect(response.headers.get('x-prefix-router-decision')).toBe('target')
         home ??= where
         expect(where).toBe(home)
         if (turn > 0) expect(data.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(0)
