@@ -5,6 +5,7 @@ import http2 from 'node:http2'
 import https from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { chat, h2Request, startRouter, startStub, totalInFlight, type Stub } from './helpers.js'
@@ -53,5 +54,45 @@ describe('TLS front', () => {
     expect(res.alpn).toBe('http/1.1')
     expect(res.status).toBe(200)
     expect(JSON.parse(res.body)).toMatchObject({ stub: 'tls-upstream' })
+  })
+})
+
+describe('TLS upstreams', () => {
+  it('forwards over HTTP/2 with TLS (ALPN h2) to an instance whose CA is in NODE_EXTRA_CA_CERTS', async () => {
+    const { spawn } = await import('node:child_process')
+    const { readFileSync } = await import('node:fs')
+    let sawVersion = ''
+    const upstream = http2.createSecureServer({ cert: readFileSync(join(dir, 'cert.pem')), key: readFileSync(join(dir, 'key.pem')) }, (req, res) => {
+      sawVersion = req.httpVersion
+      req.resume()
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' })
+        res.end('{"over":"h2"}')
+      })
+    })
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r))
+    const port = (upstream.address() as import('node:net').AddressInfo).port
+    const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+    const child = spawn(process.execPath, [cli, 'serve', '--upstream', `https://localhost:${port}`, '--upstream-protocol', 'h2', '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn'], {
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem') },
+    })
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let err = ''
+        child.stderr.on('data', (d: Buffer) => {
+          err += d.toString()
+          const m = /on (http:\/\/[\d.:]+) \(admin/.exec(err)
+          if (m) resolve(m[1]!)
+        })
+        child.once('exit', (c) => reject(new Error(`serve exited ${c}: ${err}`)))
+      })
+      const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', body: chat('to a TLS upstream'), headers: { 'content-type': 'application/json' } })
+      expect(res.status).toBe(200)
+      expect(await res.json()).toEqual({ over: 'h2' })
+      expect(sawVersion).toBe('2.0')
+    } finally {
+      child.kill('SIGTERM')
+      upstream.close()
+    }
   })
 })
