@@ -6,6 +6,7 @@ import { Endpoint } from '../fleet/endpoint.js'
 import { xxh3 } from '../hash.js'
 import { ProxyError } from '../proxy/errors.js'
 import { openAIRequest } from '../prefix/openai-key.js'
+import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'
 import { CliError, parseFlags } from './cli-error.js'
 import { buildConfig, SERVE_FLAGS, type ServeFlags } from './serve-config.js'
@@ -77,14 +78,18 @@ export async function run(argv: string[]): Promise<number> {
     }
     const { lease, instance } = ep.pick(key, tenant, model, anchor)
     lease.release()
-    const keyBytes = typeof key === 'string' ? Buffer.from([...key].slice(0, routing.prefixLength).join('')) : key
     const result = {
       endpoint: ep.name,
       instance: instance.id,
       strategy: routing.strategy,
       decision: routing.strategy === 'prefix_aware' ? 'target' : `${routing.strategy} (another run may pick differently)`,
       key: keyInfo,
-      keyHash: xxh3(keyBytes, tenant === undefined ? 0n : xxh3(tenant)).toString(16).padStart(16, '0'),
+      keyHash: (typeof key === 'string'
+        ? routingKey(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
+        : xxh3(key, tenant === undefined ? 0n : xxh3(tenant))
+      )
+        .toString(16)
+        .padStart(16, '0'),
       tenant: tenant ?? null,
       model: model ?? null,
       candidates: model === undefined ? ep.healthy().length : ep.healthy().filter((i) => !i.knowsModels() || i.models().includes(model)).length,

@@ -122,10 +122,7 @@ export class Endpoint {
       [...this.instances.values()].map(async (inst) => {
         const [ok, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
         inst.healthy = ok
-        if (models) {
-          inst.discoveredModels = models.ids
-          inst.parents = models.parents
-        }
+        if (models) inst.setDiscoveredModels(models)
         if (ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
       }),
     )
@@ -155,10 +152,7 @@ export class Endpoint {
       discovery.modelsIntervalMs,
       each(async (i) => {
         const m = await probeModels(i, health.timeoutMs)
-        if (m) {
-          i.discoveredModels = m.ids
-          i.parents = m.parents
-        }
+        if (m) i.setDiscoveredModels(m)
       }),
     )
     every(discovery.metricsIntervalMs, each((i) => probeMetrics(i, health.timeoutMs)))

@@ -71,6 +71,11 @@ export class Instance {
     return Math.max(1, Math.round((this.kvCacheBlocks * (this.kvBlockTokens ?? 16) * 4) / blockSize))
   }
 
+  setDiscoveredModels(m: { ids: string[]; parents: Map<string, string> }): void {
+    this.discoveredModels = m.ids
+    this.parents = m.parents
+  }
+
   knowsModels(): boolean {
     return this.declaredModels.length > 0 || this.discoveredModels !== undefined
   }

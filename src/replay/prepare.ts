@@ -5,6 +5,7 @@
 // once per request, not once per strategy.
 import { xxh3 } from '../hash.js'
 import { openAIRequest } from '../prefix/openai-key.js'
+import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'
 import { cacheSeed, preparePrompt, preparePromptText, type PreparedPrompt } from '../sim/block-hash.js'
 import { renderChat } from '../sim/chat-template.js'
@@ -33,7 +34,7 @@ export interface PreparedRequest {
   prompt: PreparedPrompt
   /** max_tokens (or max_completion_tokens); undefined: the profile's default output. */
   maxTokens: number | undefined
-  /** The routing key prefix_aware hashes (see routingKey); NaN unless key tracking is on. */
+  /** The routing key prefix_aware hashes (see trackingKey); NaN unless key tracking is on. */
   key: number
 }
 
@@ -79,27 +80,11 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
     anchor: routed.anchor,
     prompt,
     maxTokens,
-    key: o.trackKeys === undefined ? NaN : routingKey(routed.text, tenant, o.trackKeys),
+    key: o.trackKeys === undefined ? NaN : trackingKey(routed.text, tenant, o.trackKeys),
   }
 }
 
-/**
- * The key prefix_aware routes by: XXH3-64 of the first `prefixLength` code points of the
- * routing text (UTF-8), seeded by the tenant id's hash (src/commands/route.ts prints the
- * same), kept to 52 bits so it is exact as a number.
- */
-export function routingKey(text: string, tenant: string | undefined, prefixLength: number): number {
-  const h = xxh3(codePointPrefix(text, prefixLength), tenant === undefined ? 0n : xxh3(tenant))
-  return Number(BigInt.asUintN(52, h))
-}
-
-/** The first n code points of s (a surrogate pair counts as one). */
-export function codePointPrefix(s: string, n: number): string {
-  if (s.length <= n) return s
-  let units = 0
-  for (let cps = 0; cps < n && units < s.length; cps++) {
-    const c = s.charCodeAt(units)
-    units += c >= 0xd800 && c <= 0xdbff && units + 1 < s.length ? 2 : 1
-  }
-  return s.slice(0, units)
+/** The key prefix_aware routes by (src/prefix/routing-key.ts), kept to 52 bits so it is exact as a number. */
+export function trackingKey(text: string, tenant: string | undefined, prefixLength: number): number {
+  return Number(BigInt.asUintN(52, routingKey(text, tenant, prefixLength)))
 }

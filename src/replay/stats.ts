@@ -102,7 +102,7 @@ export class LaneStats {
 
 /**
  * Which instance each routing key went to, to measure how much traffic a scale event
- * moves. A key is the prefix_aware key of a request (see prepare.ts routingKey), the same
+ * moves. A key is the prefix_aware key of a request (see prepare.ts trackingKey), the same
  * for every strategy, so "moved" means the same thing for all of them.
  */
 export class KeyTracker {

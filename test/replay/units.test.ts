@@ -4,7 +4,8 @@ import { xxh3 } from '../../src/hash.js'
 import { openAIRequest } from '../../src/prefix/openai-key.js'
 import { formatDuration, parseDuration } from '../../src/replay/duration.js'
 import { IdealCache } from '../../src/replay/ideal.js'
-import { codePointPrefix, prepareRequest, routingKey } from '../../src/replay/prepare.js'
+import { codePointPrefix } from '../../src/prefix/routing-key.js'
+import { prepareRequest, trackingKey } from '../../src/replay/prepare.js'
 import { Progress } from '../../src/replay/progress.js'
 import { ReplicatedRouter, type Placement, type ReplayRouter } from '../../src/replay/routers.js'
 import { resolveStrategies, strategyNames } from '../../src/replay/strategies.js'
@@ -37,7 +38,7 @@ describe('prepareRequest', () => {
     expect(p).toMatchObject({ index: 3, at: 5, maxTokens: 7, tenant: 'cache-scope' })
     // The header wins over prompt_cache_key, as in the proxy.
     expect(prepareRequest({ at: 0, api: 'chat', body, tenant: 'acme' }, 0, o).tenant).toBe('acme')
-    expect(p.key).toBe(routingKey(p.text, 'cache-scope', 4096))
+    expect(p.key).toBe(trackingKey(p.text, 'cache-scope', 4096))
     expect(prepareRequest({ at: 0, api: 'chat', body }, 0, { ...o, trackKeys: undefined } as never).key).toBeNaN()
   })
 
@@ -52,8 +53,8 @@ describe('prepareRequest', () => {
   it('cuts routing keys by code points, as the router does', () => {
     expect(codePointPrefix('a😀b', 2)).toBe('a😀')
     expect(codePointPrefix('abc', 10)).toBe('abc')
-    expect(routingKey('x'.repeat(5000), undefined, 4096)).toBe(Number(BigInt.asUintN(52, xxh3('x'.repeat(4096)))))
-    expect(routingKey('abc', 't', 4096)).not.toBe(routingKey('abc', undefined, 4096))
+    expect(trackingKey('x'.repeat(5000), undefined, 4096)).toBe(Number(BigInt.asUintN(52, xxh3('x'.repeat(4096)))))
+    expect(trackingKey('abc', 't', 4096)).not.toBe(trackingKey('abc', undefined, 4096))
   })
 })
 
