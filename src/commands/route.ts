@@ -92,7 +92,7 @@ export async function run(argv: string[]): Promise<number> {
         .padStart(16, '0'),
       tenant: tenant ?? null,
       model: model ?? null,
-      candidates: model === undefined ? ep.healthy().length : ep.healthy().filter((i) => !i.knowsModels() || i.models().includes(model)).length,
+      candidates: model === undefined ? ep.healthy().length : ep.healthy().filter((i) => !i.knowsModels() || i.serves(model)).length,
     }
     if (json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`)
     else {

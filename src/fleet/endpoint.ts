@@ -93,9 +93,9 @@ export class Endpoint {
     if (healthy.length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: string | undefined
     if (model !== undefined) {
-      if (healthy.some((i) => i.models().includes(model))) group = model
+      if (healthy.some((i) => i.serves(model))) group = model
       else if (healthy.some((i) => !i.knowsModels())) group = ANY_MODEL
-      else if ([...this.instances.values()].some((i) => i.models().includes(model))) {
+      else if ([...this.instances.values()].some((i) => i.serves(model))) {
         throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
       } else throw notFound('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`)
     }

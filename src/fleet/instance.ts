@@ -12,7 +12,9 @@ export class Instance {
   readonly basePath: string
   readonly dispatcher: Dispatcher
   weight: number
-  declaredModels: string[]
+  #declared: string[] = []
+  // declared ∪ discovered, kept current so a request's model check is one Set lookup.
+  #served = new Set<string>()
   /** From GET /v1/models; undefined until the first successful fetch. */
   discoveredModels: string[] | undefined
   /** Parent of each adapter (LoRA) in discoveredModels, from /v1/models' `parent`. */
@@ -53,11 +55,22 @@ export class Instance {
     }
   }
 
+  get declaredModels(): string[] {
+    return this.#declared
+  }
+
+  set declaredModels(models: string[]) {
+    this.#declared = models
+    this.#served = new Set([...models, ...(this.discoveredModels ?? [])])
+  }
+
   /** Names this instance answers to; empty when nothing is known (it then takes any model). */
   models(): string[] {
-    const all = new Set(this.declaredModels)
-    for (const m of this.discoveredModels ?? []) all.add(m)
-    return [...all]
+    return [...this.#served]
+  }
+
+  serves(model: string): boolean {
+    return this.#served.has(model)
   }
 
   /**
@@ -74,6 +87,7 @@ export class Instance {
   setDiscoveredModels(m: { ids: string[]; parents: Map<string, string> }): void {
     this.discoveredModels = m.ids
     this.parents = m.parents
+    this.#served = new Set([...this.#declared, ...m.ids])
   }
 
   knowsModels(): boolean {
