@@ -27,7 +27,7 @@ const THRESHOLD = LIMITS.concurrencyThreshold.default
 const root = fileURLToPath(new URL('..', import.meta.url))
 
 function start(args: string[], ready: RegExp, stream: 'stdout' | 'stderr'): Promise<{ child: ChildProcess; out: () => string }> {
-  const child = spawn(process.execPath, ['dist/cli.js', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, ['--initial-old-space-size=128', 'dist/cli.js', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   return new Promise((resolve, reject) => {
     child[stream]!.on('data', (d: Buffer) => {

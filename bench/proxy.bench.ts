@@ -4,8 +4,11 @@
 // send to the first and to the last response byte, in HDR histograms. (Measuring from the
 // schedule would add the timers' ~1 ms resolution to both paths; how late sends ran is
 // printed so a saturated generator shows.) Then the highest rate each path sustains (closed loop), and the routing
-// decision alone, in process. Each process (stub, router, load) is separate.
-// Run: npm run bench:proxy   (RATE=1000 DURATION_S=5 to change the open-loop load)
+// decision alone, in process. Each process (stub, router, load) is separate. On the HTTP/1.1
+// rows the same load also goes through peers (bench/peers/): a minimal Node proxy, the floor
+// for anything built on Node's HTTP stack, and HAProxy and nginx when installed.
+// Run: npm run bench:proxy   (RATE=1000 DURATION_S=5 ROUNDS=5 to change the open-loop load:
+// DURATION_S seconds per path and row, taken in ROUNDS turns in rotation)
 import { spawn, type ChildProcess } from 'node:child_process'
 import http2 from 'node:http2'
 import { fileURLToPath } from 'node:url'
@@ -13,9 +16,11 @@ import * as hdr from 'hdr-histogram-js'
 import { Client } from 'undici'
 import { openAIRequest } from '../src/prefix/openai-key.js'
 import { Router } from '../src/router.js'
+import { startCProxies } from './peers/c-proxies.js'
 
 const RATE = Number(process.env.RATE ?? 1000)
 const DURATION_S = Number(process.env.DURATION_S ?? 5)
+const ROUNDS = Number(process.env.ROUNDS ?? 5)
 const root = fileURLToPath(new URL('..', import.meta.url))
 const children: ChildProcess[] = []
 
@@ -77,19 +82,28 @@ function h2Sender(url: string): Sender {
   }
 }
 
-/** Open loop at RATE for DURATION_S: latency from the scheduled send time. */
-async function openLoop(sender: Sender, stream: boolean) {
-  const ttfb = histogram()
-  const total = histogram()
-  const lag = histogram() // how late each send was against the schedule (timer resolution)
-  const n = RATE * DURATION_S
+interface Sample {
+  ttfb: hdr.Histogram
+  total: hdr.Histogram
+  lag: hdr.Histogram // how late each send was against the schedule (timer resolution)
+  errors: number
+}
+
+const sample = (): Sample => ({ ttfb: histogram(), total: histogram(), lag: histogram(), errors: 0 })
+
+/** Warms up a sender's connections and the JIT before it is measured. */
+async function warm(sender: Sender, stream: boolean): Promise<void> {
+  await Promise.all(Array.from({ length: 200 }, (_, i) => sender.send(body(i % 64, stream))))
+}
+
+/** Open loop at RATE for `seconds`, into `into`: latency from the actual send. */
+async function openLoop(sender: Sender, stream: boolean, seconds: number, into: Sample): Promise<void> {
+  const { ttfb, total, lag } = into
+  const n = Math.round(RATE * seconds)
   const bodies = Array.from({ length: 64 }, (_, i) => body(i, stream))
-  // Warm up connections and JIT.
-  await Promise.all(Array.from({ length: 200 }, (_, i) => sender.send(bodies[i % 64]!)))
   const t0 = process.hrtime.bigint() + 10_000_000n
   const interval = BigInt(Math.round(1e9 / RATE))
   const pending: Promise<void>[] = []
-  let errors = 0
   let i = 0
   // Each timer tick sends every request that has come due, so responses are read in between
   // and a late send still counts from its scheduled time. Timers, not setImmediate: a
@@ -107,7 +121,7 @@ async function openLoop(sender: Sender, stream: boolean) {
               ttfb.recordValue(Math.max(1, Number(r.first - sent) / 1000))
               total.recordValue(Math.max(1, Number(r.last - sent) / 1000))
             },
-            () => void errors++,
+            () => void into.errors++,
           ),
         )
         i++
@@ -118,7 +132,20 @@ async function openLoop(sender: Sender, stream: boolean) {
     tick()
   })
   await Promise.all(pending)
-  return { ttfb, total, errors, lag }
+}
+
+/**
+ * The same load through every path, in ROUNDS short turns taken in rotation, so that the noise
+ * of this shared machine (other tenants, GC, CPU frequency) falls on every path alike.
+ */
+async function compare(paths: [string, Sender][], stream: boolean): Promise<Record<string, Sample>> {
+  const out: Record<string, Sample> = {}
+  for (const [name, sender] of paths) {
+    await warm(sender, stream)
+    out[name] = sample()
+  }
+  for (let r = 0; r < ROUNDS; r++) for (const [name, sender] of paths) await openLoop(sender, stream, DURATION_S / ROUNDS, out[name]!)
+  return out
 }
 
 /** Closed loop with `concurrency` outstanding requests for `seconds`: requests per second. */
@@ -144,35 +171,46 @@ async function main(): Promise<void> {
   const [, stubPort] = await start(['bench/stub-upstream.mjs'], /listening (\d+)/, 'stdout')
   const upstream = `http://127.0.0.1:${stubPort}`
   const [, routerUrl] = await start(
-    ['dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn'],
+    ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn'],
     /on (http:\/\/[\d.:]+) \(admin/,
     'stderr',
   )
+  // Peers on the HTTP/1.1 rows: the floor of a Node proxy, and C proxies for what one extra hop
+  // costs on this machine.
+  const [, floorPort] = await start(['bench/peers/node-floor.mjs', upstream], /listening (\d+)/, 'stdout')
+  const { peers, skipped } = await startCProxies(upstream)
+  for (const p of peers) children.push(p.child)
+  const h1Paths: [string, string][] = [['direct', upstream], ['router', routerUrl!], ['node-floor', `http://127.0.0.1:${floorPort}`], ...peers.map((p): [string, string] => [p.name, p.url])]
   console.log(`prefix-router proxy overhead — node ${process.version}; open loop ${RATE} req/s for ${DURATION_S} s per row, 8 KiB chat bodies`)
-  console.log(`stub upstream ${upstream}; router ${routerUrl} (prefix_aware, separate process)\n`)
-  console.log(`${pad('client / response', 24)}${pad('path', 9)}${pad('TTFB p50', 11)}${pad('p99', 11)}${pad('p99.9', 11)}${pad('last p50', 11)}${pad('p99', 11)}errors`)
+  console.log(`stub upstream ${upstream}; router ${routerUrl} (prefix_aware, separate process)`)
+  console.log(`peers on the h1 rows: node-floor (Node HTTP server + undici, no routing work)${peers.map((p) => `, ${p.name}`).join('')}${skipped.length ? `; skipped: ${skipped.join(', ')}` : ''}\n`)
+  console.log(`${pad('client / response', 24)}${pad('path', 12)}${pad('TTFB p50', 11)}${pad('p99', 11)}${pad('p99.9', 11)}${pad('last p50', 11)}${pad('p99', 11)}errors`)
   const added: string[] = []
   for (const proto of ['h1', 'h2c'] as const) {
     for (const stream of [false, true]) {
-      const rows: Record<string, Awaited<ReturnType<typeof openLoop>>> = {}
-      for (const [name, url] of [['direct', upstream], ['router', routerUrl!]] as const) {
-        // The stub speaks HTTP/1.1 only; the h2c rows use h2c to the router and h1 direct.
-        const sender = proto === 'h2c' && name === 'router' ? h2Sender(url) : h1Sender(url)
-        rows[name] = await openLoop(sender, stream)
-        await sender.close()
+      const label = `${proto} / ${stream ? 'SSE' : 'JSON'}`
+      // The stub speaks HTTP/1.1 only; the h2c rows use h2c to the router and h1 direct.
+      const paths = proto === 'h1' ? h1Paths : h1Paths.slice(0, 2)
+      const senders = paths.map(([name, url]): [string, Sender] => [name, proto === 'h2c' && name === 'router' ? h2Sender(url) : h1Sender(url)])
+      const rows = await compare(senders, stream)
+      for (const [, sender] of senders) await sender.close()
+      for (const [name] of paths) {
         const r = rows[name]!
         console.log(
-          `${pad(`${proto} / ${stream ? 'SSE' : 'JSON'}`, 24)}${pad(name, 9)}${pad(us(r.ttfb.getValueAtPercentile(50)), 11)}${pad(us(r.ttfb.getValueAtPercentile(99)), 11)}${pad(us(r.ttfb.getValueAtPercentile(99.9)), 11)}${pad(us(r.total.getValueAtPercentile(50)), 11)}${pad(us(r.total.getValueAtPercentile(99)), 11)}${r.errors}`,
+          `${pad(label, 24)}${pad(name, 12)}${pad(us(r.ttfb.getValueAtPercentile(50)), 11)}${pad(us(r.ttfb.getValueAtPercentile(99)), 11)}${pad(us(r.ttfb.getValueAtPercentile(99.9)), 11)}${pad(us(r.total.getValueAtPercentile(50)), 11)}${pad(us(r.total.getValueAtPercentile(99)), 11)}${r.errors}`,
         )
       }
-      console.log(`${pad('', 24)}send lag behind schedule p50 ${us(rows.router!.lag.getValueAtPercentile(50))}, p99 ${us(rows.router!.lag.getValueAtPercentile(99))}`)
+      console.log(`${pad('', 24)}send lag behind schedule (router row) p50 ${us(rows.router!.lag.getValueAtPercentile(50))}, p99 ${us(rows.router!.lag.getValueAtPercentile(99))}`)
       const d = rows.direct!.ttfb
-      const r = rows.router!.ttfb
-      const add = (p: number) => r.getValueAtPercentile(p) - d.getValueAtPercentile(p)
-      added.push(`${pad(`${proto} / ${stream ? 'SSE' : 'JSON'}`, 24)}added p50 ${pad(us(add(50)), 10)} (target < 150 µs: ${add(50) < 150 ? 'met' : 'MISSED'})   p99 ${pad(us(add(99)), 10)} (target < 1 ms: ${add(99) < 1000 ? 'met' : 'MISSED'})   p99.9 ${us(add(99.9))}`)
+      for (const [name] of paths.slice(1)) {
+        const r = rows[name]!.ttfb
+        const add = (p: number) => r.getValueAtPercentile(p) - d.getValueAtPercentile(p)
+        const verdict = (v: number, limit: number) => (name === 'router' ? ` (target < ${us(limit)}: ${v < limit ? 'met' : 'MISSED'})` : '')
+        added.push(`${pad(label, 13)}${pad(name, 12)}added p50 ${pad(us(add(50)) + verdict(add(50), 150), 34)} p99 ${pad(us(add(99)) + verdict(add(99), 1000), 32)} p99.9 ${us(add(99.9))}`)
+      }
     }
   }
-  console.log('\nadded latency to first byte (router − direct, same run):')
+  console.log('\nadded latency to first byte (path − direct, same run):')
   for (const a of added) console.log(`  ${a}`)
 
   console.log('\nhighest sustained rate, closed loop, 64 outstanding, 3 s, HTTP/1.1, JSON:')

@@ -1,6 +1,6 @@
 import { execFileSync, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -55,5 +55,26 @@ describe('prefix-router', () => {
     const info = JSON.parse(run(['info']).stdout) as { simd: string; sourcesHash: string }
     expect(['scalar', 'sse2', 'avx2', 'neon']).toContain(info.simd)
     expect(info.sourcesHash).toMatch(/^[0-9a-f]{64}$/)
+  })
+})
+
+describe('the bin', () => {
+  // The shebang carries a V8 flag (see src/cli.ts); a typo there would break `npx prefix-router`.
+  const shebang = readFileSync(cli, 'utf8').split('\n', 1)[0]!
+
+  it('starts through its shebang line, as the kernel runs it', () => {
+    expect(shebang).toMatch(/^#!\/usr\/bin\/env -S node /)
+    const [interpreter, ...args] = shebang.slice(2).split(' ')
+    const r = spawnSync(interpreter!, [...args, cli, 'info'], { encoding: 'utf8' })
+    expect(r.stderr).toBe('')
+    expect(r.status).toBe(0)
+    expect(r.stdout).toContain('simd')
+  })
+
+  it('npm start passes the same V8 flags', () => {
+    const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../package.json', import.meta.url)), 'utf8')) as { scripts: Record<string, string> }
+    const flags = shebang.split(' ').filter((a) => a.startsWith('--'))
+    expect(flags.length).toBeGreaterThan(0)
+    expect(pkg.scripts.start).toBe(`node ${flags.join(' ')} dist/cli.js serve`)
   })
 })
