@@ -283,7 +283,7 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// router_configure(h, strategy, prefixLength, threshold, blockBytes?, indexBlocks?)
+// router_configure(h, strategy, prefixLength, threshold, blockBytes?, indexBlocks?, placementChoices?)
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -298,9 +298,10 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   if (info[4].IsNumber() && info[5].IsNumber()) {
     const int64_t block = info[4].As<Napi::Number>().Int64Value();
     const int64_t blocks = info[5].As<Napi::Number>().Int64Value();
-    if (block < 1 || block > (1 << 20) || blocks < 0 || blocks > (1 << 28))
+    const int64_t choices = info[6].IsNumber() ? info[6].As<Napi::Number>().Int64Value() : 1;
+    if (block < 1 || block > (1 << 20) || blocks < 0 || blocks > (1 << 28) || choices < 1 || choices > 64)
       return Throw(env, "ERR_OUT_OF_RANGE", "index parameters out of range");
-    h->state->configure_index(static_cast<uint32_t>(block), static_cast<uint32_t>(blocks));
+    h->state->configure_index(static_cast<uint32_t>(block), static_cast<uint32_t>(blocks), static_cast<uint32_t>(choices));
   }
   h->state->configure(static_cast<pr::Strategy>(s), static_cast<uint32_t>(len), static_cast<uint32_t>(thr));
   return env.Undefined();

@@ -64,9 +64,10 @@ const Snapshot* RouterState::enter(int reader) {
   }
 }
 
-void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks) {
+void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks, uint32_t placement_choices) {
   block_bytes_.store(block_bytes, std::memory_order_relaxed);
   index_default_.store(default_blocks, std::memory_order_relaxed);
+  placement_choices_.store(placement_choices < 1 ? 1 : placement_choices, std::memory_order_relaxed);
 }
 
 void RouterState::free_slot_locked(uint32_t slot) {
@@ -203,9 +204,11 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
   } else {
     const uint32_t limit = threshold_.load(std::memory_order_relaxed);
     std::unique_lock<std::mutex> index_lock;
+    size_t home = 0;
     if (strategy == Strategy::LongestPrefix && nblocks > 0) {
       index_lock = std::unique_lock<std::mutex>(index_.mutex());
       const LongestChoice m = longest_match(s, key, blocks, nblocks, allowed, limit, anchor_blocks);
+      home = m.home;
       if (m.member >= 0) {
         chosen = static_cast<uint32_t>(m.member);
         r.overflow = m.overflow;
@@ -218,9 +221,12 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
         return r;
       }
     }
-    size_t pos = s->ring.find(key);
-    // The target is the first candidate clockwise from the key.
-    while (!eligible(s->ring.owner(pos))) pos = s->ring.next(pos);
+    // The target is the first candidate clockwise from the key (longest_prefix: its home).
+    size_t pos = home;
+    if (!index_lock.owns_lock()) {
+      pos = s->ring.find(key);
+      while (!eligible(s->ring.owner(pos))) pos = s->ring.next(pos);
+    }
     const uint32_t target = s->ring.owner(pos);
     bool placed = slots_[s->slot_of[target]].try_acquire(limit);
     chosen = target;
@@ -317,6 +323,38 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
         result.member = static_cast<int32_t>(order[k].second);
         result.overflow = k > 0;
         break;
+      }
+    }
+  }
+  result.home = tpos;
+  const uint32_t choices = placement_choices_.load(std::memory_order_relaxed);
+  if (result.member < 0 && choices > 1) {
+    // Balanced placement: among the key's first `choices` candidates clockwise, the one
+    // holding more of the prompt, then the one with the fewest requests in flight per unit of
+    // weight, then the first. Consistent hashing gives every instance a fair share of keys,
+    // but keys carry unequal traffic (a popular document, a long chat); the index keeps each
+    // prompt where it was first placed, so placing new ones by load evens out the instances'
+    // shares and keeps homes below the threshold, without moving any cached prefix. The
+    // price: router replicas, each seeing its own in-flight counts, no longer agree.
+    double home_load = slots_[s->slot_of[target]].in_flight() / s->ring.member(target).weight;
+    uint32_t home_match = at_target;
+    uint64_t seen_bits[kMaxMembers / 64] = {};
+    seen_bits[target / 64] |= uint64_t{1} << (target % 64);
+    size_t pos = tpos, seen = 1;
+    for (size_t step = 0; step < s->ring.point_count() && seen < choices; step++) {
+      pos = s->ring.next(pos);
+      const uint32_t m = s->ring.owner(pos);
+      uint64_t& word = seen_bits[m / 64];
+      const uint64_t bit = uint64_t{1} << (m % 64);
+      if ((word & bit) || !eligible(m)) continue;
+      word |= bit;
+      seen++;
+      const uint32_t mm = match[s->slot_of[m]];
+      const double load = slots_[s->slot_of[m]].in_flight() / s->ring.member(m).weight;
+      if (mm > home_match || (mm == home_match && load < home_load)) {
+        home_match = mm;
+        home_load = load;
+        result.home = pos;
       }
     }
   }

@@ -45,8 +45,10 @@ class RouterState {
   }
   uint32_t prefix_length() const { return prefix_length_.load(std::memory_order_relaxed); }
   Strategy strategy() const { return static_cast<Strategy>(strategy_.load(std::memory_order_relaxed)); }
-  // longest_prefix: bytes per block of the routing key, and the index's default capacity.
-  void configure_index(uint32_t block_bytes, uint32_t default_blocks);
+  // longest_prefix: bytes per block of the routing key, the index's default capacity, and how
+  // many candidates clockwise from the key a prompt no instance holds may be placed among
+  // (1: the consistent hash's target, as prefix_aware; more: the least busy of them).
+  void configure_index(uint32_t block_bytes, uint32_t default_blocks, uint32_t placement_choices = 1);
   uint32_t block_bytes() const { return block_bytes_.load(std::memory_order_relaxed); }
 
   // A reader index protects snapshots while this thread reads them (hazard pointer).
@@ -83,8 +85,9 @@ class RouterState {
   void unpin_and_free(const Snapshot* s);
   void free_slot_locked(uint32_t slot);
   // longest_prefix's choice under index_'s lock: a member (and whether that is an overflow
-  // from a longer match), or member -1 to place by the consistent hash instead.
-  struct LongestChoice { int32_t member = -1; bool overflow = false; };
+  // from a longer match), or member -1 to place the request at `home`, a ring position, as
+  // prefix_aware places it at the key's (same threshold, same overflow walk).
+  struct LongestChoice { int32_t member = -1; bool overflow = false; size_t home = 0; };
   LongestChoice longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks, size_t nblocks,
                               const uint64_t* allowed, uint32_t limit, size_t anchor_blocks);
 
@@ -102,6 +105,7 @@ class RouterState {
   std::atomic<uint32_t> threshold_{10};
   std::atomic<uint32_t> block_bytes_{64};
   std::atomic<uint32_t> index_default_{65536};
+  std::atomic<uint32_t> placement_choices_{1};
   PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
 
   std::mutex writer_;                // set_instances, slot allocation and freeing

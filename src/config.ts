@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
-import { LIMITS, parseStrategy } from './router-options.js'
+import { LIMITS, parseStrategy, PLACEMENTS } from './router-options.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -24,6 +24,7 @@ const routingFields = {
   vnodes: int(LIMITS.vnodes.min, LIMITS.vnodes.max),
   blockSize: int(LIMITS.blockSize.min, LIMITS.blockSize.max),
   indexBlocks: int(LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
+  placement: z.enum(PLACEMENTS),
 }
 const Routing = z
   .object({
@@ -33,6 +34,7 @@ const Routing = z
     vnodes: routingFields.vnodes.default(LIMITS.vnodes.default),
     blockSize: routingFields.blockSize.default(LIMITS.blockSize.default),
     indexBlocks: routingFields.indexBlocks.default(LIMITS.indexBlocks.default),
+    placement: routingFields.placement.default('hash'),
   })
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
@@ -133,13 +135,25 @@ function keyPath(path: readonly PropertyKey[]): string {
 }
 
 /** Validates raw config; throws ConfigError listing every bad key (`key: problem`). */
+/** The value at `path` in the raw input, so that an error can show what it was given. */
+function valueAt(raw: unknown, path: readonly PropertyKey[]): unknown {
+  let v = raw
+  for (const k of path) {
+    if (v === null || typeof v !== 'object') return undefined
+    v = (v as Record<PropertyKey, unknown>)[k]
+  }
+  return v
+}
+
 export function parseConfig(raw: unknown, source = 'config'): Config {
   const r = ConfigSchema.safeParse(raw ?? {})
   if (r.success) return r.data
   const lines = r.error.issues.map((i) => {
     const at = keyPath(i.path)
     if (i.code === 'unrecognized_keys') return `${at ? `${at}: ` : ''}unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `'${k}'`).join(', ')}`
-    return `${at || '(top level)'}: ${i.message}`
+    const got = valueAt(raw, i.path)
+    const shown = got === undefined || (typeof got === 'object' && got !== null) || /; got /.test(i.message) ? '' : `; got ${JSON.stringify(got)}`
+    return `${at || '(top level)'}: ${i.message}${shown}`
   })
   throw new ConfigError(`invalid ${source}:\n  ${lines.join('\n  ')}`)
 }

@@ -3,9 +3,11 @@ export { buildInfo, type BuildInfo } from './build-info.js'
 export { Router, Lease, NoInstanceError, type PickOptions } from './router.js'
 export {
   STRATEGIES,
+  PLACEMENTS,
   LIMITS,
   parseStrategy,
   type Strategy,
+  type Placement,
   type InstanceSpec,
   type RouterOptions,
   type RoutingParams,

@@ -25,7 +25,7 @@ export interface NativeBinding {
   router_create(name: string | undefined, vnodes: number, slots: number): NativeHandle
   router_open(name: string): NativeHandle
   router_close(h: NativeHandle): void
-  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number, blockBytes?: number, indexBlocks?: number): void
+  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number, blockBytes?: number, indexBlocks?: number, placementChoices?: number): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string, anchor?: number): number
   router_release(h: NativeHandle, slot: number): boolean

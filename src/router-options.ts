@@ -6,6 +6,17 @@ export type Strategy = (typeof STRATEGIES)[number]
 /** Native enum values, in the order of native/router.h's Strategy. */
 export const STRATEGY_CODE: Record<Strategy, number> = { random: 0, least_outstanding_requests: 1, prefix_aware: 2, longest_prefix: 3 }
 
+/**
+ * longest_prefix: where a prompt that no instance holds is placed. `hash`: the consistent
+ * hash's target, as prefix_aware places it, so router replicas agree. `balanced`: the least
+ * busy (in flight per unit of weight) of the key's first three instances clockwise, which
+ * evens out instance shares and overflow for one router but lets replicas disagree.
+ */
+export const PLACEMENTS = ['hash', 'balanced'] as const
+export type Placement = (typeof PLACEMENTS)[number]
+/** Candidates clockwise from the key that a placement chooses among (native placement_choices). */
+export const PLACEMENT_CHOICES: Record<Placement, number> = { hash: 1, balanced: 3 }
+
 export const LIMITS = {
   prefixLength: { min: 1024, max: 65536, default: 4096 },
   concurrencyThreshold: { min: 1, max: 1024, default: 10 },
@@ -37,6 +48,8 @@ export interface RoutingParams {
   blockSize?: number
   /** longest_prefix: blocks remembered per instance unless the instance says (0–2^28, default 65536). */
   indexBlocks?: number
+  /** longest_prefix: where a prompt no instance holds goes, `hash` (default) or `balanced` (see PLACEMENTS). */
+  placement?: string
 }
 
 export interface RouterOptions extends RoutingParams {
@@ -53,6 +66,7 @@ export interface ResolvedParams {
   concurrencyThreshold: number
   blockSize: number
   indexBlocks: number
+  placement: Placement
 }
 
 /** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
@@ -63,6 +77,13 @@ export function parseStrategy(value: unknown, key = 'strategy'): Strategy {
     throw new OutOfRangeError(key, `one of ${STRATEGIES.join(', ')}`, value)
   }
   return norm as Strategy
+}
+
+export function parsePlacement(value: unknown, key = 'placement'): Placement {
+  if (typeof value !== 'string') throw new InvalidArgTypeError(key, `one of ${PLACEMENTS.join(', ')}`, value)
+  const norm = value.trim().toLowerCase()
+  if (!(PLACEMENTS as readonly string[]).includes(norm)) throw new OutOfRangeError(key, `one of ${PLACEMENTS.join(', ')}`, value)
+  return norm as Placement
 }
 
 export function checkInt(key: string, value: unknown, min: number, max: number): number {
@@ -94,6 +115,7 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
       opts.indexBlocks === undefined
         ? (base?.indexBlocks ?? LIMITS.indexBlocks.default)
         : checkInt('indexBlocks', opts.indexBlocks, LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
+    placement: opts.placement === undefined ? (base?.placement ?? 'hash') : parsePlacement(opts.placement),
   }
 }
 

@@ -6,6 +6,7 @@ import {
   checkInt,
   checkTenant,
   LIMITS,
+  PLACEMENT_CHOICES,
   resolveInstances,
   resolveParams,
   STRATEGY_CODE,
@@ -71,7 +72,7 @@ export class Lease {
 }
 
 function configureNative(h: NativeHandle, p: ResolvedParams): void {
-  native.router_configure(h, STRATEGY_CODE[p.strategy], p.prefixLength, p.concurrencyThreshold, p.blockSize, p.indexBlocks)
+  native.router_configure(h, STRATEGY_CODE[p.strategy], p.prefixLength, p.concurrencyThreshold, p.blockSize, p.indexBlocks, PLACEMENT_CHOICES[p.placement])
 }
 
 export class Router {

@@ -21,7 +21,7 @@ function messageOf(fn: () => unknown): string {
 describe('configuration schema', () => {
   it('fills defaults', () => {
     const c = parseConfig({ endpoints: [{ name: 'default', instances: ['http://a:8000'] }] })
-    expect(c.routing).toEqual({ strategy: 'prefix_aware', prefixLength: 4096, concurrencyThreshold: 10, vnodes: 8192, blockSize: 64, indexBlocks: 65536 })
+    expect(c.routing).toEqual({ strategy: 'prefix_aware', prefixLength: 4096, concurrencyThreshold: 10, vnodes: 8192, blockSize: 64, indexBlocks: 65536, placement: 'hash' })
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })
     expect(c.limits.maxBodyBytes).toBe(16 << 20)
@@ -31,7 +31,7 @@ describe('configuration schema', () => {
   it('names every bad key and what it accepts', () => {
     const msg = messageOf(() =>
       parseConfig({
-        routing: { strategy: 'round_robin', prefixLength: 10, concurrencyThreshold: 2000 },
+        routing: { strategy: 'round_robin', prefixLength: 10, concurrencyThreshold: 2000, placement: 'spread' },
         listen: { port: 70000 },
         endpoints: [{ name: 'bad name!', instances: ['ftp://x'] }],
         bogus: 1,
@@ -39,7 +39,9 @@ describe('configuration schema', () => {
     )
     expect(msg).toMatch(/^invalid config:/)
     expect(msg).toMatch(/routing\.strategy: must be one of random, least_outstanding_requests, prefix_aware, longest_prefix; got "round_robin"/)
-    expect(msg).toMatch(/routing\.prefixLength: Too small: expected number to be >=1024/)
+    expect(msg).toMatch(/routing\.prefixLength: Too small: expected number to be >=1024; got 10\n/)
+    expect(msg).not.toMatch(/got "round_robin"; got/)
+    expect(msg).toMatch(/routing\.placement: Invalid option: expected one of "hash"\|"balanced"; got "spread"/)
     expect(msg).toMatch(/routing\.concurrencyThreshold: Too big: expected number to be <=1024/)
     expect(msg).toMatch(/listen\.port: Too big/)
     expect(msg).toMatch(/endpoints\[0\]\.name: must be 1–63 letters, digits/)

@@ -207,5 +207,69 @@ describe('longest_prefix', () => {
     expect(() => make({ blockSize: 8 })).toThrow(/blockSize must be an integer from 16 to 4096/)
     expect(() => make({ indexBlocks: -1 })).toThrow(/indexBlocks must be an integer from 0 to 268435456/)
     expect(() => make({ instances: [{ id: 'x', indexBlocks: 0 }] })).toThrow(/instances\[0\]\.indexBlocks must be an integer from 1/)
+    expect(() => make({ placement: 'spread' })).toThrow(/placement must be one of hash, balanced; got "spread"/)
+    expect(make({ placement: 'BALANCED' }).params.placement).toBe('balanced')
+    expect(make().params.placement).toBe('hash')
+  })
+})
+
+describe('longest_prefix with placement: balanced', () => {
+  it('places new prompts away from a busy instance, and leaves placed ones where they are', () => {
+    // Eight busy conversations held open on their homes; then new documents arrive.
+    const run = (placement: 'hash' | 'balanced') => {
+      const r = make({ placement })
+      const held = Array.from({ length: 8 }, (_, c) => r.pick(`busy ${c}: ${words(500 + c, 200)}`))
+      const busy = new Map<string, number>()
+      for (const l of held) busy.set(l.instance, (busy.get(l.instance) ?? 0) + 1)
+      const busiest = [...busy].sort((x, y) => y[1] - x[1])[0]![0]
+      let toBusiest = 0
+      const homes: string[] = []
+      for (let d = 0; d < 210; d++) {
+        const home = once(r, `doc ${d}: ${words(d, 300)}`)
+        homes.push(home)
+        if (home === busiest) toBusiest++
+      }
+      held.forEach((l) => l.release())
+      // Once placed, a document stays home, though the instances are all idle now.
+      homes.forEach((home, d) => expect(once(r, `doc ${d}: ${words(d, 300)} question`)).toBe(home))
+      return toBusiest
+    }
+    expect(run('hash')).toBeGreaterThan(15) // ~1/7 of 210: the hash does not look at load
+    expect(run('balanced')).toBe(0) // an idle instance is always among the key's first three
+  })
+
+  it('evens out instance shares when prompts carry unequal traffic', () => {
+    // 70 documents, the first few asked about far more often (Zipf-like), 3 requests in flight.
+    const shares = (placement: 'hash' | 'balanced') => {
+      const r = make({ placement })
+      const count = new Map<string, number>()
+      const open: Lease[] = []
+      for (let i = 0; i < 3000; i++) {
+        const d = Math.floor(70 * ((i * 0.6180339887) % 1) ** 3) // skewed towards low d
+        const l = r.pick(`doc ${d}: ${words(d, 300)} question ${i}`)
+        count.set(l.instance, (count.get(l.instance) ?? 0) + 1)
+        open.push(l)
+        if (open.length > 3) open.shift()!.release()
+      }
+      open.forEach((l) => l.release())
+      const n = [...count.values()]
+      return (Math.max(...n) - Math.min(...n)) / 3000
+    }
+    const hash = shares('hash')
+    const balanced = shares('balanced')
+    expect(balanced).toBeLessThan(hash)
+  })
+
+  it('stays within the request\'s group', () => {
+    const fleet = ids(6).map((id, i) => ({ id, groups: i % 2 === 0 ? ['a'] : ['b'] }))
+    const r = make({ instances: fleet, placement: 'balanced' })
+    const held: Lease[] = []
+    for (let i = 0; i < 60; i++) {
+      const l = r.pick(words(i, 100), { group: 'b' })
+      expect([fleet[1]!.id, fleet[3]!.id, fleet[5]!.id]).toContain(l.instance)
+      held.push(l)
+    }
+    held.forEach((l) => l.release())
+    expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
   })
 })

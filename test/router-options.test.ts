@@ -94,7 +94,7 @@ describe('Router options', () => {
   it('configure validates like the constructor and keeps the old values on error', () => {
     const r = new Router({ instances: one, prefixLength: 2048 })
     expect(() => r.configure({ concurrencyThreshold: 0 })).toThrow(/concurrencyThreshold/)
-    expect(r.params).toEqual({ strategy: 'prefix_aware', prefixLength: 2048, concurrencyThreshold: 10, blockSize: 64, indexBlocks: 65536 })
+    expect(r.params).toEqual({ strategy: 'prefix_aware', prefixLength: 2048, concurrencyThreshold: 10, blockSize: 64, indexBlocks: 65536, placement: 'hash' })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)
     r.close()

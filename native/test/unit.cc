@@ -426,6 +426,49 @@ void test_longest_prefix() {
   st.release_reader(reader);
 }
 
+// longest_prefix with balanced placement: a prompt no instance holds goes to the least busy of
+// the key's first candidates; once placed it stays (the index), and hash placement ignores load.
+void test_longest_prefix_balanced() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(st.set_instances({{"a", 1}, {"b", 1}, {"c", 1}}).empty());
+  auto blocks_of = [](uint8_t seed, uint64_t* h) {
+    std::vector<uint8_t> text(64 * 4);
+    for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<uint8_t>(i * 7 + seed * 31 + 1);
+    pr::chain_hashes(text.data(), text.size(), 64, 0, h);
+  };
+  uint64_t h[3][4];
+  for (uint8_t i = 0; i < 3; i++) blocks_of(i, h[i]);
+  const uint64_t key = 0x1234567887654321ULL;  // one key: the same ring target for every prompt
+
+  // Hash placement: three new prompts with one key share one instance, whatever the load.
+  st.configure(pr::Strategy::LongestPrefix, 65536, 10);
+  st.configure_index(64, 65536, 1);
+  pr::PickResult hashed[3];
+  for (int i = 0; i < 3; i++) hashed[i] = st.pick(reader, key, nullptr, h[i], 4);
+  CHECK(hashed[0].slot >= 0 && hashed[1].slot == hashed[0].slot && hashed[2].slot == hashed[0].slot);
+  for (auto& r : hashed) st.release(static_cast<uint32_t>(r.slot));
+  CHECK(st.set_instances({}).empty());  // forget the index
+  CHECK(st.set_instances({{"a", 1}, {"b", 1}, {"c", 1}}).empty());
+
+  // Balanced over 3 of 3 instances: each new prompt goes to an idle one.
+  st.configure_index(64, 65536, 3);
+  pr::PickResult placed[3];
+  for (int i = 0; i < 3; i++) {
+    placed[i] = st.pick(reader, key, nullptr, h[i], 4);
+    CHECK(placed[i].slot >= 0 && !placed[i].overflow);
+  }
+  CHECK(placed[0].slot != placed[1].slot && placed[1].slot != placed[2].slot && placed[0].slot != placed[2].slot);
+  for (auto& r : placed) st.release(static_cast<uint32_t>(r.slot));
+  // Placed prompts stay where they are, now that every instance is idle again.
+  for (int i = 0; i < 3; i++) {
+    auto again = st.pick(reader, key, nullptr, h[i], 4);
+    CHECK(again.slot == placed[i].slot);
+    st.release(static_cast<uint32_t>(again.slot));
+  }
+  st.release_reader(reader);
+}
+
 // ---- multi-thread stress -------------------------------------------------------------
 
 void test_stress() {
@@ -504,6 +547,7 @@ int main() {
       {"router groups", test_groups},
       {"prefix index", test_prefix_index},
       {"router longest_prefix", test_longest_prefix},
+      {"router longest_prefix balanced", test_longest_prefix_balanced},
       {"router multi-thread stress", test_stress},
   };
   for (const auto& t : tests) {

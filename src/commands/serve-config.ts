@@ -8,6 +8,7 @@ export const SERVE_FLAGS = {
   strategy: { type: 'string' },
   'prefix-length': { type: 'string' },
   'concurrency-threshold': { type: 'string' },
+  placement: { type: 'string' },
   host: { type: 'string' },
   port: { type: 'string' },
   'admin-host': { type: 'string' },
@@ -30,6 +31,7 @@ export const ENV: Record<string, keyof typeof SERVE_FLAGS> = {
   PREFIX_ROUTER_STRATEGY: 'strategy',
   PREFIX_ROUTER_PREFIX_LENGTH: 'prefix-length',
   PREFIX_ROUTER_CONCURRENCY_THRESHOLD: 'concurrency-threshold',
+  PREFIX_ROUTER_PLACEMENT: 'placement',
   PREFIX_ROUTER_HOST: 'host',
   PREFIX_ROUTER_PORT: 'port',
   PREFIX_ROUTER_ADMIN_HOST: 'admin-host',
@@ -84,6 +86,7 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   if (f.strategy !== undefined) set(r, ['routing', 'strategy'], f.strategy)
   if (f['prefix-length'] !== undefined) set(r, ['routing', 'prefixLength'], int('prefix-length', f['prefix-length']))
   if (f['concurrency-threshold'] !== undefined) set(r, ['routing', 'concurrencyThreshold'], int('concurrency-threshold', f['concurrency-threshold']))
+  if (f.placement !== undefined) set(r, ['routing', 'placement'], f.placement)
   if (f.host !== undefined) set(r, ['listen', 'host'], f.host)
   if (f.port !== undefined) set(r, ['listen', 'port'], int('port', f.port))
   if (f['admin-host'] !== undefined) set(r, ['admin', 'host'], f['admin-host'])

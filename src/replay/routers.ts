@@ -3,7 +3,7 @@
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
 import type { SimEngine } from '../sim/engine.js'
 import { Router } from '../router.js'
-import { LIMITS, parseStrategy, STRATEGIES, type InstanceSpec, type RouterOptions } from '../router-options.js'
+import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions } from '../router-options.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
 
@@ -49,18 +49,23 @@ export interface RouterFactory {
   create(ctx: RouterContext): ReplayRouter
 }
 
-/** Our native strategies, read from the core's list at run time. */
+/**
+ * Our native strategies, read from the core's list at run time, and longest_prefix once more
+ * with `placement: balanced` (named `longest_prefix:balanced`), so both placements show side by side.
+ */
 export function nativeStrategies(): string[] {
-  return [...STRATEGIES]
+  return [...STRATEGIES, 'longest_prefix:balanced']
 }
 
-/** Our Router (src/router.ts) with the given strategy, routing exactly as `serve` does. */
-export function nativeFactory(strategy: string): RouterFactory {
+/** Our Router (src/router.ts) with the given strategy (`name` or `name:placement`), routing exactly as `serve` does. */
+export function nativeFactory(spec: string): RouterFactory {
+  const [strategy, placement] = spec.split(':')
   const name = parseStrategy(strategy)
+  const p = placement === undefined ? undefined : parsePlacement(placement)
   return {
-    name,
+    name: p === undefined ? name : `${name}:${p}`,
     source: 'prefix-router (native core)',
-    create: (ctx) => new NativeRouter(name, ctx),
+    create: (ctx) => new NativeRouter(name, p, ctx),
   }
 }
 
@@ -68,10 +73,11 @@ class NativeRouter implements ReplayRouter {
   private readonly router: Router
   private readonly index = new Map<string, number>()
 
-  constructor(strategy: string, private readonly ctx: RouterContext) {
+  constructor(strategy: string, placement: KeyPlacement | undefined, private readonly ctx: RouterContext) {
     ctx.ids.forEach((id, i) => this.index.set(id, i))
     const options: RouterOptions = {
       strategy,
+      ...(placement !== undefined && { placement }),
       prefixLength: ctx.prefixLength,
       concurrencyThreshold: ctx.concurrencyThreshold,
       instances: this.specs(ctx.members),

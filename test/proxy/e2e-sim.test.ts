@@ -189,6 +189,40 @@ describe('through the router to simulated vLLM workers', () => {
     expect(ep.instances.map((i) => i.indexBlocks)).toEqual(Array(fleet.urls.length).fill(8192))
   })
 
+  it('longest_prefix with placement: balanced keeps new prompts off a stuck worker; hash placement does not', async () => {
+    // Worker 0 hangs every request: whatever reaches it stays in flight there.
+    const tryPlacement = async (placement: 'hash' | 'balanced') => {
+      const { fleet, router } = await setup(4, { routing: { strategy: 'longest_prefix', placement }, debugHeaders: true })
+      const stuck = fleet.urls[0]!
+      expect((await post(`${stuck}/sim/faults`, JSON.stringify({ hang_rate: 1 }))).status).toBe(200)
+      const stuckInFlight = () => [...router.endpoints()][0]!.router.instances().find((i) => i.id === stuck)!.inFlight
+      const aborts: AbortController[] = []
+      let toStuck = 0
+      for (let d = 0; d < 24; d++) {
+        const ac = new AbortController()
+        aborts.push(ac)
+        const body = chat(`document ${d}: ${'a paragraph of its own text. '.repeat(20)}${d}`, { model: MODEL, max_tokens: 2 })
+        let answered = false
+        void fetch(`${router.url}/v1/chat/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, signal: ac.signal }).then(
+          () => void (answered = true),
+          () => undefined,
+        )
+        // A request that reaches the stuck worker never answers and stays in flight there.
+        await until(() => answered || stuckInFlight() > toStuck, 10_000, `request ${d} answered or stuck`)
+        if (!answered) toStuck++
+      }
+      for (const ac of aborts) ac.abort()
+      await until(() => totalInFlight(router) === 0, 5000, 'in-flight back to 0 after the aborts')
+      await router.close()
+      await fleet.close()
+      return toStuck
+    }
+    expect(await tryPlacement('hash')).toBeGreaterThan(2) // about a quarter of 24
+    expect(await tryPlacement('balanced')).toBeLessThanOrEqual(1) // at most the first, while all were idle
+    router = undefined
+    fleet = undefined
+  })
+
   it('forwards to h2c upstreams', async () => {
     const { fleet, router } = await setup(2, { upstream: { protocol: 'h2c' } }, { h2c: true })
     for (let i = 0; i < 5; i++) {
