@@ -4,7 +4,7 @@
 // through `replay` (the virtual engine), and the two tables are printed side by side: live
 // and virtual hit rates should agree within 5 points.
 // Run: npm run bench:fleet    (WORKLOAD=long-context DURATION=6m TIME_SCALE=8 INSTANCES=7
-//      STRATEGIES=random,prefix_aware,longest_prefix SEED=1 to change it)
+//      STRATEGIES=random,prefix_aware,longest_prefix,longest_prefix:balanced SEED=1 to change it)
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { Agent, request } from 'undici'
@@ -21,7 +21,7 @@ const DURATION_MS = parseDuration(process.env.DURATION ?? '6m')
 const TIME_SCALE = Number(process.env.TIME_SCALE ?? 8)
 const INSTANCES = Number(process.env.INSTANCES ?? 7)
 const SEED = Number(process.env.SEED ?? 1)
-const STRATEGIES = (process.env.STRATEGIES ?? 'random,prefix_aware,longest_prefix').split(',')
+const STRATEGIES = (process.env.STRATEGIES ?? 'random,prefix_aware,longest_prefix,longest_prefix:balanced').split(',')
 const PREFIX_LENGTH = LIMITS.prefixLength.default
 const THRESHOLD = LIMITS.concurrencyThreshold.default
 const root = fileURLToPath(new URL('..', import.meta.url))
@@ -91,8 +91,10 @@ async function send(agent: Agent, url: string, r: TimedRequest, row: LiveRow): P
 async function live(strategy: string, requests: TimedRequest[]): Promise<LiveRow> {
   const sim = await start(['sim', '--instances', String(INSTANCES), '--port', '0', '--time-scale', String(TIME_SCALE)], new RegExp(`(http://127\\.0\\.0\\.1:\\d+\\s+){${INSTANCES}}`), 'stdout')
   const urls = sim.out().match(/http:\/\/127\.0\.0\.1:\d+/g)!
+  // `longest_prefix:balanced` (replay's name) is --strategy longest_prefix --placement balanced.
+  const [name, placement] = strategy.split(':')
   const router = await start(
-    ['serve', ...urls.flatMap((u) => ['--upstream', u]), '--strategy', strategy, '--prefix-length', String(PREFIX_LENGTH), '--concurrency-threshold', String(THRESHOLD), '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--debug-headers', '--log-level', 'warn'],
+    ['serve', ...urls.flatMap((u) => ['--upstream', u]), '--strategy', name!, ...(placement ? ['--placement', placement] : []), '--prefix-length', String(PREFIX_LENGTH), '--concurrency-threshold', String(THRESHOLD), '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--debug-headers', '--log-level', 'warn'],
     /on (http:\/\/[\d.:]+) \(admin/,
     'stderr',
   )
