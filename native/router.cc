@@ -30,6 +30,27 @@ uint64_t next_random() {
   return z ^ (z >> 31);
 }
 
+// Calls visit(member, position) for each distinct eligible member met walking the ring
+// clockwise from `from` (whose owner counts as already met), until `wanted` members have been
+// met or visit returns true.
+template <typename Eligible, typename Visit>
+void walk_distinct(const Ring& ring, size_t from, size_t wanted, Eligible eligible, Visit visit) {
+  uint64_t seen_bits[kMaxMembers / 64] = {};
+  const uint32_t first = ring.owner(from);
+  seen_bits[first / 64] |= uint64_t{1} << (first % 64);
+  size_t seen = 1, pos = from;
+  for (size_t step = 0; step < ring.point_count() && seen < wanted; step++) {
+    pos = ring.next(pos);
+    const uint32_t m = ring.owner(pos);
+    uint64_t& word = seen_bits[m / 64];
+    const uint64_t bit = uint64_t{1} << (m % 64);
+    if ((word & bit) || !eligible(m)) continue;
+    word |= bit;
+    seen++;
+    if (visit(m, pos)) return;
+  }
+}
+
 }  // namespace
 
 RouterState::RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity)
@@ -233,19 +254,12 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
     if (!placed && candidates > 1) {
       // Walk clockwise to the next distinct candidate below the threshold, so a hot prefix
       // spills to the same second home every time rather than anywhere.
-      uint64_t seen_bits[kMaxMembers / 64] = {};
-      seen_bits[target / 64] |= uint64_t{1} << (target % 64);
-      size_t seen = 1;
-      for (size_t step = 0; step < s->ring.point_count() && seen < candidates; step++) {
-        pos = s->ring.next(pos);
-        const uint32_t m = s->ring.owner(pos);
-        uint64_t& word = seen_bits[m / 64];
-        const uint64_t bit = uint64_t{1} << (m % 64);
-        if ((word & bit) || !eligible(m)) continue;
-        word |= bit;
-        seen++;
-        if (slots_[s->slot_of[m]].try_acquire(limit)) { chosen = m; placed = true; break; }
-      }
+      walk_distinct(s->ring, pos, candidates, eligible, [&](uint32_t m, size_t) {
+        if (!slots_[s->slot_of[m]].try_acquire(limit)) return false;
+        chosen = m;
+        placed = true;
+        return true;
+      });
     }
     if (!placed) {
       // Every candidate is at the threshold: the fewest in flight, the ring's target on a tie.
@@ -338,17 +352,7 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
     // price: router replicas, each seeing its own in-flight counts, no longer agree.
     double home_load = slots_[s->slot_of[target]].in_flight() / s->ring.member(target).weight;
     uint32_t home_match = at_target;
-    uint64_t seen_bits[kMaxMembers / 64] = {};
-    seen_bits[target / 64] |= uint64_t{1} << (target % 64);
-    size_t pos = tpos, seen = 1;
-    for (size_t step = 0; step < s->ring.point_count() && seen < choices; step++) {
-      pos = s->ring.next(pos);
-      const uint32_t m = s->ring.owner(pos);
-      uint64_t& word = seen_bits[m / 64];
-      const uint64_t bit = uint64_t{1} << (m % 64);
-      if ((word & bit) || !eligible(m)) continue;
-      word |= bit;
-      seen++;
+    walk_distinct(s->ring, tpos, choices, eligible, [&](uint32_t m, size_t pos) {
       const uint32_t mm = match[s->slot_of[m]];
       const double load = slots_[s->slot_of[m]].in_flight() / s->ring.member(m).weight;
       if (mm > home_match || (mm == home_match && load < home_load)) {
@@ -356,7 +360,8 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
         home_load = load;
         result.home = pos;
       }
-    }
+      return false;
+    });
   }
   for (uint32_t slot : touched) match[slot] = 0;
   return result;
