@@ -1,7 +1,7 @@
 // libFuzzer target: decodes the input into a small program of operations on a
-// pr::RouterState (set_instances, configure, pick, release, bogus release), keeps a model
-// of the membership and of the leases held, and checks the router against it after every
-// step. Single-threaded, so every count is exact.
+// pr::RouterState (set_instances, configure, pick with or without prefix blocks, release,
+// bogus release), keeps a model of the membership and of the leases held, and checks the
+// router against it after every step. Single-threaded, so every count is exact.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -95,13 +95,16 @@ void do_set_instances(FuzzedDataProvider& in, pr::RouterState& st, Model& m, uin
 
 // The pick must match what the strategy prescribes, given the model's counts before it
 // (random only has to land on a member; least-outstanding ties may go either way).
-void check_pick(const Model& m, uint64_t key, const pr::PickResult& r, const std::string& got) {
+// longest_prefix with blocks follows its index, which the model does not keep: only
+// membership and the counters (check) are verified; without blocks it places as prefix_aware.
+void check_pick(const Model& m, uint64_t key, const pr::PickResult& r, const std::string& got, size_t nblocks) {
   REQUIRE(m.is_member(got));
+  const bool hashed = m.strategy == pr::Strategy::PrefixAware || (m.strategy == pr::Strategy::LongestPrefix && nblocks == 0);
   if (m.strategy == pr::Strategy::LeastOutstanding) {
     double best = 1e300;
     for (const auto& x : m.members) best = std::min(best, m.held(x.id) / x.weight);
     for (const auto& x : m.members) if (x.id == got) REQUIRE(m.held(x.id) / x.weight == best);
-  } else if (m.strategy == pr::Strategy::PrefixAware) {
+  } else if (hashed) {
     const pr::Ring& ring = *m.ring;
     std::vector<uint32_t> held(ring.member_count());  // by ring member index
     for (size_t i = 0; i < held.size(); i++) held[i] = m.held(ring.member(i).id);
@@ -140,19 +143,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         do_set_instances(in, st, m, capacity);
         break;
       case 1: {
-        m.strategy = static_cast<pr::Strategy>(in.ConsumeIntegralInRange<uint32_t>(0, 2));
+        m.strategy = static_cast<pr::Strategy>(in.ConsumeIntegralInRange<uint32_t>(0, 3));
         m.threshold = in.ConsumeIntegralInRange<uint32_t>(1, 4);
         st.configure(m.strategy, 4096, m.threshold);
+        // longest_prefix: a tiny index (evictions) and hash or balanced placement.
+        st.configure_index(64, in.ConsumeIntegralInRange<uint32_t>(1, 8), in.ConsumeIntegralInRange<uint32_t>(1, 3));
         break;
       }
       case 2:
       case 3: {
         const uint64_t key = in.ConsumeIntegral<uint64_t>();
-        const pr::PickResult r = st.pick(reader, key);
+        // Block chains from a three-letter alphabet, so that prompts share prefixes and match.
+        uint64_t blocks[4];
+        const size_t nblocks = m.strategy == pr::Strategy::LongestPrefix ? in.ConsumeIntegralInRange<size_t>(0, 4) : 0;
+        for (size_t b = 0, h = 0; b < nblocks; b++) blocks[b] = h = h * 0x9E3779B97F4A7C15ULL + 1 + in.ConsumeIntegralInRange<uint32_t>(0, 2);
+        const size_t anchor = nblocks == 0 ? 0 : in.ConsumeIntegralInRange<size_t>(0, nblocks + 1);
+        const pr::PickResult r = st.pick(reader, key, nullptr, nblocks ? blocks : nullptr, nblocks, anchor);
         if (m.members.empty()) { REQUIRE(r.slot == -1); break; }
         REQUIRE(r.slot >= 0 && static_cast<uint32_t>(r.slot) < capacity);
         const std::string got = st.slot_id(static_cast<uint32_t>(r.slot));
-        check_pick(m, key, r, got);
+        check_pick(m, key, r, got, nblocks);
         m.leases.emplace_back(static_cast<uint32_t>(r.slot), got);
         break;
       }
