@@ -82,7 +82,7 @@ export async function run(argv: string[]): Promise<number> {
       endpoint: ep.name,
       instance: instance.id,
       strategy: routing.strategy,
-      decision: routing.strategy === 'prefix_aware' ? 'target' : `${routing.strategy} (another run may pick differently)`,
+      decision: decisionOf(routing.strategy, routing.placement),
       key: keyInfo,
       keyHash: (typeof key === 'string'
         ? routingKey(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
@@ -110,4 +110,15 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     await ep.close()
   }
+}
+
+/** What a dry run's answer means: it knows no in-flight counts and no longest_prefix index. */
+function decisionOf(strategy: string, placement: string): string {
+  if (strategy === 'prefix_aware') return 'target'
+  if (strategy === 'longest_prefix') {
+    return placement === 'hash'
+      ? 'target (where the hash places a prompt no instance holds; the running router follows its index of what it sent where)'
+      : 'target with all instances idle (balanced placement picks by in-flight counts, which a dry run does not have)'
+  }
+  return `${strategy} (another run may pick differently)`
 }

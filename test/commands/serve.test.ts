@@ -133,4 +133,18 @@ describe('prefix-router route (dry run)', () => {
     const noApi = spawnSync(process.execPath, [cli, 'route', '--config', file], { input: '', encoding: 'utf8' })
     expect(noApi.stderr).toMatch(/--api must be openai or invoke/)
   })
+
+  it('longest_prefix: the dry run says what it cannot know, for either placement', () => {
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'where is my order?' }] })
+    const answers = (['hash', 'balanced'] as const).map((placement) => {
+      const file = join(dir, `route-${placement}.yaml`)
+      writeFileSync(file, `routing: { strategy: longest_prefix, placement: ${placement} }\nendpoints:\n  - name: default\n    instances: [http://10.1.0.1:8000, http://10.1.0.2:8000, http://10.1.0.3:8000]\n`)
+      const r = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'openai', '--json'], { input: body, encoding: 'utf8' })
+      expect(r.status, r.stderr).toBe(0)
+      return JSON.parse(r.stdout) as { instance: string; decision: string; strategy: string }
+    })
+    expect(answers[0]!.decision).toMatch(/^target \(where the hash places a prompt no instance holds/)
+    expect(answers[1]!.decision).toMatch(/^target with all instances idle \(balanced placement/)
+    expect(answers[1]!.instance).toBe(answers[0]!.instance) // idle instances: balanced keeps the hash's choice
+  })
 })
