@@ -2,9 +2,10 @@
 // src/router-options.ts, read at run time) and the peers' re-implementations.
 import { llmdDefault } from './peers/llmd-default.js'
 import { sglangCacheAware } from './peers/sglang-cache-aware.js'
+import { stackPrefixAware } from './peers/stack-prefixaware.js'
 import { nativeFactory, nativeStrategies, type RouterFactory } from './routers.js'
 
-export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault]
+export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, stackPrefixAware]
 
 /** All names, natives first, in report order. */
 export function strategyNames(): string[] {

@@ -3,6 +3,7 @@ import { LlmdDefault, gieChatPrompt, LLMD_DEFAULTS } from '../../src/replay/peer
 import { PrefixIndexer } from '../../src/replay/peers/prefix-indexer.js'
 import { ApproxTree } from '../../src/replay/peers/radix-tree.js'
 import { SglangCacheAware, SGLANG_DEFAULTS, sglangText } from '../../src/replay/peers/sglang-cache-aware.js'
+import { StackPrefixAware, STACK_CHUNK_SIZE, stackText } from '../../src/replay/peers/stack-prefixaware.js'
 
 describe('SGLang approximate tree (tree.rs semantics)', () => {
   it('matches prefixes, splits nodes and keeps per-worker character counts', () => {
@@ -172,5 +173,55 @@ describe('llm-d default scheduler (queue 2 : KV 2 : prefix 3)', () => {
   it("builds GIE's chat prompt", () => {
     const body = { messages: [{ role: 'system', content: 's' }, { role: 'user', content: [{ type: 'text', text: 'skipped' }] }, { role: 'user', content: 'u' }] }
     expect(gieChatPrompt({ api: 'chat', body })).toBe('<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n')
+  })
+})
+
+describe('production-stack prefixaware (routing_logic.py, hashtrie.py)', () => {
+  const doc = (seed: string, n: number) => `${seed} `.repeat(Math.ceil(n / (seed.length + 1))).slice(0, n)
+
+  it('follows the longest match in whole 128-character chunks; new texts go anywhere', () => {
+    const r = new StackPrefixAware({ members: [0, 1, 2, 3], seed: 1 })
+    const a = doc('alpha', 5 * STACK_CHUNK_SIZE)
+    const home = r.routeText(a).instance
+    // The same first chunks with a new ending: the home holds the longest match.
+    for (let q = 0; q < 20; q++) expect(r.routeText(`${a}question ${q}`).instance).toBe(home)
+    // 127 characters in common and a different 128th: the first chunk differs, nothing
+    // matches, and the texts are placed at random over all four.
+    const seen = new Set<number>()
+    for (let d = 0; d < 24; d++) seen.add(r.routeText(`${a.slice(0, STACK_CHUNK_SIZE - 1)}${String.fromCharCode(65 + d)}${doc('rest', 300)}`).instance)
+    expect(seen.size).toBe(4)
+  })
+
+  it('narrows to the endpoints that hold the deepest match, among those still available', () => {
+    const r = new StackPrefixAware({ members: [0, 1, 2], seed: 2 })
+    const shared = doc('shared system prompt', 2 * STACK_CHUNK_SIZE)
+    const tail = (s: string) => doc(s, 3 * STACK_CHUNK_SIZE)
+    const home = r.routeText(shared + tail('A')).instance
+    // With the home gone, nothing available holds `shared`: a random other endpoint gets it.
+    r.setInstances([0, 1, 2].filter((e) => e !== home))
+    const second = r.routeText(shared + tail('B')).instance
+    expect(second).not.toBe(home)
+    r.setInstances([0, 1, 2])
+    // Now both hold `shared`; each deeper match goes to its own endpoint.
+    expect(r.routeText(`${shared}${tail('A')}more`).instance).toBe(home)
+    expect(r.routeText(`${shared}${tail('B')}more`).instance).toBe(second)
+    // A new continuation of `shared` goes to one of its two holders, never the third.
+    const seen = new Set<number>()
+    for (let i = 0; i < 30; i++) seen.add(r.routeText(shared + tail(`new ${i}`)).instance)
+    expect([...seen].sort()).toEqual([home, second].sort())
+  })
+
+  it('has no load signal: one popular prompt stays on one endpoint', () => {
+    const r = new StackPrefixAware({ members: [0, 1, 2, 3], seed: 3 })
+    const system = doc('everyone uses this system prompt', 4 * STACK_CHUNK_SIZE)
+    const first = r.routeText(system).instance
+    const held = Array.from({ length: 50 }, (_, i) => r.routeText(`${system}${doc(`q${i}`, 300)}`))
+    expect(held.every((p) => p.instance === first && p.overflow === null)).toBe(true)
+  })
+
+  it("builds production-stack's text: contents joined by newlines, no roles", () => {
+    const body = { messages: [{ role: 'system', content: 's' }, { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url' }, { type: 'text', text: 'b' }] }, { role: 'assistant', content: null }, { role: 'user', content: 'u' }] }
+    expect(stackText({ api: 'chat', body })).toBe('s\na b\nu')
+    expect(stackText({ api: 'completions', body: { prompt: 'p' } })).toBe('p')
   })
 })
