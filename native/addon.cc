@@ -2,6 +2,8 @@
 // a backstop so that no call from JS can crash the process.
 #include <napi.h>
 
+#include <algorithm>
+
 #include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -403,7 +405,10 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     blocks = chain.data();
   }
   // An anchor at or past the end still marks the key as a chat's opening (a first turn).
-  const size_t anchor_blocks = anchor == SIZE_MAX || !longest ? 0 : (key_len + h->state->block_bytes() - 1) / h->state->block_bytes();
+  // Only full blocks are indexed, so an opening that ends in the last, partial block (or
+  // past the prefix) is held whole by an instance that holds every full block.
+  const size_t anchor_blocks =
+      anchor == SIZE_MAX || !longest ? 0 : std::min(nblocks, (key_len + h->state->block_bytes() - 1) / h->state->block_bytes());
   pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;

@@ -343,25 +343,41 @@ RouterState::LongestChoice RouterState::longest_match(const Snapshot* s, uint64_
   result.home = tpos;
   const uint32_t choices = placement_choices_.load(std::memory_order_relaxed);
   if (result.member < 0 && choices > 1) {
-    // Balanced placement: among the key's first `choices` candidates clockwise, the one
-    // holding more of the prompt, then the one with the fewest requests in flight per unit of
-    // weight, then the first. Consistent hashing gives every instance a fair share of keys,
-    // but keys carry unequal traffic (a popular document, a long chat); the index keeps each
-    // prompt where it was first placed, so placing new ones by load evens out the instances'
-    // shares and keeps homes below the threshold, without moving any cached prefix. The
-    // price: router replicas, each seeing its own in-flight counts, no longer agree.
-    double home_load = slots_[s->slot_of[target]].in_flight() / s->ring.member(target).weight;
-    uint32_t home_match = at_target;
-    walk_distinct(s->ring, tpos, choices, eligible, [&](uint32_t m, size_t pos) {
-      const uint32_t mm = match[s->slot_of[m]];
-      const double load = slots_[s->slot_of[m]].in_flight() / s->ring.member(m).weight;
-      if (mm > home_match || (mm == home_match && load < home_load)) {
-        home_match = mm;
-        home_load = load;
-        result.home = pos;
-      }
+    // Balanced placement, among the key's first `choices` candidates clockwise. If the
+    // target holds the prompt (judged as above, against the least any candidate holds), it
+    // keeps it. Otherwise the candidate with the fewest requests in flight per unit of weight
+    // takes it, counting those that hold the most of it (a system prompt, say) one request
+    // less busy, the first on a tie. Consistent hashing gives every instance a fair share of
+    // keys, but keys carry unequal traffic (a popular document, a long chat); the index keeps
+    // each prompt where it was first placed, so placing new ones by load evens out the
+    // instances' shares and keeps homes below the threshold, without moving any cached
+    // prefix. Load comes first: if holding a shared prefix outranked it, an instance that
+    // missed the first requests would never be given any. The price: router replicas, each
+    // seeing its own in-flight counts, no longer agree.
+    uint32_t low = at_target, most = at_target;
+    walk_distinct(s->ring, tpos, choices, eligible, [&](uint32_t m, size_t) {
+      low = std::min(low, match[s->slot_of[m]]);
+      most = std::max(most, match[s->slot_of[m]]);
       return false;
     });
+    const size_t rest = nblocks - low;
+    const bool target_holds = anchor_blocks > 0 ? at_target > low && at_target >= anchor_blocks
+                                                : at_target > low && 5 * static_cast<size_t>(at_target - low) >= rest;
+    if (!target_holds) {
+      auto busy = [&](uint32_t m) {
+        const double load = slots_[s->slot_of[m]].in_flight() / s->ring.member(m).weight;
+        return most > low && match[s->slot_of[m]] == most ? load - 1 : load;
+      };
+      double home_busy = busy(target);
+      walk_distinct(s->ring, tpos, choices, eligible, [&](uint32_t m, size_t pos) {
+        const double b = busy(m);
+        if (b < home_busy) {
+          home_busy = b;
+          result.home = pos;
+        }
+        return false;
+      });
+    }
   }
   for (uint32_t slot : touched) match[slot] = 0;
   return result;

@@ -260,6 +260,27 @@ describe('longest_prefix with placement: balanced', () => {
     expect(balanced).toBeLessThan(hash)
   })
 
+  it('does not starve an instance that lacks a prefix everyone else shares', () => {
+    // Three instances learn a shared system prompt; then a fourth joins without it. New
+    // prompts, with some always in flight, must reach the newcomer too.
+    const fleet = ids(4).map((id) => ({ id }))
+    const r = make({ instances: fleet.slice(0, 3), placement: 'balanced' })
+    const system = `system: ${words(77, 40)} `
+    for (let i = 0; i < 30; i++) once(r, `${system}user: ${words(9000 + i, 300)}`)
+    r.setInstances(fleet)
+    const newcomer = fleet[3]!.id
+    const open: Lease[] = []
+    let toNewcomer = 0
+    for (let i = 0; i < 400; i++) {
+      const l = r.pick(`${system}user: ${words(i, 300)}`)
+      if (l.instance === newcomer) toNewcomer++
+      open.push(l)
+      if (open.length > 8) open.shift()!.release()
+    }
+    open.forEach((l) => l.release())
+    expect(toNewcomer, `newcomer took ${toNewcomer} of 400`).toBeGreaterThan(400 / 8) // holding the system prompt must not outrank load
+  })
+
   it('stays within the request\'s group', () => {
     const fleet = ids(6).map((id, i) => ({ id, groups: i % 2 === 0 ? ['a'] : ['b'] }))
     const r = make({ instances: fleet, placement: 'balanced' })
