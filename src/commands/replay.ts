@@ -40,6 +40,8 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --seed N                     seed of the workload and of the peers' tie-breaks (default 1)
   --out DIR                    where replay.json and the charts go (default replay-results)
   --router-replicas K          K independent routers per strategy, requests dealt round-robin (1 to 64; default 1)
+  --clients N                  closed loop: N clients, each sending the next request when its last one
+                               has finished (timestamps ignored; 1 to 100000; a workload only, no scale events)
   --prefix-length N            routing prefix, code points (${LIMITS.prefixLength.min} to ${LIMITS.prefixLength.max}; default ${LIMITS.prefixLength.default})
   --concurrency-threshold N    in-flight requests before overflow (${LIMITS.concurrencyThreshold.min} to ${LIMITS.concurrencyThreshold.max}; default ${LIMITS.concurrencyThreshold.default})
   --add-instance-at T          add an instance at simulated time T (repeatable)
@@ -79,6 +81,7 @@ export async function run(argv: string[]): Promise<number> {
     seed: str,
     out: str,
     'router-replicas': str,
+    clients: str,
     'prefix-length': str,
     'concurrency-threshold': str,
     'add-instance-at': { type: 'string', multiple: true },
@@ -120,6 +123,7 @@ export async function run(argv: string[]): Promise<number> {
   const instances = get('instances') === undefined ? 7 : intFlag('instances', get('instances')!, 1, 256)
   const seed = get('seed') === undefined ? 1 : intFlag('seed', get('seed')!, 0, 2 ** 31 - 1)
   const replicas = get('router-replicas') === undefined ? 1 : intFlag('router-replicas', get('router-replicas')!, 1, 64)
+  const clients = get('clients') === undefined ? undefined : intFlag('clients', get('clients')!, 1, 100_000)
   const pl = LIMITS.prefixLength
   const prefixLength = get('prefix-length') === undefined ? pl.default : intFlag('prefix-length', get('prefix-length')!, pl.min, pl.max)
   const ct = LIMITS.concurrencyThreshold
@@ -139,6 +143,8 @@ export async function run(argv: string[]): Promise<number> {
     const list = v[flag]
     for (const raw of Array.isArray(list) ? list : []) events.push({ atMs: durationFlag(flag, raw, false), kind })
   }
+  if (clients !== undefined && tracePath !== undefined) throw new CliError('--clients needs a workload: a trace replays its own timestamps')
+  if (clients !== undefined && events.length > 0) throw new CliError('--clients cannot be combined with --add-instance-at or --remove-instance-at')
   const removals = events.filter((e) => e.kind === 'remove').length
   if (removals >= instances + events.length - removals) throw new CliError('--remove-instance-at would leave no instance')
 
@@ -162,7 +168,9 @@ export async function run(argv: string[]): Promise<number> {
   } else {
     const params = resolveParams(workload!, knobs)
     durationMs = get('duration') === undefined ? 3_600_000 : durationFlag('duration', get('duration')!)
-    requests = workload!.generate(params, { seed, durationMs })
+    // Closed loop draws as many requests as the fastest lane sends: a generator that runs on
+    // well past the duration (it is lazy, so only what is drawn is made).
+    requests = workload!.generate(params, { seed, durationMs: clients === undefined ? durationMs : durationMs * 1000 })
     source = { workload: workload!.name, params }
   }
   for (const e of events) {
@@ -181,6 +189,7 @@ export async function run(argv: string[]): Promise<number> {
     prefixLength,
     concurrencyThreshold: threshold,
     routerReplicas: replicas,
+    ...(clients !== undefined && { clients }),
     seed,
     events,
     windowMs,

@@ -65,9 +65,37 @@ export class Lane {
     this.tracker = o.events.length === 0 ? null : new KeyTracker(o.events, o.windowMs)
   }
 
+  /** Open loop: runs the clock up to the request's arrival, then routes and submits it. */
   arrive(req: PreparedRequest): void {
+    this.fleet.run(req.at)
+    this.dispatch(req)
+  }
+
+  /** Requests this lane has drawn in closed loop. */
+  drawn = 0
+
+  /**
+   * Closed loop: `clients` clients, each sending the next request from `take` at time 0 and
+   * again whenever its previous request has finished, until `durationMs`. The caller runs the
+   * clock (fleet.run) to drive it.
+   */
+  startClosedLoop(take: (i: number) => PreparedRequest | undefined, clients: number, durationMs: number): void {
+    const clock = this.fleet.clock
+    const send = (): void => {
+      const now = clock.now()
+      if (now >= durationMs) return
+      const req = take(this.drawn)
+      if (req === undefined) return
+      this.drawn++
+      // The next send runs as an event of its own, not inside the engine's finish handling.
+      this.dispatch({ ...req, at: now }, () => void clock.schedule(clock.now(), send))
+    }
+    for (let c = 0; c < clients; c++) clock.schedule(0, send)
+  }
+
+  /** Routes a request arriving now and submits it; `then` runs once it has finished or been refused. */
+  private dispatch(req: PreparedRequest, then?: () => void): void {
     const fleet = this.fleet
-    fleet.run(req.at)
     const placement = this.router.route(req, req.at)
     this.stats.routedTo(placement.instance, placement.overflow)
     if (this.tracker !== null) this.tracker.record(req.key, placement.instance, req.at)
@@ -81,6 +109,7 @@ export class Lane {
           onFinish: (r) => {
             placement.finish()
             stats.done(r)
+            then?.()
           },
         },
       )
@@ -90,6 +119,7 @@ export class Lane {
       if (!(err instanceof RangeError)) throw err
       placement.finish()
       stats.rejected++
+      then?.()
     }
   }
 

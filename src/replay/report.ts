@@ -18,7 +18,8 @@ export function markdownReport(r: ReplayResult): string {
   lines.push(
     `${describeSource(r)}: ${r.instances} × ${r.profile}, ${formatDuration(r.durationMs)} simulated, seed ${r.seed}, ` +
       `prefix length ${r.prefixLength}, concurrency threshold ${r.concurrencyThreshold}` +
-      `${r.routerReplicas > 1 ? `, ${r.routerReplicas} router replicas` : ''}: ${r.requests.toLocaleString('en-US')} requests; ` +
+      `${r.routerReplicas > 1 ? `, ${r.routerReplicas} router replicas` : ''}` +
+      `${r.clients === null ? `: ${r.requests.toLocaleString('en-US')} requests; ` : `, closed loop with ${r.clients} clients: up to ${r.requests.toLocaleString('en-US')} requests a lane; `}` +
       `ideal hit rate ${pct(r.ideal.hitRate)}.`,
   )
   lines.push('')

@@ -53,7 +53,10 @@ export interface ReplayResult {
   prefixLength: number
   concurrencyThreshold: number
   routerReplicas: number
+  /** Closed-loop clients, or null for open-loop arrivals at the requests' timestamps. */
+  clients: number | null
   windowMs: number
+  /** Requests prepared: all of them in open loop, the most any lane sent in closed loop. */
   requests: number
   ideal: { hitRate: number; capacityBlocks: number }
   strategies: StrategyResult[]
@@ -143,6 +146,7 @@ export function summarize(s: SummaryInput): ReplayResult {
     prefixLength: o.prefixLength,
     concurrencyThreshold: o.concurrencyThreshold,
     routerReplicas: o.routerReplicas,
+    clients: o.clients ?? null,
     windowMs: s.windowMs,
     requests: s.requests,
     ideal: { hitRate: s.idealHitRate, capacityBlocks: s.idealCapacityBlocks },

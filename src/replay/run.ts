@@ -1,9 +1,11 @@
 // `prefix-router replay`'s engine: one pass over the requests, each prepared once and fed
 // to every strategy's lane in lockstep (so memory stays at what is in flight, and a run
 // of N strategies costs one prompt hashing, not N), then the lanes drain and the
-// measurements become a ReplayResult.
+// measurements become a ReplayResult. With `clients`, the load is closed-loop instead
+// (src/replay/closed-loop.ts): the lanes advance side by side in steps of simulated time.
 import type { SimOptions } from '../sim/config.js'
 import { resolveSim } from '../sim/config.js'
+import { SharedRequests } from './closed-loop.js'
 import { IdealCache } from './ideal.js'
 import { Lane, type ScaleEvent } from './lane.js'
 import { prepareRequest } from './prepare.js'
@@ -26,6 +28,12 @@ export interface ReplayOptions {
   events: readonly ScaleEvent[]
   /** Window of the moved-share and recovery measurements (default 60 s). */
   windowMs?: number
+  /**
+   * Closed loop: this many clients, each sending the next request when its last one has
+   * finished; the requests' timestamps are ignored. Needs a synchronous request source
+   * (a workload, not a trace) and no scale events.
+   */
+  clients?: number
   /** Called now and then with the simulated time reached. */
   onProgress?: (simMs: number, requests: number) => void
 }
@@ -60,19 +68,21 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   let next = 0
   let index = 0
   try {
-    for await (const r of o.requests) {
-      if (r.at >= o.durationMs) break
-      while (next < events.length && events[next]!.atMs <= r.at) {
-        for (const lane of lanes) lane.scale(events[next]!)
-        next++
+    if (o.clients !== undefined) {
+      if (events.length > 0) throw new RangeError('closed-loop replay does not take scale events')
+      if (!(Symbol.iterator in o.requests)) throw new RangeError('closed-loop replay needs a workload, not a trace')
+      const shared = new SharedRequests(o.requests, prep, (p) => ideal.observe(p.prompt))
+      for (const lane of lanes) lane.startClosedLoop((i) => shared.get(i), o.clients, o.durationMs)
+      for (let t = 0; t < o.durationMs; ) {
+        t = Math.min(t + CLOSED_LOOP_STEP_MS, o.durationMs)
+        for (const lane of lanes) lane.fleet.run(t)
+        shared.release(Math.min(...lanes.map((l) => l.drawn)))
+        o.onProgress?.(t, shared.prepared)
       }
-      const p = prepareRequest(r, index++, prep)
-      ideal.observe(p.prompt)
-      for (const lane of lanes) lane.arrive(p)
-      if ((index & 255) === 0) o.onProgress?.(r.at, index)
+      index = shared.prepared
+    } else {
+      index = await openLoop()
     }
-    for (; next < events.length; next++) for (const lane of lanes) lane.scale(events[next]!)
-    o.onProgress?.(o.durationMs, index)
     for (const lane of lanes) lane.drain()
     return summarize({
       options: o,
@@ -88,4 +98,24 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   } finally {
     for (const lane of lanes) lane.close()
   }
+
+  async function openLoop(): Promise<number> {
+    for await (const r of o.requests) {
+      if (r.at >= o.durationMs) break
+      while (next < events.length && events[next]!.atMs <= r.at) {
+        for (const lane of lanes) lane.scale(events[next]!)
+        next++
+      }
+      const p = prepareRequest(r, index++, prep)
+      ideal.observe(p.prompt)
+      for (const lane of lanes) lane.arrive(p)
+      if ((index & 255) === 0) o.onProgress?.(r.at, index)
+    }
+    for (; next < events.length; next++) for (const lane of lanes) lane.scale(events[next]!)
+    o.onProgress?.(o.durationMs, index)
+    return index
+  }
 }
+
+/** Closed loop: how far the lanes advance between releases of shared requests. */
+const CLOSED_LOOP_STEP_MS = 1000

@@ -122,6 +122,36 @@ describe('prefix-router replay', () => {
     expect(Math.abs(byName(three, 'prefix_aware').hitRate - byName(one, 'prefix_aware').hitRate)).toBeLessThan(0.03)
     expect(byName(three, 'llmd_default').requests).toBe(byName(one, 'llmd_default').requests)
   })
+
+  it('closed loop: each lane sends as fast as its own answers come back, so a faster strategy sends more', async () => {
+    const w = WORKLOADS['long-context']!
+    const params = resolveParams(w, KNOBS)
+    const r = await runReplay(
+      options({
+        durationMs: 120_000,
+        strategies: ['random', 'prefix_aware'],
+        clients: 8,
+        // A generator that runs on past the duration: lanes draw what they need.
+        requests: w.generate(params, { seed: 1, durationMs: 120_000_000 }),
+      }),
+    )
+    expect(r.clients).toBe(8)
+    const random = byName(r, 'random')
+    const prefix = byName(r, 'prefix_aware')
+    // More hits, shorter prefills, more requests through the same 8 clients.
+    expect(prefix.hitRate).toBeGreaterThan(random.hitRate + 0.2)
+    expect(prefix.throughput.requestsPerSec).toBeGreaterThan(random.throughput.requestsPerSec * 1.05)
+    expect(prefix.requests).toBeGreaterThan(random.requests)
+    expect(r.requests).toBe(prefix.requests) // the most any lane drew
+  })
+
+  it('closed loop refuses a trace and scale events', async () => {
+    await expect(runReplay(options({ durationMs: 10_000, strategies: ['random'], clients: 2, events: [{ atMs: 5_000, kind: 'add' }] }))).rejects.toThrow(
+      /closed-loop replay does not take scale events/,
+    )
+    const asyncRequests = (async function* () {})()
+    await expect(runReplay(options({ durationMs: 10_000, strategies: ['random'], clients: 2, requests: asyncRequests }))).rejects.toThrow(/needs a workload, not a trace/)
+  })
 })
 
 describe('prefix-router replay flags', () => {
@@ -146,6 +176,9 @@ describe('prefix-router replay flags', () => {
     bad(['--workload', 'tenants', '--trace', 'x.jsonl'], /give --workload or --trace, not both/)
     bad(['--profile', 'gpt-9'], /--profile must be one of/)
     bad(['--bogus'], /Unknown option '--bogus'/)
+    bad(['--clients', '0'], /--clients must be an integer from 1 to 100000; got '0'/)
+    bad(['--clients', '4', '--trace', 'x.jsonl'], /--clients needs a workload: a trace replays its own timestamps/)
+    bad(['--clients', '4', '--add-instance-at', '1m'], /--clients cannot be combined with --add-instance-at or --remove-instance-at/)
   })
 
   it('documents every workload knob in --help', () => {

@@ -3,12 +3,15 @@ import { describe, expect, it } from 'vitest'
 import { xxh3 } from '../../src/hash.js'
 import { openAIRequest } from '../../src/prefix/openai-key.js'
 import { formatDuration, parseDuration } from '../../src/replay/duration.js'
+import { SharedRequests } from '../../src/replay/closed-loop.js'
 import { IdealCache } from '../../src/replay/ideal.js'
 import { codePointPrefix } from '../../src/prefix/routing-key.js'
 import { prepareRequest, trackingKey } from '../../src/replay/prepare.js'
 import { Progress } from '../../src/replay/progress.js'
 import { ReplicatedRouter, type Placement, type ReplayRouter } from '../../src/replay/routers.js'
 import { resolveStrategies, strategyNames } from '../../src/replay/strategies.js'
+import { resolveParams } from '../../src/replay/types.js'
+import { WORKLOADS } from '../../src/replay/workloads/index.js'
 import { STRATEGIES } from '../../src/router-options.js'
 import { VirtualFleet } from '../../src/sim/index.js'
 
@@ -147,5 +150,32 @@ describe('strategies', () => {
     const r = new ReplicatedRouter([fake(0), fake(1), fake(2)])
     for (let i = 0; i < 7; i++) r.route({} as never, 0)
     expect(seen).toEqual([0, 1, 2, 0, 1, 2, 0])
+  })
+})
+
+describe('SharedRequests (closed loop)', () => {
+  const w = WORKLOADS['long-context']!
+  const params = resolveParams(w, { rate: 10, documents: 5, 'doc-tokens': 200, 'question-tokens': 8, 'output-tokens': 4 })
+  const prep = { model: 'm', blockSize: 16 }
+
+  it('prepares each request once, in order, as far as the furthest lane draws', () => {
+    const seen: number[] = []
+    const shared = new SharedRequests(w.generate(params, { seed: 1, durationMs: 2_000 }), prep, (p) => seen.push(p.index))
+    expect(shared.get(3)!.index).toBe(3)
+    expect(shared.get(1)!.index).toBe(1) // a slower lane reads what is kept
+    expect(seen).toEqual([0, 1, 2, 3])
+    expect(shared.prepared).toBe(4)
+    shared.release(2)
+    expect(() => shared.get(1)).toThrow(/request 1 was already released/)
+    expect(shared.get(2)!.index).toBe(2)
+  })
+
+  it('says when the workload has no more', () => {
+    const shared = new SharedRequests(w.generate(params, { seed: 1, durationMs: 1_000 }), prep)
+    let n = 0
+    while (shared.get(n) !== undefined) n++
+    expect(n).toBeGreaterThan(3)
+    expect(n).toBeLessThan(30) // ~10 a second for 1 s
+    expect(shared.get(n + 5)).toBeUndefined()
   })
 })
