@@ -88,16 +88,19 @@ export class Scheduler {
       budget--
       context += kvTokens - 1
     }
-    for (let i = 0; i < running.length && budget > 0; i++) {
-      const seq = running[i]!
+    // The next prefill chunk of `seq`: as much of what is left of its prompt as the budget allows.
+    const takeChunk = (seq: Sequence): void => {
       const left = seq.prefillTarget - seq.numComputed
-      if (left <= 0) continue
       const n = left < budget ? left : budget
       seq.chunk = n
       step.push(seq)
       prefill += n
       budget -= n
       context += seq.numComputed
+    }
+    for (let i = 0; i < running.length && budget > 0; i++) {
+      const seq = running[i]!
+      if (seq.prefillTarget - seq.numComputed > 0) takeChunk(seq)
     }
     const waiting = this.waiting
     while (budget > 0 && running.length < maxNumSeqs && this.waitingHead < waiting.length) {
@@ -123,13 +126,7 @@ export class Scheduler {
       }
       seq.numComputed = hits * bs
       seq.registered = hits
-      const left = seq.prefillTarget - seq.numComputed
-      const n = left < budget ? left : budget
-      seq.chunk = n
-      step.push(seq)
-      prefill += n
-      budget -= n
-      context += seq.numComputed
+      takeChunk(seq)
     }
     if (this.waitingHead > 1024 || this.waitingHead === waiting.length) {
       waiting.splice(0, this.waitingHead)

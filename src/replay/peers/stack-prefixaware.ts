@@ -42,8 +42,6 @@ export class StackPrefixAware implements ReplayRouter {
   private readonly root = node()
   private available: Set<number>
   private readonly rng: Rng
-  /** Trie nodes, for tests and memory estimates. */
-  nodes = 1
 
   constructor(ctx: Pick<RouterContext, 'members' | 'seed'>) {
     this.available = new Set(ctx.members)
@@ -90,7 +88,6 @@ export class StackPrefixAware implements ReplayRouter {
       if (child === undefined) {
         child = node()
         n.children.set(h, child)
-        this.nodes++
       }
       child.endpoints.add(endpoint)
       n = child
