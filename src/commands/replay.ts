@@ -13,7 +13,8 @@ import { Progress } from '../replay/progress.js'
 import { jsonReport, markdownReport } from '../replay/report.js'
 import { runReplay } from '../replay/run.js'
 import { resolveStrategies, strategyNames } from '../replay/strategies.js'
-import { checkTrace, readTrace, TraceError } from '../replay/trace.js'
+import { MIN_BLOCK_TOKENS } from '../replay/block-text.js'
+import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/trace.js'
 import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
 import { WORKLOADS } from '../replay/workloads/index.js'
 import { CliError, parseFlags } from './cli-error.js'
@@ -32,7 +33,11 @@ Replays requests through the simulator's virtual-time fleet once per strategy an
 a Markdown table; writes replay.json and SVG charts to --out. See the README, section "Replay".
 
   --workload NAME              ${Object.keys(WORKLOADS).join(' | ')} (default long-context)
-  --trace FILE                 a JSONL trace of OpenAI request bodies with "timestamp" (ms or ISO 8601)
+  --trace FILE                 a JSONL trace, one request a line, timestamps not decreasing (ties allowed)
+  --trace-format F             openai: OpenAI request bodies with "timestamp" (ms or ISO 8601) (default)
+                               hash-ids: "timestamp" (ms), "input_length", "output_length", "hash_ids"
+                               (Mooncake's format; ids become text, see the README)
+  --trace-block-tokens N       hash-ids: tokens per hash id (${MIN_BLOCK_TOKENS} to ${MAX_TRACE_BLOCK_TOKENS}; default 512)
   --instances N                instances at the start (1 to 256; default 7)
   --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it)
   --strategies LIST            comma-separated, default all: ${strategyNames().join(', ')}
@@ -41,7 +46,8 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --out DIR                    where replay.json and the charts go (default replay-results)
   --router-replicas K          K independent routers per strategy, requests dealt round-robin (1 to 64; default 1)
   --clients N                  closed loop: N clients, each sending the next request when its last one
-                               has finished (timestamps ignored; 1 to 100000; a workload only, no scale events)
+                               has finished (timestamps ignored; 1 to 100000; no scale events; a trace's
+                               clients stop when it runs out)
   --prefix-length N            routing prefix, code points (${LIMITS.prefixLength.min} to ${LIMITS.prefixLength.max}; default ${LIMITS.prefixLength.default})
   --concurrency-threshold N    in-flight requests before overflow (${LIMITS.concurrencyThreshold.min} to ${LIMITS.concurrencyThreshold.max}; default ${LIMITS.concurrencyThreshold.default})
   --add-instance-at T          add an instance at simulated time T (repeatable)
@@ -53,6 +59,8 @@ workloads and their knobs:
 ${workloads.join('\n')}
 `
 }
+
+const MAX_TRACE_BLOCK_TOKENS = 65_536
 
 function intFlag(flag: string, raw: string, min: number, max: number): number {
   const v = raw.trim() === '' ? NaN : Number(raw)
@@ -74,6 +82,8 @@ export async function run(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
     workload: str,
     trace: str,
+    'trace-format': str,
+    'trace-block-tokens': str,
     instances: str,
     duration: str,
     strategies: str,
@@ -143,7 +153,15 @@ export async function run(argv: string[]): Promise<number> {
     const list = v[flag]
     for (const raw of Array.isArray(list) ? list : []) events.push({ atMs: durationFlag(flag, raw, false), kind })
   }
-  if (clients !== undefined && tracePath !== undefined) throw new CliError('--clients needs a workload: a trace replays its own timestamps')
+  const traceFormat = get('trace-format') ?? 'openai'
+  if (traceFormat !== 'openai' && traceFormat !== 'hash-ids') throw new CliError(`--trace-format must be openai or hash-ids; got '${traceFormat}'`)
+  if (get('trace-format') !== undefined && tracePath === undefined) throw new CliError('--trace-format needs --trace')
+  const rawBlockTokens = get('trace-block-tokens')
+  if (rawBlockTokens !== undefined && traceFormat !== 'hash-ids') throw new CliError('--trace-block-tokens applies to --trace-format hash-ids only')
+  const format: TraceFormat =
+    traceFormat === 'openai'
+      ? { kind: 'openai' }
+      : { kind: 'hash-ids', blockTokens: rawBlockTokens === undefined ? 512 : intFlag('trace-block-tokens', rawBlockTokens, MIN_BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS) }
   if (clients !== undefined && events.length > 0) throw new CliError('--clients cannot be combined with --add-instance-at or --remove-instance-at')
   const removals = events.filter((e) => e.kind === 'remove').length
   if (removals >= instances + events.length - removals) throw new CliError('--remove-instance-at would leave no instance')
@@ -155,7 +173,7 @@ export async function run(argv: string[]): Promise<number> {
   if (tracePath !== undefined) {
     let summary
     try {
-      summary = await checkTrace(tracePath)
+      summary = await checkTrace(tracePath, format)
     } catch (err) {
       if (err instanceof TraceError) throw new CliError(`--trace ${err.message}`)
       const e = err as NodeJS.ErrnoException
@@ -163,7 +181,7 @@ export async function run(argv: string[]): Promise<number> {
       throw err
     }
     durationMs = get('duration') === undefined ? summary.spanMs + 1 : durationFlag('duration', get('duration')!)
-    requests = readTrace(tracePath)
+    requests = readTrace(tracePath, format)
     source = { trace: tracePath }
   } else {
     const params = resolveParams(workload!, knobs)

@@ -30,8 +30,8 @@ export interface ReplayOptions {
   windowMs?: number
   /**
    * Closed loop: this many clients, each sending the next request when its last one has
-   * finished; the requests' timestamps are ignored. Needs a synchronous request source
-   * (a workload, not a trace) and no scale events.
+   * finished; the requests' timestamps are ignored, and clients stop when the requests run
+   * out. Needs a synchronous request source (a workload, or readTrace) and no scale events.
    */
   clients?: number
   /** Called now and then with the simulated time reached. */
@@ -70,7 +70,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   try {
     if (o.clients !== undefined) {
       if (events.length > 0) throw new RangeError('closed-loop replay does not take scale events')
-      if (!(Symbol.iterator in o.requests)) throw new RangeError('closed-loop replay needs a workload, not a trace')
+      if (!(Symbol.iterator in o.requests)) throw new RangeError('closed-loop replay needs a synchronous Iterable of requests')
       const shared = new SharedRequests(o.requests, prep, (p) => ideal.observe(p.prompt))
       for (const lane of lanes) lane.startClosedLoop((i) => shared.get(i), o.clients, o.durationMs)
       for (let t = 0; t < o.durationMs; ) {

@@ -11,25 +11,26 @@
 // skipped. For example:
 //   {"timestamp": 0, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}
 //   {"timestamp": "2025-06-01T12:00:00.250Z", "tenant": "acme", "model": "m", "prompt": "Once"}
-import { createReadStream } from 'node:fs'
-import { createInterface } from 'node:readline'
+//
+// The other format, `hash-ids` (production trace releases: lengths and block ids, no text),
+// is parsed in src/replay/hash-id-trace.ts; both are read here, synchronously, so that a
+// closed-loop replay can draw from them (src/replay/line-reader.ts).
 import type { OpenAIApi } from '../prefix/openai-key.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { tenantOf } from '../prefix/tenant.js'
 import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
+import { BlockTexts } from './block-text.js'
+import { hashIdRequest, parseHashIdLine } from './hash-id-trace.js'
+import { readLinesSync } from './line-reader.js'
+import { TraceError } from './trace-error.js'
 import type { TimedRequest } from './types.js'
 
-/** A line of the trace that cannot be replayed; the message names the file and line. */
-export class TraceError extends Error {
-  constructor(
-    readonly file: string,
-    readonly line: number,
-    message: string,
-  ) {
-    super(`${file} line ${line}: ${message}`)
-    this.name = 'TraceError'
-  }
-}
+export { TraceError }
+
+/** How the lines of a trace are written: OpenAI bodies, or block ids of `blockTokens` tokens. */
+export type TraceFormat = { kind: 'openai' } | { kind: 'hash-ids'; blockTokens: number }
+
+export const OPENAI_TRACE: TraceFormat = { kind: 'openai' }
 
 /** Parses one line (1-based `line` for messages); null for a blank line. */
 export function parseTraceLine(text: string, file: string, line: number): { timestamp: number; request: Omit<TimedRequest, 'at'> } | null {
@@ -73,12 +74,17 @@ export interface TraceSummary {
   spanMs: number
 }
 
-/** Reads the whole trace once, checking every line; the replay then streams it again. */
-export async function checkTrace(path: string): Promise<TraceSummary> {
+/**
+ * Reads the whole trace once, checking every line; the replay then streams it again. A
+ * hash-id trace's prompts are not built here: its lines are checked, not turned into text.
+ */
+export async function checkTrace(path: string, format: TraceFormat = OPENAI_TRACE): Promise<TraceSummary> {
   let requests = 0
   let first = NaN
   let last = NaN
-  for await (const r of readTrace(path)) {
+  const parse = (text: string, file: string, line: number): { timestamp: number } | null =>
+    format.kind === 'openai' ? parseTraceLine(text, file, line) : parseHashIdLine(text, file, line, format.blockTokens)
+  for (const r of timed(path, parse)) {
     if (requests === 0) first = r.at
     last = r.at
     requests++
@@ -87,20 +93,39 @@ export async function checkTrace(path: string): Promise<TraceSummary> {
   return { requests, spanMs: last - first }
 }
 
-/** The trace's requests in order, arrival times relative to the first. */
-export async function* readTrace(path: string): AsyncGenerator<TimedRequest> {
-  const lines = createInterface({ input: createReadStream(path, { encoding: 'utf8' }), crlfDelay: Infinity })
+/**
+ * The trace's requests in order, arrival times relative to the first. Synchronous (a
+ * closed loop draws from it inside the simulation); the file is streamed, and a hash-id
+ * trace's block texts are kept in a bounded cache, so memory does not grow with the trace.
+ */
+export function* readTrace(path: string, format: TraceFormat = OPENAI_TRACE): Generator<TimedRequest, void, undefined> {
+  if (format.kind === 'openai') {
+    for (const r of timed(path, parseTraceLine)) yield { at: r.at, ...r.parsed.request }
+    return
+  }
+  const texts = new BlockTexts(format.blockTokens)
+  for (const r of timed(path, (text, file, line) => parseHashIdLine(text, file, line, format.blockTokens))) {
+    yield { at: r.at, ...hashIdRequest(r.parsed, texts) }
+  }
+}
+
+/** Parsed lines with arrival times relative to the first; blank lines skipped, order checked. */
+function* timed<T extends { timestamp: number }>(
+  path: string,
+  parse: (text: string, file: string, line: number) => T | null,
+): Generator<{ at: number; parsed: T }, void, undefined> {
   let n = 0
   let origin = NaN
   let prev = -Infinity
-  for await (const text of lines) {
+  for (const text of readLinesSync(path)) {
     n++
-    const parsed = parseTraceLine(text, path, n)
+    const parsed = parse(text, path, n)
     if (parsed === null) continue
     if (Number.isNaN(origin)) origin = parsed.timestamp
     const at = parsed.timestamp - origin
+    // Equal timestamps are fine: real traces are cut to the millisecond and have ties.
     if (at < prev) throw new TraceError(path, n, `timestamps must not decrease (${at} ms after the first request, after ${prev} ms)`)
     prev = at
-    yield { at, ...parsed.request }
+    yield { at, parsed }
   }
 }

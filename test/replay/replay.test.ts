@@ -145,12 +145,12 @@ describe('prefix-router replay', () => {
     expect(r.requests).toBe(prefix.requests) // the most any lane drew
   })
 
-  it('closed loop refuses a trace and scale events', async () => {
+  it('closed loop refuses an asynchronous source and scale events', async () => {
     await expect(runReplay(options({ durationMs: 10_000, strategies: ['random'], clients: 2, events: [{ atMs: 5_000, kind: 'add' }] }))).rejects.toThrow(
       /closed-loop replay does not take scale events/,
     )
     const asyncRequests = (async function* () {})()
-    await expect(runReplay(options({ durationMs: 10_000, strategies: ['random'], clients: 2, requests: asyncRequests }))).rejects.toThrow(/needs a workload, not a trace/)
+    await expect(runReplay(options({ durationMs: 10_000, strategies: ['random'], clients: 2, requests: asyncRequests }))).rejects.toThrow(/needs a synchronous Iterable/)
   })
 })
 
@@ -177,7 +177,10 @@ describe('prefix-router replay flags', () => {
     bad(['--profile', 'gpt-9'], /--profile must be one of/)
     bad(['--bogus'], /Unknown option '--bogus'/)
     bad(['--clients', '0'], /--clients must be an integer from 1 to 100000; got '0'/)
-    bad(['--clients', '4', '--trace', 'x.jsonl'], /--clients needs a workload: a trace replays its own timestamps/)
+    bad(['--trace-format', 'csv', '--trace', 'x.jsonl'], /--trace-format must be openai or hash-ids; got 'csv'/)
+    bad(['--trace-format', 'hash-ids'], /--trace-format needs --trace/)
+    bad(['--trace', 'x.jsonl', '--trace-block-tokens', '512'], /--trace-block-tokens applies to --trace-format hash-ids only/)
+    bad(['--trace', 'x.jsonl', '--trace-format', 'hash-ids', '--trace-block-tokens', '4'], /--trace-block-tokens must be an integer from 8 to 65536; got '4'/)
     bad(['--clients', '4', '--add-instance-at', '1m'], /--clients cannot be combined with --add-instance-at or --remove-instance-at/)
   })
 
