@@ -1,51 +1,291 @@
-// The ideal hit rate: every distinct block computed once per fleet, given its capacity.
+// The ideal hit rate: an upper bound on the token hit rate any router can reach with the
+// fleet's capacity.
 //
-// Precisely: the token hit rate of ONE prefix cache as large as the whole fleet (the sum
-// of the instances' KV blocks) that sees every request in arrival order, with vLLM's
-// accounting (leading full blocks only; the last prompt token always computed) and LRU
-// eviction, each request's blocks freed as soon as it is admitted. No router can place a
-// block on two instances and do better on that block; what it can lose is duplication
-// (the same block on several instances takes several slots), imbalance (a hot instance
-// evicts while another has room) and overflow. Running requests pinning blocks is not
-// counted against the ideal, so a real fleet can approach it but rarely reach it.
+// It is Belady's offline-optimal cache (MIN, with bypass) of the fleet's total capacity,
+// run over the sequence of full-block accesses in arrival order (each request's full blocks
+// 0..m−1, m = ⌊prompt tokens / block size⌋), with hits counted over every full block, the
+// last one included (the engine recomputes it for the last token's logits; counting it
+// keeps this an upper bound and independent of the prompt's alignment).
+//
+// Why it bounds every router: at any moment the union of the instances' caches holds at
+// most the fleet's capacity in blocks, holds a block only after a request containing it
+// was served, and a fleet hit is a hit of that union. So the union is one cache policy of
+// that capacity (one that may decline to keep a block: bypass), and MIN has the most hits
+// of all such policies. A fleet also counts only leading blocks and only at a request's
+// first admission, which can only lose hits.
+//
+// The one gap: the bound is computed in arrival order, while a fleet admits a request a
+// little after it arrives (the API server's overhead depends on the prompt's length) and
+// in each instance's own order (a preempted request is readmitted later), which can swap
+// requests that arrive close together. The difference that can make is small and has not
+// been seen to matter, but the bound is exact only for the arrival order.
+//
+// MIN needs the future, so observe() only records the accesses; the bound is computed once,
+// when first asked for. Memory is 4 bytes per access (an hour of long-context on 7
+// instances is ~25 M accesses), plus a table of distinct blocks while recording.
 import type { PreparedPrompt } from '../sim/block-hash.js'
-import { KvCache } from '../sim/kv-cache.js'
+
+/** Accesses are stored in chunks so that growing never copies ~100 MB at once. */
+const CHUNK_BITS = 20
+const CHUNK = 1 << CHUNK_BITS
 
 export class IdealCache {
-  private readonly cache: KvCache
-  private readonly slots: number[] = []
-  private readonly found = { hits: 0, freeHits: 0 }
-  promptTokens = 0
-  cachedTokens = 0
+  private readonly capacity: number
+  // Dense block ids per access while recording; after the backward pass, the position of
+  // the same block's next access (-1 for none).
+  private chunks: Int32Array[] = [new Int32Array(CHUNK)]
+  private accesses = 0
+  private blocks: BlockIds | null = new BlockIds()
+  // Per request: its full blocks, its prompt tokens (0 if no engine would serve it), and
+  // after the computation the hits up to and including it.
+  private reqBlocks = new Int32Array(1024)
+  private reqTokens = new Float64Array(1024)
+  private cumHits: Float64Array | null = null
+  private cumTokens: Float64Array | null = null
+  private requests = 0
 
   constructor(
     capacityBlocks: number,
     private readonly blockSize: number,
   ) {
-    this.cache = new KvCache(capacityBlocks)
+    this.capacity = Math.max(0, Math.floor(capacityBlocks))
   }
 
-  observe(p: PreparedPrompt): void {
-    const bs = this.blockSize
-    const limit = Math.floor((p.promptTokens - 1) / bs)
-    this.cache.lookup(p.blockKeys, limit, this.found)
-    const hits = this.found.hits
-    this.promptTokens += p.promptTokens
-    this.cachedTokens += hits * bs
-    const need = Math.ceil(p.promptTokens / bs) - hits
-    const slots = this.slots
-    slots.length = 0
-    this.cache.acquire(hits, slots)
-    // A prompt larger than the whole cache keeps what fits (its head), as a prefix would.
-    const room = Math.min(need, this.cache.freeBlocks)
-    this.cache.allocate(room, slots)
+  /**
+   * Records one request, in arrival order. `served` false: a request the engines refuse
+   * (it never reaches a cache and the lanes do not count its tokens); it keeps its index.
+   */
+  observe(p: PreparedPrompt, served = true): void {
+    const blocks = this.blocks
+    if (blocks === null) throw new Error('IdealCache: observe() after the hit rate was computed')
+    if (this.requests === this.reqBlocks.length) {
+      this.reqBlocks = grow(this.reqBlocks, new Int32Array(2 * this.requests))
+      this.reqTokens = grow(this.reqTokens, new Float64Array(2 * this.requests))
+    }
+    const m = served ? Math.min(p.blockKeys.length, Math.floor(p.promptTokens / this.blockSize)) : 0
+    this.reqBlocks[this.requests] = m
+    this.reqTokens[this.requests] = served ? p.promptTokens : 0
+    this.requests++
     const keys = p.blockKeys
-    const full = Math.min(keys.length, slots.length)
-    for (let b = hits; b < full; b++) this.cache.register(slots[b]!, keys[b]!)
-    this.cache.release(slots)
+    for (let b = 0; b < m; b++) {
+      const off = this.accesses & (CHUNK - 1)
+      if (off === 0 && this.accesses > 0) this.chunks.push(new Int32Array(CHUNK))
+      this.chunks[this.chunks.length - 1]![off] = blocks.id(keys[b]!)
+      this.accesses++
+    }
   }
 
+  /** Requests observed. */
+  get observed(): number {
+    return this.requests
+  }
+
+  /** Prompt tokens of the requests observed (served ones). */
+  get promptTokens(): number {
+    return this.requests === 0 ? 0 : this.computed().tokens[this.requests - 1]!
+  }
+
+  /** Tokens of the optimal cache's hits. */
+  get cachedTokens(): number {
+    return this.requests === 0 ? 0 : this.computed().hits[this.requests - 1]! * this.blockSize
+  }
+
+  /** The bound over every request observed; NaN with no prompt tokens. */
   get hitRate(): number {
-    return this.promptTokens === 0 ? NaN : this.cachedTokens / this.promptTokens
+    return this.hitRateOf(this.requests)
+  }
+
+  /**
+   * The bound over the first `n` requests observed. Valid as a bound for a fleet that served
+   * only those: MIN's decisions on blocks used again within a prefix never depend on what
+   * comes after it (a block whose next use lies beyond is always the first to go), so its
+   * hits up to any point are the optimum for that prefix.
+   */
+  hitRateOf(n: number): number {
+    const k = Math.min(n, this.requests)
+    if (k <= 0) return NaN
+    const c = this.computed()
+    const tokens = c.tokens[k - 1]!
+    return tokens === 0 ? NaN : (c.hits[k - 1]! * this.blockSize) / tokens
+  }
+
+  private computed(): { hits: Float64Array; tokens: Float64Array } {
+    if (this.cumHits === null || this.cumTokens === null) {
+      const distinct = this.blocks?.size ?? 0
+      this.blocks = null // no longer needed; freed before the passes allocate
+      this.cumHits = this.run(distinct)
+      const tokens = new Float64Array(this.requests)
+      let sum = 0
+      for (let r = 0; r < this.requests; r++) tokens[r] = sum += this.reqTokens[r]!
+      this.cumTokens = tokens
+      this.chunks = []
+    }
+    return { hits: this.cumHits, tokens: this.cumTokens }
+  }
+
+  /** MIN over the recorded accesses; cumulative hits per request. */
+  private run(distinct: number): Float64Array {
+    const n = this.accesses
+    const chunks = this.chunks
+    // Backward pass: each access's id becomes the position of the same block's next access.
+    const last = new Int32Array(distinct).fill(-1)
+    for (let c = chunks.length - 1; c >= 0; c--) {
+      const a = chunks[c]!
+      const base = c * CHUNK
+      for (let off = Math.min(CHUNK, n - base) - 1; off >= 0; off--) {
+        const id = a[off]!
+        a[off] = last[id]!
+        last[id] = base + off
+      }
+    }
+    // Forward pass. A cached block is represented by the position of its next access, which
+    // no other block shares, so "the block accessed at i is cached" is "i is in the set",
+    // and the block MIN evicts (needed farthest in the future) is the set's maximum.
+    const cap = this.capacity
+    const set = new PositionSet(n)
+    const cum = new Float64Array(this.requests)
+    let size = 0
+    let hits = 0
+    let pos = 0
+    for (let r = 0; r < this.requests; r++) {
+      for (let end = pos + this.reqBlocks[r]!; pos < end; pos++) {
+        const next = chunks[pos >>> CHUNK_BITS]![pos & (CHUNK - 1)]!
+        if (set.has(pos)) {
+          hits++
+          set.delete(pos)
+          // Kept for its next use; a block never used again leaves (nothing to gain).
+          if (next >= 0) set.insert(next)
+          else size--
+        } else if (next >= 0 && cap > 0) {
+          if (size < cap) {
+            set.insert(next)
+            size++
+          } else {
+            const far = set.max()
+            // Otherwise bypass: the newcomer is the one needed farthest in the future.
+            if (next < far) {
+              set.delete(far)
+              set.insert(next)
+            }
+          }
+        }
+      }
+      cum[r] = hits
+    }
+    return cum
+  }
+}
+
+function grow<T extends Int32Array | Float64Array>(from: T, to: T): T {
+  to.set(from)
+  return to
+}
+
+/**
+ * Dense ids for block keys: open addressing over typed arrays, grown at half load (see
+ * src/sim/block-index.ts for why not a Map). Keys are stored + 1 so that 0 marks an empty
+ * bucket.
+ */
+class BlockIds {
+  private keys = new Float64Array(1 << 12)
+  private ids = new Int32Array(1 << 12)
+  private mask = (1 << 12) - 1
+  size = 0
+
+  id(key: number): number {
+    const k = key + 1
+    const keys = this.keys
+    const mask = this.mask
+    let i = key & mask
+    for (;;) {
+      const c = keys[i]!
+      if (c === k) return this.ids[i]!
+      if (c === 0) break
+      i = (i + 1) & mask
+    }
+    const id = this.size++
+    keys[i] = k
+    this.ids[i] = id
+    if (2 * this.size > keys.length) this.rehash()
+    return id
+  }
+
+  private rehash(): void {
+    const oldKeys = this.keys
+    const oldIds = this.ids
+    const size = oldKeys.length * 2
+    const keys = new Float64Array(size)
+    const ids = new Int32Array(size)
+    const mask = size - 1
+    for (let j = 0; j < oldKeys.length; j++) {
+      const c = oldKeys[j]!
+      if (c === 0) continue
+      let i = (c - 1) & mask
+      while (keys[i] !== 0) i = (i + 1) & mask
+      keys[i] = c
+      ids[i] = oldIds[j]!
+    }
+    this.keys = keys
+    this.ids = ids
+    this.mask = mask
+  }
+}
+
+/**
+ * A set of positions in [0, n): a bitset with a summary level per 32 words (a bit per
+ * non-empty word below) up to a single word, so insert, delete and max touch one word per
+ * level (⌈log32 n⌉ levels: 5 for 25 M positions). 32-bit words because that is what
+ * JavaScript's bitwise operators and Math.clz32 work on.
+ */
+export class PositionSet {
+  private readonly levels: Int32Array[] = []
+
+  constructor(n: number) {
+    let words = Math.max(1, Math.ceil(n / 32))
+    for (;;) {
+      this.levels.push(new Int32Array(words))
+      if (words === 1) break
+      words = Math.ceil(words / 32)
+    }
+  }
+
+  has(p: number): boolean {
+    return (this.levels[0]![p >>> 5]! & (1 << (p & 31))) !== 0
+  }
+
+  insert(p: number): void {
+    const levels = this.levels
+    for (let l = 0; l < levels.length; l++) {
+      const w = levels[l]!
+      const i = p >>> 5
+      const before = w[i]!
+      w[i] = before | (1 << (p & 31))
+      if (before !== 0) return
+      p = i
+    }
+  }
+
+  delete(p: number): void {
+    const levels = this.levels
+    for (let l = 0; l < levels.length; l++) {
+      const w = levels[l]!
+      const i = p >>> 5
+      const after = w[i]! & ~(1 << (p & 31))
+      w[i] = after
+      if (after !== 0) return
+      p = i
+    }
+  }
+
+  /** The largest position in the set, or -1 if it is empty. */
+  max(): number {
+    const levels = this.levels
+    let i = 0
+    for (let l = levels.length - 1; l >= 0; l--) {
+      const w = levels[l]![i]!
+      if (w === 0) return -1
+      i = i * 32 + (31 - Math.clz32(w))
+    }
+    return i
   }
 }

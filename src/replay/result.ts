@@ -27,7 +27,10 @@ export interface StrategyResult {
   rejected: number
   ttftMs: { p50: number; p90: number; p99: number; mean: number }
   hitRate: number
-  /** hitRate / the ideal hit rate. */
+  /**
+   * hitRate / the ideal hit rate, an upper bound (src/replay/ideal.ts), so at most 1. In
+   * closed loop, against the bound over the requests this strategy's lane sent.
+   */
   ofIdeal: number
   throughput: { requestsPerSec: number; outputTokensPerSec: number }
   /** Share of requests per instance id (every instance that was ever in the fleet). */
@@ -58,6 +61,10 @@ export interface ReplayResult {
   windowMs: number
   /** Requests prepared: all of them in open loop, the most any lane sent in closed loop. */
   requests: number
+  /**
+   * The upper bound on any strategy's hit rate: Belady's offline-optimal cache of
+   * capacityBlocks (every engine's KV blocks) over the requests (src/replay/ideal.ts).
+   */
   ideal: { hitRate: number; capacityBlocks: number }
   strategies: StrategyResult[]
   wallMs: number
@@ -69,6 +76,8 @@ export interface SummaryInput {
   events: readonly ScaleEvent[]
   windowMs: number
   idealHitRate: number
+  /** Per lane, when lanes sent different requests (closed loop): the ideal over each lane's. */
+  laneIdealHitRates?: readonly number[]
   idealCapacityBlocks: number
   requests: number
   wallMs: number
@@ -82,7 +91,7 @@ export function summarize(s: SummaryInput): ReplayResult {
   const o = s.options
   const durS = o.durationMs / 1000
   const bucketS = Math.max(1, Math.round(durS / 60))
-  const strategies = s.lanes.map((lane): StrategyResult => {
+  const strategies = s.lanes.map((lane, li): StrategyResult => {
     const st = lane.stats
     const sorted = st.ttftMs.sorted()
     let sum = 0
@@ -125,7 +134,7 @@ export function summarize(s: SummaryInput): ReplayResult {
         mean: sorted.length === 0 ? NaN : sum / sorted.length,
       },
       hitRate,
-      ofIdeal: hitRate / s.idealHitRate,
+      ofIdeal: hitRate / (s.laneIdealHitRates?.[li] ?? s.idealHitRate),
       throughput: { requestsPerSec: st.completedInWindow / durS, outputTokensPerSec: st.outputInWindow / durS },
       instanceShares: shares,
       shareMin: min,

@@ -5,10 +5,11 @@
 // (src/replay/closed-loop.ts): the lanes advance side by side in steps of simulated time.
 import type { SimOptions } from '../sim/config.js'
 import { resolveSim } from '../sim/config.js'
+import { outputPlan } from '../sim/request.js'
 import { SharedRequests } from './closed-loop.js'
 import { IdealCache } from './ideal.js'
 import { Lane, type ScaleEvent } from './lane.js'
-import { prepareRequest } from './prepare.js'
+import { prepareRequest, type PreparedRequest } from './prepare.js'
 import { summarize, type ReplayResult } from './result.js'
 import type { RouterFactory } from './routers.js'
 import type { TimedRequest } from './types.js'
@@ -59,7 +60,16 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         windowMs,
       }),
   )
-  const ideal = new IdealCache(o.instances * resolved.engine.kvBlocks, resolved.engine.blockSize)
+  // Every engine that is ever in the fleet (added ones too) can hold blocks at the same time.
+  const idealCapacity = engines * resolved.engine.kvBlocks
+  const ideal = new IdealCache(idealCapacity, resolved.engine.blockSize)
+  // A request the engines refuse reaches no cache and no lane counts its tokens.
+  const probe = lanes[0]?.fleet
+  const served = (p: PreparedRequest): boolean => {
+    if (probe === undefined) return true
+    const n = p.prompt.promptTokens
+    return probe.engines[0]!.check(n, outputPlan(probe.sim, n, p.maxTokens).maxTokens) === undefined
+  }
   const prep = {
     model: resolved.model,
     blockSize: resolved.engine.blockSize,
@@ -71,7 +81,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     if (o.clients !== undefined) {
       if (events.length > 0) throw new RangeError('closed-loop replay does not take scale events')
       if (!(Symbol.iterator in o.requests)) throw new RangeError('closed-loop replay needs a synchronous Iterable of requests')
-      const shared = new SharedRequests(o.requests, prep, (p) => ideal.observe(p.prompt))
+      const shared = new SharedRequests(o.requests, prep, (p) => ideal.observe(p.prompt, served(p)))
       for (const lane of lanes) lane.startClosedLoop((i) => shared.get(i), o.clients, o.durationMs)
       for (let t = 0; t < o.durationMs; ) {
         t = Math.min(t + CLOSED_LOOP_STEP_MS, o.durationMs)
@@ -90,7 +100,9 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       events,
       windowMs,
       idealHitRate: ideal.hitRate,
-      idealCapacityBlocks: o.instances * resolved.engine.kvBlocks,
+      // Closed loop: each lane sent its own number of requests and is held to the bound over those.
+      ...(o.clients !== undefined && { laneIdealHitRates: lanes.map((l) => ideal.hitRateOf(l.drawn)) }),
+      idealCapacityBlocks: idealCapacity,
       requests: index,
       wallMs: performance.now() - started,
       profile: resolved.profile.name,
@@ -107,7 +119,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         next++
       }
       const p = prepareRequest(r, index++, prep)
-      ideal.observe(p.prompt)
+      ideal.observe(p.prompt, served(p))
       for (const lane of lanes) lane.arrive(p)
       if ((index & 255) === 0) o.onProgress?.(r.at, index)
     }

@@ -4,7 +4,6 @@ import { xxh3 } from '../../src/hash.js'
 import { openAIRequest } from '../../src/prefix/openai-key.js'
 import { formatDuration, parseDuration } from '../../src/replay/duration.js'
 import { SharedRequests } from '../../src/replay/closed-loop.js'
-import { IdealCache } from '../../src/replay/ideal.js'
 import { codePointPrefix } from '../../src/prefix/routing-key.js'
 import { prepareRequest, trackingKey } from '../../src/replay/prepare.js'
 import { Progress } from '../../src/replay/progress.js'
@@ -58,26 +57,6 @@ describe('prepareRequest', () => {
     expect(codePointPrefix('abc', 10)).toBe('abc')
     expect(trackingKey('x'.repeat(5000), undefined, 4096)).toBe(Number(BigInt.asUintN(52, xxh3('x'.repeat(4096)))))
     expect(trackingKey('abc', 't', 4096)).not.toBe(trackingKey('abc', undefined, 4096))
-  })
-})
-
-describe('IdealCache', () => {
-  const prompt = (keys: number[], tokens: number) => ({ promptTokens: tokens, blockKeys: Float64Array.from(keys) })
-
-  it('hits every block seen before except the last token’s, with LRU eviction at capacity', () => {
-    const c = new IdealCache(4, 16)
-    c.observe(prompt([1, 2, 3], 50))
-    expect(c.cachedTokens).toBe(0)
-    c.observe(prompt([1, 2, 3], 50))
-    expect(c.cachedTokens).toBe(48)
-    // Block-aligned prompt: the last block is recomputed (vLLM needs the last logits).
-    c.observe(prompt([1, 2, 3], 48))
-    expect(c.cachedTokens).toBe(48 + 32)
-    // 4 new blocks fill the cache of 4: everything older is evicted.
-    c.observe(prompt([7, 8, 9, 10], 64))
-    c.observe(prompt([1, 2, 3], 50))
-    expect(c.cachedTokens).toBe(80)
-    expect(c.hitRate).toBeCloseTo(80 / (50 + 50 + 48 + 64 + 50))
   })
 })
 
