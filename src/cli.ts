@@ -14,10 +14,11 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
   serve: { summary: 'run the router in front of a fleet (an embedded simulated one if none is given)', load: () => import('./commands/serve.js') },
   route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
   replay: { summary: 'replay a workload or trace through the virtual fleet with each strategy', load: () => import('./commands/replay.js') },
+  'make-trace': { summary: 'write a production-shaped hash-id trace (chat, mixed) for replay', load: () => import('./commands/make-trace.js') },
 }
 
 function usage(): string {
-  const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(8)} ${c.summary}`)
+  const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`)
   return `usage: prefix-router <command> [options]\n\ncommands:\n${rows.join('\n')}\n\nRun prefix-router <command> --help for its options.\n`
 }
 
