@@ -6,6 +6,7 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { LIMITS } from '../router-options.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
+import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
 import type { ScaleEvent } from '../replay/lane.js'
@@ -42,6 +43,7 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it)
   --strategies LIST            comma-separated, default all: ${strategyNames().join(', ')}
   --profile NAME               ${Object.keys(PROFILES).join(' | ')} (default ${DEFAULT_PROFILE})
+  --tokenizer NAME             ${TOKENIZERS.join(' | ')}: how the simulator counts and blocks prompt tokens (default ${DEFAULT_TOKENIZER})
   --seed N                     seed of the workload and of the peers' tie-breaks (default 1)
   --out DIR                    where replay.json and the charts go (default replay-results)
   --router-replicas K          K independent routers per strategy, requests dealt round-robin (1 to 64; default 1)
@@ -88,6 +90,7 @@ export async function run(argv: string[]): Promise<number> {
     duration: str,
     strategies: str,
     profile: str,
+    tokenizer: str,
     seed: str,
     out: str,
     'router-replicas': str,
@@ -141,6 +144,8 @@ export async function run(argv: string[]): Promise<number> {
     get('concurrency-threshold') === undefined ? ct.default : intFlag('concurrency-threshold', get('concurrency-threshold')!, ct.min, ct.max)
   const profile = get('profile') ?? DEFAULT_PROFILE
   if (PROFILES[profile.toLowerCase()] === undefined) throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${profile}'`)
+  const tokenizer = get('tokenizer') ?? DEFAULT_TOKENIZER
+  if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
   let strategies
   try {
     strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''))
@@ -203,7 +208,7 @@ export async function run(argv: string[]): Promise<number> {
     strategies,
     instances,
     durationMs,
-    sim: { profile },
+    sim: { profile, tokenizer },
     prefixLength,
     concurrencyThreshold: threshold,
     routerReplicas: replicas,

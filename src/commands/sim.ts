@@ -3,6 +3,7 @@ import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { parseFaults } from '../sim/faults.js'
 import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
+import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CliError, parseFlags } from './cli-error.js'
 
 const HELP = `usage: prefix-router sim [options]
@@ -24,6 +25,8 @@ on ports PORT..PORT+N-1 until SIGINT or SIGTERM. Prints one URL per worker.
   --max-model-len N           longest prompt + output (${describeLimit('maxModelLen')})
   --output-tokens N           output length when a request sets no max_tokens (${describeLimit('outputTokens')})
   --time-scale X              simulated time runs X times faster (${describeLimit('timeScale')}; default 1)
+  --tokenizer NAME            ${TOKENIZERS.join(' | ')}: how prompt text becomes tokens (default ${DEFAULT_TOKENIZER};
+                              bytes = 4 bytes of UTF-8 a token, o200k = OpenAI's o200k_base BPE)
 
 faults (also settable at run time with POST /sim/faults on a worker):
   --fault-error-rate R        share of requests answered with an error (0 to 1)
@@ -77,6 +80,7 @@ export async function run(argv: string[]): Promise<number> {
     'max-model-len': str,
     'output-tokens': str,
     'time-scale': str,
+    tokenizer: str,
     'fault-error-rate': str,
     'fault-error-status': str,
     'fault-health-fail': { type: 'boolean' },
@@ -105,6 +109,8 @@ export async function run(argv: string[]): Promise<number> {
     throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${values.profile}'`)
   }
   if (values.model !== undefined && values.model.trim() === '') throw new CliError('--model must be a non-empty name')
+  const tokenizer = values.tokenizer ?? DEFAULT_TOKENIZER
+  if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
   for (const l of values.lora ?? []) {
     if (l === '' || l.startsWith('=') || l.endsWith('=')) throw new CliError(`--lora must be NAME or NAME=PATH; got '${l}'`)
   }
@@ -154,6 +160,7 @@ export async function run(argv: string[]): Promise<number> {
       ...(nums.maxModelLen !== undefined ? { maxModelLen: nums.maxModelLen } : {}),
       ...(nums.outputTokens !== undefined ? { outputTokens: nums.outputTokens } : {}),
       ...(nums.timeScale !== undefined ? { timeScale: nums.timeScale } : {}),
+      tokenizer,
       faults,
       ...(faultInstances !== undefined ? { faultInstances } : {}),
     })
@@ -171,7 +178,7 @@ export async function run(argv: string[]): Promise<number> {
   process.stderr.write(
     `prefix-router sim: ${instances} worker(s), profile ${values.profile ?? DEFAULT_PROFILE}, model ${w.models.base}, ` +
       `${sim.kvBlocks} KV blocks of ${sim.blockSize} tokens, ` +
-      `time scale ${nums.timeScale ?? 1}${values.h2c ? ', h2c' : ''}; Ctrl-C to stop\n`,
+      `time scale ${nums.timeScale ?? 1}${tokenizer === DEFAULT_TOKENIZER ? '' : `, tokenizer ${tokenizer}`}${values.h2c ? ', h2c' : ''}; Ctrl-C to stop\n`,
   )
   process.stdout.write(`${fleet.urls.join('\n')}\n`)
   await new Promise<void>((resolve) => {

@@ -7,10 +7,11 @@ import { xxh3 } from '../hash.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'
-import { cacheSeed, preparePrompt, preparePromptText, type PreparedPrompt } from '../sim/block-hash.js'
+import { cacheSeed, preparePrompt, type PreparedPrompt } from '../sim/block-hash.js'
 import { renderChat } from '../sim/chat-template.js'
 import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
 import { encodeTokenIds } from '../sim/tokenizer.js'
+import { getTokenizer, type TokenizerName } from '../sim/tokenizers/index.js'
 import type { OpenAIApi } from '../prefix/openai-key.js'
 import type { TimedRequest } from './types.js'
 
@@ -44,6 +45,8 @@ export interface PrepareOptions {
   /** Model name the simulated fleet serves: every request is served as it (see the README, "Replay"). */
   model: string
   blockSize: number
+  /** The lanes' fleets' tokenizer (their ResolvedSim's): prompts must key the blocks their engines would. */
+  tokenizer: TokenizerName
   /** Compute `key` with this prefix length (code points), for scale-event tracking. */
   trackKeys?: number
 }
@@ -55,20 +58,20 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
   // What a live worker does with the body (src/sim/http-worker.ts → request.ts): vLLM's
   // validation, the chat template, the cache seed of the model and cache_salt.
   const seed = cacheSeed(o.model, undefined)
+  const tokenizer = getTokenizer(o.tokenizer)
   let prompt: PreparedPrompt
   let maxTokens: number | undefined
   if (req.api === 'chat') {
     const chat = parseChatRequest(req.body)
     maxTokens = chat.maxTokens
     const s = chat.cacheSalt === undefined ? seed : cacheSeed(o.model, chat.cacheSalt)
-    // Same keys as VirtualFleet.prepare (which encodes and hashes the same UTF-8 bytes),
-    // through the text path that skips a view per block.
-    prompt = preparePromptText(renderChat(chat.messages, chat.addGenerationPrompt), o.blockSize, s)
+    // Same keys as VirtualFleet.prepare: the same rendered text through the same tokenizer.
+    prompt = tokenizer.prepareText(renderChat(chat.messages, chat.addGenerationPrompt), o.blockSize, s)
   } else {
     const c = parseCompletionRequest(req.body)
     maxTokens = c.maxTokens
     const s = c.cacheSalt === undefined ? seed : cacheSeed(o.model, c.cacheSalt)
-    prompt = c.tokenIds !== undefined ? preparePrompt(encodeTokenIds(c.tokenIds), o.blockSize, s) : preparePromptText(c.text ?? '', o.blockSize, s)
+    prompt = c.tokenIds !== undefined ? preparePrompt(encodeTokenIds(c.tokenIds), o.blockSize, s) : tokenizer.prepareText(c.text ?? '', o.blockSize, s)
   }
   return {
     index,

@@ -16,7 +16,8 @@ export function describeSource(r: ReplayResult): string {
 export function markdownReport(r: ReplayResult): string {
   const lines: string[] = []
   lines.push(
-    `${describeSource(r)}: ${r.instances} × ${r.profile}, ${formatDuration(r.durationMs)} simulated, seed ${r.seed}, ` +
+    `${describeSource(r)}: ${r.instances} × ${r.profile}${r.tokenizer === 'bytes' ? '' : ` (tokenizer ${r.tokenizer})`}, ` +
+      `${formatDuration(r.durationMs)} simulated, seed ${r.seed}, ` +
       `prefix length ${r.prefixLength}, concurrency threshold ${r.concurrencyThreshold}` +
       `${r.routerReplicas > 1 ? `, ${r.routerReplicas} router replicas` : ''}` +
       `${r.clients === null ? `: ${r.requests.toLocaleString('en-US')} requests; ` : `, closed loop with ${r.clients} clients: up to ${r.requests.toLocaleString('en-US')} requests a lane; `}` +

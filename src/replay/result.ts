@@ -3,6 +3,7 @@
 import type { Lane, ScaleEvent } from './lane.js'
 import type { ReplayOptions } from './run.js'
 import { quantile } from './stats.js'
+import type { TokenizerName } from '../sim/tokenizers/index.js'
 
 export interface EventResult {
   atMs: number
@@ -52,6 +53,8 @@ export interface ReplayResult {
   instances: number
   durationMs: number
   profile: string
+  /** The simulator's tokenizer, as `--tokenizer`. */
+  tokenizer: TokenizerName
   seed: number
   prefixLength: number
   concurrencyThreshold: number
@@ -82,6 +85,7 @@ export interface SummaryInput {
   requests: number
   wallMs: number
   profile: string
+  tokenizer: TokenizerName
 }
 
 // 0.02 steps, then the tail: enough for a CDF chart, small enough to keep the SVG light.
@@ -151,6 +155,7 @@ export function summarize(s: SummaryInput): ReplayResult {
     instances: o.instances,
     durationMs: o.durationMs,
     profile: s.profile,
+    tokenizer: s.tokenizer,
     seed: o.seed,
     prefixLength: o.prefixLength,
     concurrencyThreshold: o.concurrencyThreshold,

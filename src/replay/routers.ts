@@ -102,7 +102,9 @@ class NativeRouter implements ReplayRouter {
     // What `serve` gives longest_prefix once it has read an instance's
     // vllm:cache_config_info (src/fleet/instance.ts indexCapacity): the KV capacity in
     // tokens at ~4 bytes of routing text each, in blocks of the router's default size.
-    // Other strategies ignore it.
+    // Other strategies ignore it. An estimate under any simulator tokenizer, as in `serve`:
+    // o200k puts more bytes in a token (about 5.8 in the workloads' prose), so the index is
+    // somewhat smaller than the caches it mirrors.
     const indexBlocks = Math.max(1, Math.round((this.ctx.kvBlocks * this.ctx.blockSize * BYTES_PER_TOKEN) / LIMITS.blockSize.default))
     return members.map((i) => ({ id: this.ctx.ids[i]!, indexBlocks }))
   }

@@ -73,6 +73,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   const prep = {
     model: resolved.model,
     blockSize: resolved.engine.blockSize,
+    tokenizer: resolved.tokenizer,
     ...(events.length > 0 ? { trackKeys: o.prefixLength } : {}),
   }
   let next = 0
@@ -106,6 +107,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       requests: index,
       wallMs: performance.now() - started,
       profile: resolved.profile.name,
+      tokenizer: resolved.tokenizer,
     })
   } finally {
     for (const lane of lanes) lane.close()

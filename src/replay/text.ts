@@ -1,5 +1,7 @@
-// Synthetic prompt text. The simulator's tokenizer counts 4 bytes of UTF-8 as one token
-// (src/sim/tokenizer.ts), so ASCII text of exactly 4·n characters is exactly n tokens.
+// Synthetic prompt text. The simulator's default tokenizer counts 4 bytes of UTF-8 as one
+// token (src/sim/tokenizer.ts), so ASCII text of exactly 4·n characters is exactly n
+// tokens. Workload sizes stay in these units under `--tokenizer o200k`, where the same
+// text is fewer tokens (about 5.8 characters a token for this vocabulary).
 // Words are drawn from a small English vocabulary so the text looks like prose to a
 // human reading a trace and gives the character-level trees of the peers (SGLang's
 // radix tree) realistic branching, rather than long runs of one repeated character.

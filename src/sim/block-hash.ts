@@ -1,8 +1,9 @@
 // Chained block hashes, as vLLM's prefix cache keys blocks: block i's key depends on all
 // tokens in blocks 0..i, on the model (or LoRA adapter) and on cache_salt. We hash the
-// prompt's bytes in place: a block of `blockSize` tokens is `blockSize * 4` bytes (see
-// tokenizer.ts), and block i is hashed with block i-1's hash as the XXH3 seed, so the
-// work per request is one native call (xxh3_chain) and no token strings are built.
+// prompt's bytes in place: every token is 4 bytes (4 bytes of UTF-8 under the `bytes`
+// tokenizer, a little-endian token id under `o200k` and for token-id prompts), so a block
+// of `blockSize` tokens is `blockSize * 4` bytes, and block i is hashed with block i-1's
+// hash as the XXH3 seed: the work per request is one native call (xxh3_chain).
 import { xxh3, xxh3Blocks } from '../hash.js'
 import { native } from '../native.js'
 import { BYTES_PER_TOKEN, tokenCount } from './tokenizer.js'
@@ -46,7 +47,7 @@ export function preparePrompt(bytes: Uint8Array, blockSize: number, seed: bigint
   return { promptTokens: tokenCount(bytes.length), blockKeys: keys }
 }
 
-/** preparePrompt for text: the addon reads the string's UTF-8 itself. */
+/** preparePrompt for text under the `bytes` tokenizer: the addon reads the string's UTF-8 itself. */
 export function preparePromptText(text: string, blockSize: number, seed: bigint): PreparedPrompt {
   const blockBytes = blockSize * BYTES_PER_TOKEN
   const length = Buffer.byteLength(text)

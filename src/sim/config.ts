@@ -4,6 +4,7 @@ import { OutOfRangeError } from '../errors.js'
 import { engineConfig, type EngineConfig } from './engine.js'
 import type { LoraSpec } from './models.js'
 import { DEFAULT_PROFILE, PROFILES, type Profile } from './profiles.js'
+import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS, type TokenizerName } from './tokenizers/index.js'
 
 export interface SimOptions {
   /** Profile name (see profiles.ts) or a Profile object. */
@@ -21,6 +22,8 @@ export interface SimOptions {
   outputTokens?: number
   /** Simulated time runs this many times faster than wall time (live workers only). */
   timeScale?: number
+  /** How prompt text becomes tokens: `bytes` (4 bytes a token, the default) or `o200k` (OpenAI's BPE). */
+  tokenizer?: TokenizerName
 }
 
 export interface ResolvedSim {
@@ -30,6 +33,7 @@ export interface ResolvedSim {
   engine: EngineConfig
   outputTokens: number
   timeScale: number
+  tokenizer: TokenizerName
 }
 
 interface Limit {
@@ -105,6 +109,8 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
     if (names.has(l.name)) throw new OutOfRangeError('lora', 'distinct adapter names, different from the model', l.name)
     names.add(l.name)
   }
+  const tokenizer = o.tokenizer ?? DEFAULT_TOKENIZER
+  if (!isTokenizerName(tokenizer)) throw new OutOfRangeError('tokenizer', `one of ${TOKENIZERS.join(', ')}`, tokenizer)
   return {
     profile,
     model,
@@ -112,5 +118,6 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
     engine: engineConfig(profile, overrides),
     outputTokens: opt('outputTokens', o.outputTokens) ?? profile.outputTokens,
     timeScale: opt('timeScale', o.timeScale) ?? 1,
+    tokenizer,
   }
 }

@@ -2,6 +2,7 @@
 import { checkLimit, resolveSim, type SimOptions } from './config.js'
 import { NO_FAULTS, type FaultConfig } from './faults.js'
 import { SimWorker } from './http-worker.js'
+import { getTokenizer } from './tokenizers/index.js'
 
 export interface SimFleetOptions extends SimOptions {
   instances: number
@@ -27,6 +28,7 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
   const port = checkLimit('port', opts.port ?? 0)
   if (port > 0 && port + n - 1 > 65535) checkLimit('port', port + n - 1, 'port + instances - 1')
   const sim = resolveSim(opts)
+  getTokenizer(sim.tokenizer).load() // now, not in the first request's time
   const faults: FaultConfig = { ...NO_FAULTS, ...opts.faults }
   const workers: SimWorker[] = []
   for (let i = 0; i < n; i++) {

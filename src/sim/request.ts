@@ -1,12 +1,14 @@
-// From a validated API request to what the engine needs: the prompt's bytes (rendered by
-// the chat template or taken as given), its token count and block hashes under the
-// model's (or adapter's) cache seed, and the output length. Live workers and the virtual
-// fleet both go through here, so a prompt keys the same blocks in either.
+// From a validated API request to what the engine needs: the prompt's tokens (the chat
+// template rendered, then the configured tokenizer; token ids as given), their count and
+// block hashes under the model's (or adapter's) cache seed, and the output length. Live
+// workers and the virtual fleet both go through here, so a prompt keys the same blocks in
+// either.
 import { preparePrompt, cacheSeed, type PreparedPrompt } from './block-hash.js'
 import { renderChat, type ChatMessage } from './chat-template.js'
 import type { ResolvedSim } from './config.js'
 import { ApiError, type GenerationRequest } from './openai-shapes.js'
-import { encodeText, encodeTokenIds } from './tokenizer.js'
+import { encodeTokenIds } from './tokenizer.js'
+import { getTokenizer, type Tokenizer } from './tokenizers/index.js'
 
 export interface PlannedRequest {
   model: string
@@ -22,10 +24,14 @@ export interface PromptSource {
   tokenIds?: readonly number[] | undefined
 }
 
-export function promptBytes(src: PromptSource): Uint8Array {
-  if (src.messages !== undefined) return encodeText(renderChat(src.messages, src.addGenerationPrompt ?? true))
-  if (src.tokenIds !== undefined) return encodeTokenIds(src.tokenIds)
-  return encodeText(src.text ?? '')
+/**
+ * The prompt's token count and block keys: a chat's rendered template or a text through
+ * `tokenizer`, token ids one token each whatever the tokenizer.
+ */
+export function preparePromptSource(src: PromptSource, tokenizer: Tokenizer, blockSize: number, seed: bigint): PreparedPrompt {
+  if (src.messages !== undefined) return tokenizer.prepareText(renderChat(src.messages, src.addGenerationPrompt ?? true), blockSize, seed)
+  if (src.tokenIds !== undefined) return preparePrompt(encodeTokenIds(src.tokenIds), blockSize, seed)
+  return tokenizer.prepareText(src.text ?? '', blockSize, seed)
 }
 
 /**
@@ -51,7 +57,7 @@ export function planRequest(
   sim: ResolvedSim,
   check: (promptTokens: number, maxTokens: number) => string | undefined,
 ): PlannedRequest {
-  const prompt = preparePrompt(promptBytes(req), sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
+  const prompt = preparePromptSource(req, getTokenizer(sim.tokenizer), sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
   const out = outputPlan(sim, prompt.promptTokens, req.maxTokens)
   const problem = check(prompt.promptTokens, out.maxTokens)
   if (problem !== undefined) throw new ApiError(400, problem, 'BadRequestError', 'max_tokens')

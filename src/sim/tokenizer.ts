@@ -1,6 +1,7 @@
-// The simulator's tokenizer. Real tokenizers average about 4 characters of English per
-// token; we make that exact and byte-based so that a token count costs O(1) (a byte
-// length) and a block of tokens is a fixed byte range that can be hashed in place:
+// The simulator's default tokenizer, `bytes` (tokenizers/ holds it and `o200k`, a real
+// BPE). Real tokenizers average about 4 characters of English per token; we make that
+// exact and byte-based so that a token count costs O(1) (a byte length) and a block of
+// tokens is a fixed byte range that can be hashed in place:
 //
 //   token i of a prompt = bytes [4i, 4i + 4) of its UTF-8 encoding (the last one may be short)
 //
@@ -14,10 +15,6 @@ export function tokenCount(byteLength: number): number {
   return Math.ceil(byteLength / BYTES_PER_TOKEN)
 }
 
-export function encodeText(text: string): Uint8Array {
-  return Buffer.from(text, 'utf8')
-}
-
 export function encodeTokenIds(ids: readonly number[]): Uint8Array {
   const out = new Uint8Array(ids.length * BYTES_PER_TOKEN)
   const view = new DataView(out.buffer)
@@ -26,8 +23,10 @@ export function encodeTokenIds(ids: readonly number[]): Uint8Array {
 }
 
 // Generated text is a fixed filler whose every token is 4 ASCII characters needing no
-// JSON escaping, so output text re-tokenizes to the same count and SSE chunks can be
-// built by concatenation. Its length is a multiple of 4 so the cycle stays aligned.
+// JSON escaping, so output text re-tokenizes to the same count (under `bytes`; under any
+// tokenizer, completion_tokens is the engine's count of tokens generated, not a
+// re-tokenization) and SSE chunks can be built by concatenation. Its length is a multiple
+// of 4 so the cycle stays aligned.
 const FILLER =
   'Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor ' +
   'incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation. '

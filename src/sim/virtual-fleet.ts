@@ -2,13 +2,14 @@
 // so hours of traffic over dozens of instances replay in seconds. Requests arrive at
 // simulated times; each result carries what a client of a live worker would have seen.
 import { VirtualClock } from './clock.js'
-import { cacheSeed, preparePrompt, preparePromptText, type PreparedPrompt } from './block-hash.js'
+import { cacheSeed, type PreparedPrompt } from './block-hash.js'
 import { resolveSim, type ResolvedSim, type SimOptions } from './config.js'
 import { SimEngine } from './engine.js'
 import { renderMetrics } from './metrics.js'
 import { ModelRegistry } from './models.js'
-import { outputPlan, promptBytes, type PromptSource } from './request.js'
+import { outputPlan, preparePromptSource, type PromptSource } from './request.js'
 import type { Sequence, SeqListener } from './sequence.js'
+import { getTokenizer, type Tokenizer } from './tokenizers/index.js'
 
 export interface VirtualFleetOptions extends SimOptions {
   /** Number of instances (ids "sim-0"...) or their ids. */
@@ -50,9 +51,11 @@ export class VirtualFleet {
   readonly engines: SimEngine[]
   readonly sim: ResolvedSim
   private readonly models: ModelRegistry
+  private readonly tokenizer: Tokenizer
 
   constructor(opts: VirtualFleetOptions) {
     this.sim = resolveSim(opts)
+    this.tokenizer = getTokenizer(this.sim.tokenizer)
     const ids = typeof opts.instances === 'number' ? Array.from({ length: opts.instances }, (_, i) => `sim-${i}`) : opts.instances
     if (ids.length < 1) throw new RangeError('instances must be at least 1')
     this.engines = ids.map((id) => new SimEngine(id, this.clock, this.sim.engine))
@@ -62,12 +65,7 @@ export class VirtualFleet {
   /** Renders and hashes a prompt as a live worker would; reuse the result to skip that work. */
   prepare(req: PromptSource & { model?: string; cacheSalt?: string }): PreparedPrompt {
     const model = this.models.resolve(req.model)
-    const seed = cacheSeed(model, req.cacheSalt)
-    const bs = this.sim.engine.blockSize
-    if (req.messages === undefined && req.tokenIds === undefined && req.text !== undefined) {
-      return preparePromptText(req.text, bs, seed)
-    }
-    return preparePrompt(promptBytes(req), bs, seed)
+    return preparePromptSource(req, this.tokenizer, this.sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
   }
 
   /** Queues a request to arrive at instance `instance` at `opts.at` (default now). */

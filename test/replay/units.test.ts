@@ -24,7 +24,7 @@ describe('prepareRequest', () => {
     max_completion_tokens: 7,
     prompt_cache_key: 'cache-scope',
   }
-  const o = { model: fleet.sim.model, blockSize: fleet.sim.engine.blockSize, trackKeys: 4096 }
+  const o = { model: fleet.sim.model, blockSize: fleet.sim.engine.blockSize, tokenizer: fleet.sim.tokenizer, trackKeys: 4096 }
 
   it('keys the prompt as the virtual fleet does and routes by the proxy’s text', () => {
     const p = prepareRequest({ at: 5, api: 'chat', body }, 3, o)
@@ -135,7 +135,7 @@ describe('strategies', () => {
 describe('SharedRequests (closed loop)', () => {
   const w = WORKLOADS['long-context']!
   const params = resolveParams(w, { rate: 10, documents: 5, 'doc-tokens': 200, 'question-tokens': 8, 'output-tokens': 4 })
-  const prep = { model: 'm', blockSize: 16 }
+  const prep = { model: 'm', blockSize: 16, tokenizer: 'bytes' as const }
 
   it('prepares each request once, in order, as far as the furthest lane draws', () => {
     const seen: number[] = []
