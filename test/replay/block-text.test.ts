@@ -28,6 +28,9 @@ describe('block texts', () => {
         expect(blockText(id, b)).toBe(t)
       }
     }
+    // Pinned: a trace replays the same text in every version.
+    expect(blockText(0, 16)).toBe(' eel for add lay den hid fad mud cap day pad may elf nor put .\n\n')
+    expect(blockText(1, 16)).toBe(' pad gun did tab box fur tin rid can had fat hum rug day lay .\n\n')
     // A longer block of the same id extends the shorter one's words (one stream per id).
     expect(blockText(7, 512).slice(0, 60 * UNIT_BYTES)).toBe(blockText(7, 100).slice(0, 60 * UNIT_BYTES))
   })
