@@ -7,22 +7,23 @@
 // last one included (the engine recomputes it for the last token's logits; counting it
 // keeps this an upper bound and independent of the prompt's alignment).
 //
-// Why it bounds every router: at any moment the union of the instances' caches holds at
-// most the fleet's capacity in blocks, holds a block only after a request containing it
-// was served, and a fleet hit is a hit of that union. So the union is one cache policy of
-// that capacity (one that may decline to keep a block: bypass), and MIN has the most hits
-// of all such policies. A fleet also counts only leading blocks and only at a request's
-// first admission, which can only lose hits.
+// Why no router beats it: a fleet hit on a block means an instance has kept that block in a
+// slot since an earlier request containing it was served, so through the block's previous
+// access; and at any moment the instances hold at most the fleet's capacity in blocks. The
+// union of their caches is therefore one cache of that capacity that may decline to keep a
+// block (bypass), and among all of those MIN has the most hits. A fleet also counts only
+// leading blocks and only at a request's first admission, which can only lose hits.
 //
 // The one gap: the bound is computed in arrival order, while a fleet admits a request a
 // little after it arrives (the API server's overhead depends on the prompt's length) and
 // in each instance's own order (a preempted request is readmitted later), which can swap
-// requests that arrive close together. The difference that can make is small and has not
-// been seen to matter, but the bound is exact only for the arrival order.
+// requests that arrive close together. No replay or test has shown that to matter, but
+// the bound is exact only for the arrival order.
 //
 // MIN needs the future, so observe() only records the accesses; the bound is computed once,
 // when first asked for. Memory is 4 bytes per access (an hour of long-context on 7
-// instances is ~25 M accesses), plus a table of distinct blocks while recording.
+// instances is ~25 M accesses, ~100 MB), plus, while recording, 32–64 bytes per distinct
+// block for the table that numbers them.
 import type { PreparedPrompt } from '../sim/block-hash.js'
 
 /** Accesses are stored in chunks so that growing never copies ~100 MB at once. */
@@ -35,6 +36,8 @@ export class IdealCache {
   // the same block's next access (-1 for none).
   private chunks: Int32Array[] = [new Int32Array(CHUNK)]
   private accesses = 0
+  /** Entries in the last chunk. */
+  private fill = 0
   private blocks: BlockIds | null = new BlockIds()
   // Per request: its full blocks, its prompt tokens (0 if no engine would serve it), and
   // after the computation the hits up to and including it.
@@ -67,12 +70,18 @@ export class IdealCache {
     this.reqTokens[this.requests] = served ? p.promptTokens : 0
     this.requests++
     const keys = p.blockKeys
+    let chunk = this.chunks[this.chunks.length - 1]!
+    let fill = this.fill
     for (let b = 0; b < m; b++) {
-      const off = this.accesses & (CHUNK - 1)
-      if (off === 0 && this.accesses > 0) this.chunks.push(new Int32Array(CHUNK))
-      this.chunks[this.chunks.length - 1]![off] = blocks.id(keys[b]!)
-      this.accesses++
+      if (fill === CHUNK) {
+        chunk = new Int32Array(CHUNK)
+        this.chunks.push(chunk)
+        fill = 0
+      }
+      chunk[fill++] = blocks.id(keys[b]!)
     }
+    this.fill = fill
+    this.accesses += m
   }
 
   /** Requests observed. */
@@ -182,51 +191,46 @@ function grow<T extends Int32Array | Float64Array>(from: T, to: T): T {
 }
 
 /**
- * Dense ids for block keys: open addressing over typed arrays, grown at half load (see
- * src/sim/block-index.ts for why not a Map). Keys are stored + 1 so that 0 marks an empty
- * bucket.
+ * Dense ids for block keys: open addressing over one typed array, grown at half load (see
+ * src/sim/block-index.ts for why not a Map). Each bucket is a key + 1 (0 marks an empty
+ * bucket) and its id side by side, so a lookup costs one cache miss, not two.
  */
 class BlockIds {
-  private keys = new Float64Array(1 << 12)
-  private ids = new Int32Array(1 << 12)
+  private table = new Float64Array(2 << 12)
   private mask = (1 << 12) - 1
   size = 0
 
   id(key: number): number {
     const k = key + 1
-    const keys = this.keys
+    const t = this.table
     const mask = this.mask
     let i = key & mask
     for (;;) {
-      const c = keys[i]!
-      if (c === k) return this.ids[i]!
+      const c = t[2 * i]!
+      if (c === k) return t[2 * i + 1]!
       if (c === 0) break
       i = (i + 1) & mask
     }
     const id = this.size++
-    keys[i] = k
-    this.ids[i] = id
-    if (2 * this.size > keys.length) this.rehash()
+    t[2 * i] = k
+    t[2 * i + 1] = id
+    if (2 * this.size > mask + 1) this.rehash()
     return id
   }
 
   private rehash(): void {
-    const oldKeys = this.keys
-    const oldIds = this.ids
-    const size = oldKeys.length * 2
-    const keys = new Float64Array(size)
-    const ids = new Int32Array(size)
-    const mask = size - 1
-    for (let j = 0; j < oldKeys.length; j++) {
-      const c = oldKeys[j]!
+    const old = this.table
+    const t = new Float64Array(2 * old.length)
+    const mask = old.length - 1
+    for (let j = 0; j < old.length; j += 2) {
+      const c = old[j]!
       if (c === 0) continue
       let i = (c - 1) & mask
-      while (keys[i] !== 0) i = (i + 1) & mask
-      keys[i] = c
-      ids[i] = oldIds[j]!
+      while (t[2 * i] !== 0) i = (i + 1) & mask
+      t[2 * i] = c
+      t[2 * i + 1] = old[j + 1]!
     }
-    this.keys = keys
-    this.ids = ids
+    this.table = t
     this.mask = mask
   }
 }
