@@ -63,6 +63,22 @@ describe('o200k segment cache', () => {
     expect(tight.tokens).toBeLessThanOrEqual(400)
   })
 
+  it('drops the least recently used segments first, within its token budget', () => {
+    // Segments of 17 tokens, each costing 17 + 16 (its overhead): room for four, not five.
+    const seg = (w: string): string => `${` ${w}`.repeat(16)}.\n`
+    const [a, b, c, d, e] = ['red', 'green', 'blue', 'cat', 'dog'].map(seg) as [string, string, string, string, string]
+    const cache = new SegmentCache(direct, 5 * 33 - 1)
+    cache.encode(a + b + c + d)
+    cache.encode(a) // a is now the most recently used
+    cache.encode(e) // over budget: b goes, the oldest, not a
+    expect([cache.hits, cache.misses]).toEqual([1, 5])
+    cache.encode(a + c + d)
+    expect([cache.hits, cache.misses]).toEqual([4, 5])
+    cache.encode(b)
+    expect([cache.hits, cache.misses]).toEqual([4, 6])
+    expect(cache.tokens).toBe(4 * 17)
+  })
+
   it('tokenizes a repeated document once', () => {
     const doc = 'Clause 1. The tenant pays rent.\nClause 2. The landlord repairs.\n'.repeat(200)
     const c = new SegmentCache(direct)

@@ -66,9 +66,13 @@ function charBefore(text: string, i: number): string {
 }
 
 interface Entry {
+  key: string | number
   /** The segment, copied flat: a slice would keep the whole prompt it came from alive. */
   text: string
   ids: Uint32Array
+  /** Neighbours in recency order (older, newer). */
+  older: Entry | null
+  newer: Entry | null
 }
 
 // The budget is in tokens. An entry's memory is its ids (4 bytes a token), its text (a byte
@@ -81,12 +85,16 @@ export const DEFAULT_SEGMENT_CACHE_TOKENS = 16 * 1024 * 1024
 /**
  * `encode` of whole texts, from the cached tokens of their segments. Least recently used
  * segments are dropped once the cached tokens (plus a small per-entry overhead) pass
- * `maxTokens`. Entries are found by a 52-bit XXH3 of the segment (V8 hashes a string over
- * 16 K characters by its length alone, so same-length documents would share one bucket)
- * and checked against the segment's text, so a hit is exact.
+ * `maxTokens`. A hit is exact: short segments are their own keys, long ones are found by a
+ * 52-bit XXH3 and checked against their text (V8 hashes a string over 16 K characters by
+ * its length alone, so same-length documents would share one bucket).
  */
 export class SegmentCache {
-  private readonly entries = new Map<number, Entry>()
+  private readonly entries = new Map<string | number, Entry>()
+  // A list in recency order rather than Map order (delete and re-insert on every hit): V8
+  // leaves a hole per Map delete, and walking from the oldest entry would step over them.
+  private oldest: Entry | null = null
+  private newest: Entry | null = null
   private cost = 0
   hits = 0
   misses = 0
@@ -118,35 +126,53 @@ export class SegmentCache {
 
   private segment(text: string): Uint32Array {
     if (text.length === 0) return EMPTY
-    const key = Number(BigInt.asUintN(52, xxh3(text)))
+    const key = text.length < HASHED ? text : Number(BigInt.asUintN(52, xxh3(text)))
     const found = this.entries.get(key)
     if (found !== undefined && found.text === text) {
       this.hits++
-      this.entries.delete(key) // re-inserted last: Map order is the recency order
-      this.entries.set(key, found)
+      this.unlink(found)
+      this.append(found)
       return found.ids
     }
     this.misses++
     const ids = Uint32Array.from(this.encodeSegment(text))
     const cost = ids.length + ENTRY_OVERHEAD
     if (cost > this.maxTokens / 4) return ids // one segment must not flush the cache
-    if (found !== undefined) this.drop(key, found) // a 52-bit collision: the newer text wins
-    this.entries.set(key, { text: flatCopy(text), ids })
+    if (found !== undefined) this.drop(found) // a 52-bit collision: the newer text wins
+    const flat = flatCopy(text)
+    const e: Entry = { key: typeof key === 'string' ? flat : key, text: flat, ids, older: null, newer: null }
+    this.entries.set(e.key, e)
+    this.append(e)
     this.cost += cost
-    for (const [k, e] of this.entries) {
-      if (this.cost <= this.maxTokens) break
-      this.drop(k, e)
-    }
+    while (this.cost > this.maxTokens && this.oldest !== null) this.drop(this.oldest)
     return ids
   }
 
-  private drop(key: number, e: Entry): void {
-    this.entries.delete(key)
+  private append(e: Entry): void {
+    e.older = this.newest
+    e.newer = null
+    if (this.newest !== null) this.newest.newer = e
+    else this.oldest = e
+    this.newest = e
+  }
+
+  private unlink(e: Entry): void {
+    if (e.older !== null) e.older.newer = e.newer
+    else this.oldest = e.newer
+    if (e.newer !== null) e.newer.older = e.older
+    else this.newest = e.older
+  }
+
+  private drop(e: Entry): void {
+    this.unlink(e)
+    this.entries.delete(e.key)
     this.cost -= e.ids.length + ENTRY_OVERHEAD
   }
 }
 
 const EMPTY = new Uint32Array(0)
+/** Segments from this length on are keyed by a hash: below it, V8's own string hash is cheaper than a native call. */
+const HASHED = 1024
 const ONE_BYTE = /^[\0-\xff]*$/
 
 // A fresh string with the same code units: latin1 keeps one-byte strings one byte a
