@@ -31,15 +31,46 @@ export const stackPrefixAware: RouterFactory = {
   create: (ctx) => new StackPrefixAware(ctx),
 }
 
+// A node holds its children and its endpoints inline while it has one of each, and a Map /
+// an insertion-ordered Set only from the second on: a text's chunks form a chain of
+// one-child nodes until another text branches off, and most nodes have one endpoint, so a
+// node is ~40 bytes instead of ~300 with a Map and a Set each. Tens of thousands of 48 KB
+// prompts are millions of nodes; the trie, like hashtrie.py's, is never pruned.
 interface TrieNode {
-  children: Map<number, TrieNode>
-  endpoints: Set<number>
+  /** This node's key in its parent. */
+  key: number
+  /** No child, the only child, or the children by key. */
+  kids: TrieNode | Map<number, TrieNode> | null
+  /** -1 for none, the only endpoint, or all of them in the order they were added. */
+  eps: number | Set<number>
 }
 
-const node = (): TrieNode => ({ children: new Map(), endpoints: new Set() })
+const node = (key: number): TrieNode => ({ key, kids: null, eps: -1 })
+
+function child(n: TrieNode, key: number): TrieNode | undefined {
+  const k = n.kids
+  if (k === null) return undefined
+  if (k instanceof Map) return k.get(key)
+  return k.key === key ? k : undefined
+}
+
+function addChild(n: TrieNode, c: TrieNode): void {
+  const k = n.kids
+  if (k === null) n.kids = c
+  else if (k instanceof Map) k.set(c.key, c)
+  else n.kids = new Map([[k.key, k], [c.key, c]])
+}
+
+function addEndpoint(n: TrieNode, e: number): void {
+  const eps = n.eps
+  if (eps === -1) n.eps = e
+  else if (typeof eps === 'number') {
+    if (eps !== e) n.eps = new Set([eps, e])
+  } else eps.add(e)
+}
 
 export class StackPrefixAware implements ReplayRouter {
-  private readonly root = node()
+  private readonly root = node(0)
   private available: Set<number>
   private readonly rng: Rng
 
@@ -54,43 +85,52 @@ export class StackPrefixAware implements ReplayRouter {
 
   routeText(text: string): Placement {
     const hashes = chunkKeys(text)
-    const selected = this.longestPrefixMatch(hashes)
-    const list = [...selected]
+    const list = this.longestPrefixMatch(hashes)
     const chosen = list.length === 1 ? list[0]! : list[this.rng.int(list.length)]!
     this.insert(hashes, chosen)
     return { instance: chosen, overflow: null, finish: () => undefined }
   }
 
-  /** hashtrie.py longest_prefix_match: the endpoints holding the longest available match. */
-  private longestPrefixMatch(hashes: readonly number[]): Set<number> {
+  /**
+   * hashtrie.py longest_prefix_match: the endpoints holding the longest available match,
+   * in the order a Python set of them would have been narrowed to (the child's own order).
+   */
+  private longestPrefixMatch(hashes: readonly number[]): number[] {
     let n = this.root
-    let selected = this.available
+    // Until the first match, every available endpoint; then a subset of a child's.
+    let selected: number[] | null = null
+    const kept = (e: number): boolean => (selected === null ? this.available.has(e) : selected.includes(e))
     for (const h of hashes) {
-      const child = n.children.get(h)
-      if (child === undefined) break
-      // The intersection; when it is the child's whole set (the usual case), that set itself,
-      // read before insert() changes it.
-      let kept = 0
-      for (const e of child.endpoints) if (selected.has(e)) kept++
-      if (kept === 0) break
-      selected = kept === child.endpoints.size ? child.endpoints : new Set([...child.endpoints].filter((e) => selected.has(e)))
-      n = child
+      const c = child(n, h)
+      if (c === undefined) break
+      const eps = c.eps
+      let next: number[]
+      if (typeof eps === 'number') {
+        if (eps === -1 || !kept(eps)) break
+        next = selected !== null && selected.length === 1 ? selected : [eps]
+      } else {
+        next = []
+        for (const e of eps) if (kept(e)) next.push(e)
+        if (next.length === 0) break
+      }
+      selected = next
+      n = c
     }
-    return selected
+    return selected ?? [...this.available]
   }
 
   /** hashtrie.py insert: the endpoint on every node of the path, the root included. */
   private insert(hashes: readonly number[], endpoint: number): void {
     let n = this.root
-    n.endpoints.add(endpoint)
+    addEndpoint(n, endpoint)
     for (const h of hashes) {
-      let child = n.children.get(h)
-      if (child === undefined) {
-        child = node()
-        n.children.set(h, child)
+      let c = child(n, h)
+      if (c === undefined) {
+        c = node(h)
+        addChild(n, c)
       }
-      child.endpoints.add(endpoint)
-      n = child
+      addEndpoint(c, endpoint)
+      n = c
     }
   }
 
