@@ -99,13 +99,24 @@ export function blockText(id: number, tokens: number): string {
   return Buffer.from(out.buffer, 0, tokens * UNIT_BYTES).toString('latin1')
 }
 
+interface Entry {
+  id: number
+  text: string
+  prev: Entry | null
+  next: Entry | null
+}
+
 /**
  * Block texts for one block size, the most recently used kept (a trace can name millions
  * of ids; texts are made again when needed rather than held forever), and prompts
  * assembled from them.
  */
 export class BlockTexts {
-  private readonly cache = new Map<number, string>()
+  // Recency as a doubly linked list (head: least recent): moving an entry costs no Map
+  // delete, and V8 leaves a hole per delete that Map iteration then walks over.
+  private readonly cache = new Map<number, Entry>()
+  private head: Entry | null = null
+  private tail: Entry | null = null
   private readonly capacity: number
 
   constructor(
@@ -124,18 +135,46 @@ export class BlockTexts {
     return this.cache.size
   }
 
+  /** The ids held, least recently used first. */
+  held(): number[] {
+    const out: number[] = []
+    for (let e = this.head; e !== null; e = e.next) out.push(e.id)
+    return out
+  }
+
   block(id: number): string {
-    const cache = this.cache
-    let text = cache.get(id)
-    if (text !== undefined) {
-      // Map iteration order is insertion order: re-inserting makes it the most recent.
-      cache.delete(id)
-    } else {
-      text = blockText(id, this.blockTokens)
-      if (cache.size >= this.capacity) cache.delete(cache.keys().next().value!)
+    let e = this.cache.get(id)
+    if (e !== undefined) {
+      if (e !== this.tail) {
+        this.unlink(e)
+        this.append(e)
+      }
+      return e.text
     }
-    cache.set(id, text)
-    return text
+    if (this.cache.size >= this.capacity) {
+      const oldest = this.head!
+      this.unlink(oldest)
+      this.cache.delete(oldest.id)
+    }
+    e = { id, text: blockText(id, this.blockTokens), prev: null, next: null }
+    this.cache.set(id, e)
+    this.append(e)
+    return e.text
+  }
+
+  private unlink(e: Entry): void {
+    if (e.prev === null) this.head = e.next
+    else e.prev.next = e.next
+    if (e.next === null) this.tail = e.prev
+    else e.next.prev = e.prev
+    e.prev = e.next = null
+  }
+
+  private append(e: Entry): void {
+    e.prev = this.tail
+    if (this.tail === null) this.head = e
+    else this.tail.next = e
+    this.tail = e
   }
 
   /**

@@ -74,11 +74,14 @@ describe('block texts', () => {
   })
 
   it('keeps a bounded number of block texts', () => {
-    const texts = new BlockTexts(512, 10 * 512 * UNIT_BYTES)
+    const texts = new BlockTexts(512, 3 * 512 * UNIT_BYTES)
     for (let id = 0; id < 100; id++) texts.block(id)
-    expect(texts.size).toBe(10)
-    // The most recently used survive: 95 is still cached (the same string object comes back).
+    expect(texts.size).toBe(3)
+    // Least recently used goes first: 97 is used again, so 98 is the one evicted by 100.
+    for (const id of [97, 100, 97, 99, 100]) texts.block(id)
+    expect(texts.held()).toEqual([97, 99, 100])
     expect(texts.block(95)).toBe(blockText(95, 512))
+    expect(texts.held()).toEqual([99, 100, 95])
     expect(() => new BlockTexts(4)).toThrow(/at least 8 tokens/)
     expect(() => blockText(-1, 16)).toThrow(/non-negative safe integer/)
   })
