@@ -10,6 +10,9 @@ import { parseHashIdLine } from '../../src/replay/hash-id-trace.js'
 import { runReplay } from '../../src/replay/run.js'
 import { resolveStrategies } from '../../src/replay/strategies.js'
 import { checkTrace, readTrace, TraceError, type TraceFormat } from '../../src/replay/trace.js'
+import { chat } from '../../src/replay/traces/chat.js'
+import { traceLine, traceWindow } from '../../src/replay/traces/index.js'
+import { getTokenizer } from '../../src/sim/tokenizers/index.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-hash-ids-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -46,6 +49,19 @@ describe('hash-id traces', () => {
     const b0 = blockText(0, 512)
     for (const pr of prompts) expect(pr.startsWith(b0)).toBe(true)
     expect(prompts[0]!.slice(b0.length, b0.length + 64)).not.toBe(prompts[1]!.slice(b0.length, b0.length + 64))
+  })
+
+  it('gives the simulator exactly input_length prompt tokens under both of its tokenizers', () => {
+    const params = Object.fromEntries(chat.params.map((p) => [p.flag, p.default]))
+    const rows = [...traceWindow(chat.generate(params, { seed: 3, blockTokens: 512 }), 0, 60_000)].slice(0, 12)
+    const p = file('tokenizers.jsonl', rows.map(traceLine))
+    const reqs = [...readTrace(p, HASH_IDS)]
+    expect(reqs).toHaveLength(rows.length)
+    for (const [i, r] of reqs.entries()) {
+      for (const name of ['bytes', 'o200k'] as const) {
+        expect(getTokenizer(name).prepareText(r.body.prompt as string, 16, 0n).promptTokens, `${name} row ${i}`).toBe(rows[i]!.inputLength)
+      }
+    }
   })
 
   it('checks the whole file and counts what it will replay', async () => {
