@@ -16,6 +16,7 @@
 
 #include "prefix_index.h"
 #include "router.h"
+#include "strategy/strategy.h"
 #include "xxh3.h"
 
 #ifndef PR_SOURCES_HASH
@@ -66,8 +67,16 @@ Bytes GetBytes(const Napi::Value& v) {
 // The first max_cp code points of a JS string, as UTF-8 (lone surrogates become U+FFFD, as
 // in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8 and converts them here:
 // measured faster than V8's UTF-8 writer because the ASCII runs that dominate prompts go
-// 16 units at a time (SSE2 is baseline on x86-64).
-Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, size_t anchor_units = SIZE_MAX, size_t* anchor_bytes = nullptr) {
+// 16 units at a time (SSE2 is baseline on x86-64). Also reports where in the UTF-8 two marks
+// fall: after `key_cp` code points (the hashed key) and at UTF-16 unit `anchor_units`.
+struct Marks {
+  size_t key_cp = SIZE_MAX;
+  size_t anchor_units = SIZE_MAX;
+  size_t key_bytes = SIZE_MAX;     // out
+  size_t anchor_bytes = SIZE_MAX;  // out
+};
+
+Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, Marks* marks) {
   Bytes b;
   napi_env env = v.Env();
   const size_t cap = max_cp * 2;
@@ -78,10 +87,13 @@ Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, size_t anchor_units = 
   const char16_t* in = t_utf16.data();
   unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
   size_t i = 0, o = 0, cp = 0;
+  // The next position (in code points and in units) where a mark must be taken exactly.
+  size_t stop_cp = marks->key_cp, stop_units = marks->anchor_units;
   while (i < units && cp < max_cp) {
-    if (anchor_bytes != nullptr && i >= anchor_units && *anchor_bytes == SIZE_MAX) *anchor_bytes = o;
+    if (cp >= stop_cp) { marks->key_bytes = o; stop_cp = SIZE_MAX; }
+    if (i >= stop_units) { marks->anchor_bytes = o; stop_units = SIZE_MAX; }
 #if defined(__SSE2__)
-    if (i + 16 <= units && cp + 16 <= max_cp && (anchor_bytes == nullptr || i + 16 <= anchor_units || *anchor_bytes != SIZE_MAX)) {
+    if (i + 16 <= units && cp + 16 <= max_cp && cp + 16 <= stop_cp && i + 16 <= stop_units) {
       const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
       const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
       const __m128i high = _mm_and_si128(_mm_or_si128(a, c), _mm_set1_epi16(static_cast<short>(0xFF80)));
@@ -112,6 +124,8 @@ Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, size_t anchor_units = 
     }
     out[o++] = static_cast<unsigned char>(0x80 | (ch & 0x3F));
   }
+  if (cp >= stop_cp) marks->key_bytes = o;
+  if (i >= stop_units) marks->anchor_bytes = o;
   b.data = out;
   b.len = o;
   b.ok = true;
@@ -285,28 +299,45 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// router_configure(h, strategy, prefixLength, threshold, blockBytes?, indexBlocks?, placementChoices?)
+// router_configure(h, strategy: string, prefixLength, threshold, blockBytes, indexBlocks,
+//                  placementChoices, loadFactor, prefillWeight, matchLength): publishes the whole set.
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
-  if (!info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber())
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy, prefixLength and threshold must be numbers", true);
-  const int64_t s = info[1].As<Napi::Number>().Int64Value();
-  const int64_t len = info[2].As<Napi::Number>().Int64Value();
-  const int64_t thr = info[3].As<Napi::Number>().Int64Value();
-  if (s < 0 || s > 3 || len < 1 || len > (1 << 20) || thr < 1 || thr > (1 << 20))
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
+  for (size_t i = 2; i <= 9; i++)
+    if (!info[i].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
+  const int strategy = pr::strategy_index(info[1].As<Napi::String>().Utf8Value().c_str());
+  if (strategy < 0) return Throw(env, "ERR_OUT_OF_RANGE", "unknown strategy");
+  auto num = [&](size_t i) { return info[i].As<Napi::Number>().DoubleValue(); };
+  const double len = num(2), thr = num(3), block = num(4), blocks = num(5), choices = num(6), load = num(7), weight = num(8),
+               match = num(9);
+  if (!(len >= 1 && len <= (1 << 20) && thr >= 1 && thr <= (1 << 20) && block >= 1 && block <= (1 << 20) && blocks >= 0 &&
+        blocks <= (1 << 28) && choices >= 1 && choices <= 64 && load >= 0 && load <= 1e6 && weight >= 0 && weight <= 1e6 &&
+        match >= 1 && match <= (1 << 20)))
     return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
-  if (info[4].IsNumber() && info[5].IsNumber()) {
-    const int64_t block = info[4].As<Napi::Number>().Int64Value();
-    const int64_t blocks = info[5].As<Napi::Number>().Int64Value();
-    const int64_t choices = info[6].IsNumber() ? info[6].As<Napi::Number>().Int64Value() : 1;
-    if (block < 1 || block > (1 << 20) || blocks < 0 || blocks > (1 << 28) || choices < 1 || choices > 64)
-      return Throw(env, "ERR_OUT_OF_RANGE", "index parameters out of range");
-    h->state->configure_index(static_cast<uint32_t>(block), static_cast<uint32_t>(blocks), static_cast<uint32_t>(choices));
-  }
-  h->state->configure(static_cast<pr::Strategy>(s), static_cast<uint32_t>(len), static_cast<uint32_t>(thr));
+  pr::RoutingParams p;
+  p.strategy = static_cast<pr::Strategy>(strategy);
+  p.prefix_length = static_cast<uint32_t>(len);
+  p.threshold = static_cast<uint32_t>(thr);
+  p.block_bytes = static_cast<uint32_t>(block);
+  p.index_default = static_cast<uint32_t>(blocks);
+  p.placement_choices = static_cast<uint32_t>(choices);
+  p.load_factor = load;
+  p.prefill_weight = weight;
+  p.match_length = static_cast<uint32_t>(match);
+  h->state->configure(p);
   return env.Undefined();
+}
+
+// strategy_names() -> string[]: the registry, in order.
+Napi::Value StrategyNames(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const auto& list = pr::strategy_registry();
+  Napi::Array out = Napi::Array::New(env, list.size());
+  for (uint32_t i = 0; i < list.size(); i++) out.Set(i, list[i].name);
+  return out;
 }
 
 // router_set_instances(h, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[])
@@ -356,32 +387,43 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number) -> number
-// anchor: for longest_prefix, the length (UTF-16 units of a string, bytes of a Uint8Array) of
-// the part of the prefix that places a request by hash when no match decides, e.g. a chat's
+// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
+//             out: Float64Array(4)) -> 0, or -1 (no instances), -2 (no instance in the group).
+// out receives [slot, generation, overflow (0/1), prefill blocks]; filling a caller's array
+// allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
+// string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
 // opening up to its first user message, which every later turn of the conversation shares.
-// Encodes slot (13 bits), overflow (1 bit) and the slot's generation above them, so one
-// call returns everything without allocating; -1 when the router has no instances, -2 when
-// no instance is in the group.
 Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
-  const uint32_t max_len = h->state->prefix_length();
-  const bool longest = h->state->strategy() == pr::Strategy::LongestPrefix;
+  if (!info[5].IsTypedArray() || info[5].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      info[5].As<Napi::TypedArray>().ElementLength() < 4)
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of 4", true);
+  Napi::TypedArray out_array = info[5].As<Napi::TypedArray>();
+  double* out = reinterpret_cast<double*>(static_cast<uint8_t*>(out_array.ArrayBuffer().Data()) + out_array.ByteOffset());
+  // Everything below reads the parameters of one snapshot, the one the pick uses.
+  pr::SnapshotGuard guard(*h->state, h->reader);
+  const pr::RoutingParams& p = guard.params();
+  const bool longest = p.strategy == pr::Strategy::LongestPrefix;
+  // longest_prefix matches further into the prompt than the key reaches.
+  const size_t span = longest && p.match_length > p.prefix_length ? p.match_length : p.prefix_length;
   size_t anchor = SIZE_MAX;
   if (longest && info[4].IsNumber()) {
     const double a = info[4].As<Napi::Number>().DoubleValue();
     if (a >= 0 && a < 4294967296.0) anchor = static_cast<size_t>(a);
   }
-  size_t anchor_bytes = SIZE_MAX;
+  Marks marks;
   Bytes b;
   if (info[1].IsString()) {
-    b = PrefixOfString(info[1], max_len, anchor, anchor == SIZE_MAX ? nullptr : &anchor_bytes);
+    marks.key_cp = p.prefix_length;
+    marks.anchor_units = anchor;
+    b = PrefixOfString(info[1], span, &marks);
   } else {
     b = GetBytes(info[1]);
-    if (b.len > max_len) b.len = max_len;
-    if (anchor != SIZE_MAX) anchor_bytes = anchor;
+    if (b.len > span) b.len = span;
+    marks.key_bytes = p.prefix_length;
+    marks.anchor_bytes = anchor;
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
   uint64_t seed = 0;
@@ -390,7 +432,7 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     std::string tenant = info[2].As<Napi::String>().Utf8Value();
     seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
   }
-  const size_t key_len = anchor_bytes < b.len ? anchor_bytes : b.len;
+  const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
   const uint64_t key = pr::xxh3_64(b.data, key_len, seed);
   std::string group;
   const bool has_group = info[3].IsString();
@@ -399,7 +441,7 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   size_t nblocks = 0;
   if (longest) {
     thread_local std::vector<uint64_t> chain;
-    const size_t block = h->state->block_bytes();
+    const size_t block = p.block_bytes;
     if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
     nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
     blocks = chain.data();
@@ -407,22 +449,38 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   // An anchor at or past the end still marks the key as a chat's opening (a first turn).
   // Only full blocks are indexed, so an opening that ends in the last, partial block (or
   // past the prefix) is held whole by an instance that holds every full block.
-  const size_t anchor_blocks =
-      anchor == SIZE_MAX || !longest ? 0 : std::min(nblocks, (key_len + h->state->block_bytes() - 1) / h->state->block_bytes());
-  pr::PickResult r = h->state->pick(h->reader, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
+  const size_t anchor_blocks = anchor == SIZE_MAX || !longest ? 0 : std::min(nblocks, (key_len + p.block_bytes - 1) / p.block_bytes);
+  pr::PickResult r = h->state->pick(guard, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
-  const double encoded = static_cast<double>(r.generation) * 16384.0 + (r.overflow ? 8192.0 : 0.0) + r.slot;
-  return Napi::Number::New(env, encoded);
+  out[0] = r.slot;
+  out[1] = r.generation;
+  out[2] = r.overflow ? 1 : 0;
+  out[3] = r.prefill;
+  return Napi::Number::New(env, 0);
 }
 
+// router_release(h, slot, prefill?) -> boolean; router_first_token(h, slot, prefill)
 Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
   if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "slot must be a number", true);
   const int64_t slot = info[1].As<Napi::Number>().Int64Value();
-  if (slot < 0 || slot > 0xFFFFFFFF) return Napi::Boolean::New(env, false);
-  return Napi::Boolean::New(env, h->state->release(static_cast<uint32_t>(slot)));
+  const int64_t prefill = info[2].IsNumber() ? info[2].As<Napi::Number>().Int64Value() : 0;
+  if (slot < 0 || slot > 0xFFFFFFFF || prefill < 0 || prefill > 0xFFFFFFFF) return Napi::Boolean::New(env, false);
+  return Napi::Boolean::New(env, h->state->release(static_cast<uint32_t>(slot), static_cast<uint32_t>(prefill)));
+}
+
+Napi::Value RouterFirstToken(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber() || !info[2].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "slot and prefill must be numbers", true);
+  const int64_t slot = info[1].As<Napi::Number>().Int64Value();
+  const int64_t prefill = info[2].As<Napi::Number>().Int64Value();
+  if (slot >= 0 && slot <= 0xFFFFFFFF && prefill >= 0 && prefill <= 0xFFFFFFFF)
+    h->state->first_token(static_cast<uint32_t>(slot), static_cast<uint32_t>(prefill));
+  return env.Undefined();
 }
 
 Napi::Value RouterSlotId(const Napi::CallbackInfo& info) {
@@ -454,6 +512,7 @@ Napi::Value RouterInstances(const Napi::CallbackInfo& info) {
     o.Set("id", list[i].id);
     o.Set("weight", list[i].weight);
     o.Set("inFlight", list[i].in_flight);
+    o.Set("queuedPrefillBlocks", static_cast<double>(list[i].prefill));
     Napi::Array groups = Napi::Array::New(env, list[i].groups.size());
     for (uint32_t j = 0; j < list[i].groups.size(); j++) groups.Set(j, list[i].groups[j]);
     o.Set("groups", groups);
@@ -487,6 +546,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
   exports.Set("router_pick", Napi::Function::New(env, RouterPick, "router_pick"));
   exports.Set("router_release", Napi::Function::New(env, RouterRelease, "router_release"));
+  exports.Set("router_first_token", Napi::Function::New(env, RouterFirstToken, "router_first_token"));
+  exports.Set("strategy_names", Napi::Function::New(env, StrategyNames, "strategy_names"));
   exports.Set("router_slot_id", Napi::Function::New(env, RouterSlotId, "router_slot_id"));
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
   exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));

@@ -17,6 +17,9 @@ constexpr uint64_t kCountMask = kPin - 1;
 struct alignas(64) Slot {  // one cache line each: counters of different instances never share one
   std::atomic<uint64_t> word{0};
   std::atomic<uint32_t> generation{0};  // bumped on each reuse, so callers can cache id by (slot, generation)
+  // longest_prefix: blocks of prompt routed here whose prefill has not finished (the first
+  // token has not come back): the queue a new request would wait behind.
+  std::atomic<uint64_t> prefill{0};
   std::string id;                       // written only while the slot is free, under the router's writer lock
 
   uint32_t in_flight() const { return static_cast<uint32_t>(word.load(std::memory_order_relaxed) & kCountMask); }
@@ -39,6 +42,15 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
     } while (!word.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel, std::memory_order_relaxed));
     *after = w - 1;
     return true;
+  }
+
+  void add_prefill(uint64_t blocks) { if (blocks != 0) prefill.fetch_add(blocks, std::memory_order_relaxed); }
+  // Saturates at zero: a caller that returns more than it added cannot wrap the counter.
+  void sub_prefill(uint64_t blocks) {
+    if (blocks == 0) return;
+    uint64_t p = prefill.load(std::memory_order_relaxed);
+    while (!prefill.compare_exchange_weak(p, p > blocks ? p - blocks : 0, std::memory_order_relaxed)) {
+    }
   }
 };
 

@@ -1,6 +1,12 @@
-// Router state shared by every thread that opens it: membership (ring snapshots
-// published by atomic pointer), per-instance counters, and the routing parameters.
-// pick() never takes a lock; membership changes serialise on a writer mutex.
+// Router state shared by every thread that opens it: snapshots (membership, groups and routing
+// parameters, published together by one atomic pointer), per-instance counters, and the
+// longest_prefix index.
+//
+// Locking: pick() reads its snapshot under a hazard pointer and updates counters with atomics;
+// for random, least_outstanding_requests and prefix_aware it takes no lock. longest_prefix
+// does take one: the prefix index's mutex, for the match and the insert of each pick (its
+// hash table and LRU lists are not lock-free). Publication (configure, set_instances) and the
+// freeing of a drained slot serialise on a writer mutex.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -12,10 +18,9 @@
 #include "load.h"
 #include "prefix_index.h"
 #include "ring.h"
+#include "snapshot.h"
 
 namespace pr {
-
-enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2, LongestPrefix = 3 };
 
 constexpr uint32_t kMaxMembers = 4096;  // ring owners are 16-bit; slots hold members plus draining ones
 constexpr uint32_t kMaxReaders = 128;   // handles (one per thread that opened the router) at once
@@ -25,11 +30,29 @@ struct PickResult {
   uint32_t generation = 0;
   bool overflow = false;
   bool no_group = false;  // the group asked for is served by no instance
+  uint32_t prefill = 0;   // blocks added to the slot's queued prefill: give them back by first_token or release
 };
 
-struct InstanceInfo { std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; };
+struct InstanceInfo { std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; uint64_t prefill; };
 
-struct Snapshot;  // ring + the slot of each member
+class RouterState;
+
+// A snapshot held for the length of one pick, so that every parameter the caller reads to
+// prepare the request (prefix length, block size) comes from the same publication as the pick.
+class SnapshotGuard {
+ public:
+  SnapshotGuard(RouterState& st, int reader);
+  ~SnapshotGuard();
+  SnapshotGuard(const SnapshotGuard&) = delete;
+  SnapshotGuard& operator=(const SnapshotGuard&) = delete;
+  const Snapshot& snap() const { return *snap_; }
+  const RoutingParams& params() const { return snap_->params; }
+
+ private:
+  RouterState& st_;
+  int reader_;
+  const Snapshot* snap_;
+};
 
 class RouterState {
  public:
@@ -38,18 +61,14 @@ class RouterState {
   RouterState(const RouterState&) = delete;
   RouterState& operator=(const RouterState&) = delete;
 
-  void configure(Strategy s, uint32_t prefix_length, uint32_t threshold) {
-    strategy_.store(static_cast<uint32_t>(s), std::memory_order_relaxed);
-    prefix_length_.store(prefix_length, std::memory_order_relaxed);
-    threshold_.store(threshold, std::memory_order_relaxed);
-  }
-  uint32_t prefix_length() const { return prefix_length_.load(std::memory_order_relaxed); }
-  Strategy strategy() const { return static_cast<Strategy>(strategy_.load(std::memory_order_relaxed)); }
+  // Publishes new routing parameters with the current membership.
+  void configure(const RoutingParams& p);
+  // Shorthands that change some parameters and keep the others.
+  void configure(Strategy s, uint32_t prefix_length, uint32_t threshold);
   // longest_prefix: bytes per block of the routing key, the index's default capacity, and how
-  // many candidates clockwise from the key a prompt no instance holds may be placed among
-  // (1: the consistent hash's target, as prefix_aware; more: the least busy of them).
+  // many ring members from the key a prompt no instance holds may be placed among.
   void configure_index(uint32_t block_bytes, uint32_t default_blocks, uint32_t placement_choices = 1);
-  uint32_t block_bytes() const { return block_bytes_.load(std::memory_order_relaxed); }
+  RoutingParams params();
 
   // A reader index protects snapshots while this thread reads them (hazard pointer).
   int acquire_reader();
@@ -58,16 +77,18 @@ class RouterState {
   // Atomic swap of the membership. Returns an empty string or an error message.
   std::string set_instances(const std::vector<RingMember>& members);
 
-  // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members
-  // listing it are candidates: the ring walk skips the others, which is consistent hashing
-  // over that subset, while counters stay per instance across groups.
-  // For longest_prefix, `blocks` are the key's chained block hashes (chain_hashes); the key
-  // places the request as prefix_aware does unless another instance holds enough more of the
-  // prompt. `anchor_blocks` > 0: the key hashes only that many blocks' worth of stable opening
-  // (a chat up to its first user message), and only an instance holding all of it overrides it.
+  // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members listing
+  // it are candidates: the ring walk skips the others, which is consistent hashing over that
+  // subset, while counters stay per instance across groups. For longest_prefix, `blocks` are
+  // the key's chained block hashes (chain_hashes) and `anchor_blocks` as in PickInput.
+  PickResult pick(const SnapshotGuard& g, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
+                  size_t nblocks = 0, size_t anchor_blocks = 0);
   PickResult pick(int reader, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
                   size_t nblocks = 0, size_t anchor_blocks = 0);
-  bool release(uint32_t slot);
+  // The lease's prefill is over (its first token came back): its blocks leave the queue.
+  void first_token(uint32_t slot, uint32_t prefill);
+  // Ends a lease; `prefill` is what the pick added and first_token has not given back.
+  bool release(uint32_t slot, uint32_t prefill = 0);
 
   // In-flight count of an instance, including one removed but still draining; -1 if unknown.
   int64_t in_flight(int reader, const std::string& id);
@@ -80,16 +101,13 @@ class RouterState {
   size_t index_memory_bytes() { std::lock_guard<std::mutex> l(index_.mutex()); return index_.memory_bytes(); }
 
  private:
+  friend class SnapshotGuard;
   const Snapshot* enter(int reader);
   void leave(int reader) { hazards_[reader].ptr.store(nullptr, std::memory_order_release); }
+  // Publishes `next` (writer_ held): pins its slots, swaps, waits out readers of the old one.
+  void publish_locked(Snapshot* next);
   void unpin_and_free(const Snapshot* s);
   void free_slot_locked(uint32_t slot);
-  // longest_prefix's choice under index_'s lock: a member (and whether that is an overflow
-  // from a longer match), or member -1 to place the request at `home`, a ring position, as
-  // prefix_aware places it at the key's (same threshold, same overflow walk).
-  struct LongestChoice { int32_t member = -1; bool overflow = false; size_t home = 0; };
-  LongestChoice longest_match(const Snapshot* s, uint64_t key, const uint64_t* blocks, size_t nblocks,
-                              const uint64_t* allowed, uint32_t limit, size_t anchor_blocks);
 
   struct alignas(64) Hazard {
     std::atomic<const Snapshot*> ptr{nullptr};
@@ -100,15 +118,9 @@ class RouterState {
   SlotTable slots_;
   std::atomic<const Snapshot*> current_;
   Hazard hazards_[kMaxReaders];
-  std::atomic<uint32_t> strategy_{static_cast<uint32_t>(Strategy::PrefixAware)};
-  std::atomic<uint32_t> prefix_length_{4096};
-  std::atomic<uint32_t> threshold_{10};
-  std::atomic<uint32_t> block_bytes_{64};
-  std::atomic<uint32_t> index_default_{65536};
-  std::atomic<uint32_t> placement_choices_{1};
   PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
 
-  std::mutex writer_;                // set_instances, slot allocation and freeing
+  std::mutex writer_;                // publication, slot allocation and freeing
   std::vector<uint32_t> free_slots_;  // guarded by writer_
   std::vector<bool> slot_used_;       // guarded by writer_
 };

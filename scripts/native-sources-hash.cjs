@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Prints the SHA-256 of the files the addon is built from (binding.gyp and native/*.{cc,h},
-// not native/test/). binding.gyp bakes it into the binary; tests compare the committed
+// Prints the SHA-256 of the files the addon is built from (binding.gyp, native/*.{cc,h} and
+// native/strategy/*.{cc,h}; not native/test/). binding.gyp bakes it into the binary; tests compare the committed
 // prebuild's value with a fresh one to catch a prebuild left stale by a native change.
 'use strict'
 const { createHash } = require('node:crypto')
@@ -8,10 +8,8 @@ const { readFileSync, readdirSync } = require('node:fs')
 const { join } = require('node:path')
 
 function nativeSourcesHash(root) {
-  const files = ['binding.gyp', ...readdirSync(join(root, 'native'))
-    .filter((f) => /\.(cc|h)$/.test(f))
-    .sort()
-    .map((f) => `native/${f}`)]
+  const sources = (dir) => readdirSync(join(root, dir)).filter((f) => /\.(cc|h)$/.test(f)).sort().map((f) => `${dir}/${f}`)
+  const files = ['binding.gyp', ...sources('native'), ...sources('native/strategy')]
   const h = createHash('sha256')
   for (const f of files) {
     // Normalise line endings so a checkout with CRLF hashes the same.

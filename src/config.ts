@@ -25,16 +25,23 @@ const routingFields = {
   blockSize: int(LIMITS.blockSize.min, LIMITS.blockSize.max),
   indexBlocks: int(LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
   placement: z.enum(PLACEMENTS),
+  matchLength: int(LIMITS.matchLength.min, LIMITS.matchLength.max),
+  loadFactor: z.number().min(LIMITS.loadFactor.min).max(LIMITS.loadFactor.max),
+  prefillWeight: z.number().min(LIMITS.prefillWeight.min).max(LIMITS.prefillWeight.max),
 }
 const Routing = z
   .object({
     strategy: routingFields.strategy.default('prefix_aware'),
     prefixLength: routingFields.prefixLength.default(LIMITS.prefixLength.default),
-    concurrencyThreshold: routingFields.concurrencyThreshold.default(LIMITS.concurrencyThreshold.default),
+    // Unset: the strategy's own default (10, or none for longest_prefix; see defaultThreshold).
+    concurrencyThreshold: routingFields.concurrencyThreshold.optional(),
     vnodes: routingFields.vnodes.default(LIMITS.vnodes.default),
     blockSize: routingFields.blockSize.default(LIMITS.blockSize.default),
     indexBlocks: routingFields.indexBlocks.default(LIMITS.indexBlocks.default),
     placement: routingFields.placement.default('hash'),
+    matchLength: routingFields.matchLength.default(LIMITS.matchLength.default),
+    loadFactor: routingFields.loadFactor.default(LIMITS.loadFactor.default),
+    prefillWeight: routingFields.prefillWeight.default(LIMITS.prefillWeight.default),
   })
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()

@@ -11,7 +11,7 @@ export interface NativeBuildInfo {
   compiler?: string
 }
 
-export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[] }
+export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[]; queuedPrefillBlocks: number }
 export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number; indexEntries: number; indexBytes: number }
 
 declare const handleBrand: unique symbol
@@ -25,10 +25,24 @@ export interface NativeBinding {
   router_create(name: string | undefined, vnodes: number, slots: number): NativeHandle
   router_open(name: string): NativeHandle
   router_close(h: NativeHandle): void
-  router_configure(h: NativeHandle, strategy: number, prefixLength: number, threshold: number, blockBytes?: number, indexBlocks?: number, placementChoices?: number): void
+  router_configure(
+    h: NativeHandle,
+    strategy: string,
+    prefixLength: number,
+    threshold: number,
+    blockBytes: number,
+    indexBlocks: number,
+    placementChoices: number,
+    loadFactor: number,
+    prefillWeight: number,
+    matchLength: number,
+  ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
-  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group?: string, anchor?: number): number
-  router_release(h: NativeHandle, slot: number): boolean
+  /** 0 with out = [slot, generation, overflow 0/1, prefill blocks]; -1 no instances; -2 no instance in the group. */
+  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, anchor: number | undefined, out: Float64Array): number
+  router_release(h: NativeHandle, slot: number, prefill?: number): boolean
+  router_first_token(h: NativeHandle, slot: number, prefill: number): void
+  strategy_names(): string[]
   router_slot_id(h: NativeHandle, slot: number): string
   router_in_flight(h: NativeHandle, id: string): number
   router_instances(h: NativeHandle): NativeInstance[]

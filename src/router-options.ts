@@ -1,27 +1,35 @@
 // Validation and defaults for Router options. Ranges come from DESIGN.md section 3.
 import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
-
-export const STRATEGIES = ['random', 'least_outstanding_requests', 'prefix_aware', 'longest_prefix'] as const
-export type Strategy = (typeof STRATEGIES)[number]
-/** Native enum values, in the order of native/router.h's Strategy. */
-export const STRATEGY_CODE: Record<Strategy, number> = { random: 0, least_outstanding_requests: 1, prefix_aware: 2, longest_prefix: 3 }
+import { native } from './native.js'
 
 /**
- * longest_prefix: where a prompt that no instance holds is placed. `hash`: the consistent
- * hash's target, as prefix_aware places it, so router replicas agree. `balanced`: the least
- * busy (in flight per unit of weight) of the key's first three instances clockwise, which
- * evens out instance shares and overflow for one router but lets replicas disagree.
+ * Strategy names, read from the native core's registry (one entry per file under
+ * native/strategy/), so a strategy added there is accepted here without a second list.
+ */
+export const STRATEGIES: readonly string[] = native.strategy_names()
+/** A name from STRATEGIES: random, least_outstanding_requests, prefix_aware, longest_prefix, … */
+export type Strategy = string
+
+/**
+ * longest_prefix: which instances may take a prompt that no instance holds. `hash`: the
+ * consistent hash's target (the home), as prefix_aware places it, so router replicas agree.
+ * `balanced`: the home and the next two instances clockwise, whichever costs least (queued
+ * prefill), which evens out load for one router but lets replicas disagree.
  */
 export const PLACEMENTS = ['hash', 'balanced'] as const
 export type Placement = (typeof PLACEMENTS)[number]
-/** Candidates clockwise from the key that a placement chooses among (native placement_choices). */
+/** Ring members from the key that a placement chooses among (native placement_choices). */
 export const PLACEMENT_CHOICES: Record<Placement, number> = { hash: 1, balanced: 3 }
 
 export const LIMITS = {
   prefixLength: { min: 1024, max: 65536, default: 4096 },
+  // The default is SageMaker's, for every strategy but longest_prefix (see defaultThreshold).
   concurrencyThreshold: { min: 1, max: 1024, default: 10 },
   vnodes: { min: 16, max: 65536, default: 8192 },
   blockSize: { min: 16, max: 4096, default: 64 },
+  matchLength: { min: 1024, max: 262144, default: 65536 },
+  loadFactor: { min: 1, max: 100, default: 2 },
+  prefillWeight: { min: 0, max: 100, default: 2 },
   indexBlocks: { min: 0, max: 1 << 28, default: 65536 },
   weight: { min: 0.01, max: 100, default: 1 },
   instances: { max: 4096 },
@@ -43,6 +51,10 @@ export interface InstanceSpec {
 export interface RoutingParams {
   strategy?: string
   prefixLength?: number
+  /**
+   * In-flight requests at which an instance is full (1–1024). Default 10 (SageMaker's); for
+   * longest_prefix none (1024), as it bounds load itself: then it is only an operator's cap.
+   */
   concurrencyThreshold?: number
   /** longest_prefix: bytes of routing key per block (16–4096, default 64: about 16 tokens). */
   blockSize?: number
@@ -50,6 +62,15 @@ export interface RoutingParams {
   indexBlocks?: number
   /** longest_prefix: where a prompt no instance holds goes, `hash` (default) or `balanced` (see PLACEMENTS). */
   placement?: string
+  /** longest_prefix: code points of the prompt it indexes and matches (1024–262144, default 65536). */
+  matchLength?: number
+  /**
+   * longest_prefix: an instance is full above loadFactor × the fleet's mean requests in flight
+   * per unit of weight (consistent hashing with bounded loads; 1–100, default 2).
+   */
+  loadFactor?: number
+  /** longest_prefix: cost of a block to prefill on the chosen instance against one queued there (0–100, default 2). */
+  prefillWeight?: number
 }
 
 export interface RouterOptions extends RoutingParams {
@@ -64,19 +85,24 @@ export interface ResolvedParams {
   strategy: Strategy
   prefixLength: number
   concurrencyThreshold: number
+  /** Whether concurrencyThreshold was given (else it follows the strategy's default). */
+  thresholdSet: boolean
   blockSize: number
   indexBlocks: number
   placement: Placement
+  matchLength: number
+  loadFactor: number
+  prefillWeight: number
 }
 
 /** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
 export function parseStrategy(value: unknown, key = 'strategy'): Strategy {
   if (typeof value !== 'string') throw new InvalidArgTypeError(key, `one of ${STRATEGIES.join(', ')}`, value)
   const norm = value.trim().toLowerCase().replace(/-/g, '_')
-  if (!(STRATEGIES as readonly string[]).includes(norm)) {
+  if (!STRATEGIES.includes(norm)) {
     throw new OutOfRangeError(key, `one of ${STRATEGIES.join(', ')}`, value)
   }
-  return norm as Strategy
+  return norm
 }
 
 export function parsePlacement(value: unknown, key = 'placement'): Placement {
@@ -94,19 +120,40 @@ export function checkInt(key: string, value: unknown, min: number, max: number):
   return value
 }
 
+/**
+ * The concurrency threshold a strategy uses when none is given. longest_prefix bounds load
+ * itself (loadFactor, queued prefill), so its threshold is only an operator's cap: none unless
+ * set. A fixed in-flight count is too low for long requests (which sit decoding) and too high
+ * for short ones.
+ */
+export function defaultThreshold(strategy: Strategy): number {
+  return strategy === 'longest_prefix' ? LIMITS.concurrencyThreshold.max : LIMITS.concurrencyThreshold.default
+}
+
+export function checkNumber(key: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number') throw new InvalidArgTypeError(key, `a number from ${min} to ${max}`, value)
+  if (!Number.isFinite(value) || value < min || value > max) throw new OutOfRangeError(key, `a number from ${min} to ${max}`, value)
+  return value
+}
+
 export function resolveParams(opts: RoutingParams, base?: ResolvedParams): ResolvedParams {
   const p = LIMITS.prefixLength
   const c = LIMITS.concurrencyThreshold
+  const strategy = opts.strategy === undefined ? (base?.strategy ?? 'prefix_aware') : parseStrategy(opts.strategy)
+  const thresholdSet = opts.concurrencyThreshold !== undefined || base?.thresholdSet === true
   return {
-    strategy: opts.strategy === undefined ? (base?.strategy ?? 'prefix_aware') : parseStrategy(opts.strategy),
+    strategy,
     prefixLength:
       opts.prefixLength === undefined
         ? (base?.prefixLength ?? p.default)
         : checkInt('prefixLength', opts.prefixLength, p.min, p.max),
     concurrencyThreshold:
-      opts.concurrencyThreshold === undefined
-        ? (base?.concurrencyThreshold ?? c.default)
-        : checkInt('concurrencyThreshold', opts.concurrencyThreshold, c.min, c.max),
+      opts.concurrencyThreshold !== undefined
+        ? checkInt('concurrencyThreshold', opts.concurrencyThreshold, c.min, c.max)
+        : thresholdSet
+          ? base!.concurrencyThreshold
+          : defaultThreshold(strategy),
+    thresholdSet,
     blockSize:
       opts.blockSize === undefined
         ? (base?.blockSize ?? LIMITS.blockSize.default)
@@ -116,6 +163,15 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
         ? (base?.indexBlocks ?? LIMITS.indexBlocks.default)
         : checkInt('indexBlocks', opts.indexBlocks, LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
     placement: opts.placement === undefined ? (base?.placement ?? 'hash') : parsePlacement(opts.placement),
+    matchLength:
+      opts.matchLength === undefined
+        ? (base?.matchLength ?? LIMITS.matchLength.default)
+        : checkInt('matchLength', opts.matchLength, LIMITS.matchLength.min, LIMITS.matchLength.max),
+    loadFactor: opts.loadFactor === undefined ? (base?.loadFactor ?? LIMITS.loadFactor.default) : checkNumber('loadFactor', opts.loadFactor, LIMITS.loadFactor.min, LIMITS.loadFactor.max),
+    prefillWeight:
+      opts.prefillWeight === undefined
+        ? (base?.prefillWeight ?? LIMITS.prefillWeight.default)
+        : checkNumber('prefillWeight', opts.prefillWeight, LIMITS.prefillWeight.min, LIMITS.prefillWeight.max),
   }
 }
 

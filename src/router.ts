@@ -9,15 +9,12 @@ import {
   PLACEMENT_CHOICES,
   resolveInstances,
   resolveParams,
-  STRATEGY_CODE,
   type InstanceSpec,
   type ResolvedParams,
   type RouterOptions,
   type RoutingParams,
 } from './router-options.js'
 
-// router_pick returns generation * 16384 + overflow * 8192 + slot (native/addon.cc).
-const SLOT_SPAN = 8192
 const SLOT_CAPACITY = 8192
 
 export interface PickOptions {
@@ -43,37 +40,68 @@ export class NoInstanceError extends Error {
   }
 }
 
-/** One routed request. Call release() when it finishes, fails or is aborted; later calls do nothing. */
+/**
+ * One routed request. Call release() when it finishes, fails or is aborted; later calls do
+ * nothing. For longest_prefix, call firstToken() when the response's first token arrives: the
+ * router counts the prompt's blocks as queued prefill on the instance until then (release()
+ * does it otherwise), and sends new requests where less is queued.
+ */
 export class Lease {
   #router: Router | null
   readonly #slot: number
+  #prefill: number
   /** Id of the instance the request goes to. */
   readonly instance: string
-  /** True when the prefix's own instance was at the concurrency threshold and this went elsewhere. */
+  /** True when load sent the request away from where the strategy would have put it. */
   readonly overflow: boolean
 
-  constructor(router: Router, slot: number, instance: string, overflow: boolean) {
+  constructor(router: Router, slot: number, instance: string, overflow: boolean, prefill = 0) {
     this.#router = router
     this.#slot = slot
     this.instance = instance
     this.overflow = overflow
+    this.#prefill = prefill
   }
 
   get released(): boolean {
     return this.#router === null
   }
 
+  /** The instance has sent the first token: the prompt's prefill is over. Later calls do nothing. */
+  firstToken(): void {
+    const r = this.#router
+    if (r === null || this.#prefill === 0) return
+    r._firstToken(this.#slot, this.#prefill)
+    this.#prefill = 0
+  }
+
   release(): void {
     const r = this.#router
     if (r === null) return
     this.#router = null
-    r._release(this.#slot)
+    r._release(this.#slot, this.#prefill)
+    this.#prefill = 0
   }
 }
 
 function configureNative(h: NativeHandle, p: ResolvedParams): void {
-  native.router_configure(h, STRATEGY_CODE[p.strategy], p.prefixLength, p.concurrencyThreshold, p.blockSize, p.indexBlocks, PLACEMENT_CHOICES[p.placement])
+  native.router_configure(
+    h,
+    p.strategy,
+    p.prefixLength,
+    p.concurrencyThreshold,
+    p.blockSize,
+    p.indexBlocks,
+    PLACEMENT_CHOICES[p.placement],
+    p.loadFactor,
+    p.prefillWeight,
+    p.matchLength,
+  )
 }
+
+// pick()'s result buffer, shared by every router of this thread: filled by the native call
+// and read at once, so the call allocates nothing.
+const picked = new Float64Array(4)
 
 export class Router {
   #handle: NativeHandle | null
@@ -120,7 +148,7 @@ export class Router {
     return this.#params
   }
 
-  /** Changes strategy, prefixLength or concurrencyThreshold for every later pick, in every thread. */
+  /** Changes routing parameters for every later pick, in every thread (published with the membership, never half-applied). */
   configure(params: RoutingParams): void {
     const next = resolveParams(params, this.#params)
     configureNative(this.#h(), next)
@@ -142,25 +170,29 @@ export class Router {
     if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
       throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
     }
-    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor)
+    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
-    const slot = r % SLOT_SPAN
-    const overflow = Math.floor(r / SLOT_SPAN) % 2 === 1
-    const gen = Math.floor(r / (2 * SLOT_SPAN))
+    const slot = picked[0]!
+    const gen = picked[1]!
     let id = this.#ids[slot]
     if (id === undefined || this.#gens[slot] !== gen) {
       id = native.router_slot_id(this.#handle!, slot)
       this.#ids[slot] = id
       this.#gens[slot] = gen
     }
-    return new Lease(this, slot, id, overflow)
+    return new Lease(this, slot, id, picked[2] === 1, picked[3]!)
+  }
+
+  /** @internal called by Lease.firstToken */
+  _firstToken(slot: number, prefill: number): void {
+    if (this.#handle !== null) native.router_first_token(this.#handle, slot, prefill)
   }
 
   /** @internal called by Lease.release */
-  _release(slot: number): void {
+  _release(slot: number, prefill: number): void {
     // A lease outliving a closed handle has nothing left to decrement through it.
-    if (this.#handle !== null) native.router_release(this.#handle, slot)
+    if (this.#handle !== null) native.router_release(this.#handle, slot, prefill)
   }
 
   /** Replaces the membership atomically; leases taken before still release their own counters. */

@@ -68,6 +68,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     'router_set_instances',
     'router_pick',
     'router_release',
+    'router_first_token',
     'router_slot_id',
     'router_in_flight',
     'router_instances',
@@ -78,11 +79,12 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
   it('never aborts, with a real handle or anything else in the handle position', () => {
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['x', 'y'], [1, 1])
-    native.router_configure(h, 3, 1024, 4, 64, 1000) // longest_prefix: the index and anchor paths too
+    native.router_configure(h, 'longest_prefix', 1024, 4, 64, 1000, 3, 2, 2, 4096) // the index and anchor paths too
     fc.assert(
       fc.property(fc.constantFrom(...fns), fc.boolean(), anyValue, anyValue, anyValue, anyValue, (fn, real, a, b, c, d) => {
         const f = native[fn] as (...args: unknown[]) => unknown
         settles(() => f(real ? h : a, a, b, c, d, a))
+        settles(() => f(real ? h : a, a, b, c, d, new Float64Array(4)))
         settles(() => f(real ? h : b, b, c))
       }),
       { numRuns: 5000 },
@@ -91,11 +93,11 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     const stats = native.router_stats(h)
     expect(stats.slotsInUse).toBeGreaterThanOrEqual(1)
     native.router_close(h)
-    expect(() => native.router_pick(h, 'p', undefined)).toThrow(/router is closed/)
+    expect(() => native.router_pick(h, 'p', undefined, undefined, undefined, new Float64Array(4))).toThrow(/router is closed/)
   })
 
   it('rejects a closed or foreign handle with a clear error', () => {
-    expect(() => native.router_pick({} as NativeHandle, 'p', undefined)).toThrow(/not a router handle/)
+    expect(() => native.router_pick({} as NativeHandle, 'p', undefined, undefined, undefined, new Float64Array(4))).toThrow(/not a router handle/)
     expect(() => native.router_open('no-such-router')).toThrow(expect.objectContaining({ code: 'ROUTER_NOT_FOUND' }))
   })
 })

@@ -21,7 +21,18 @@ function messageOf(fn: () => unknown): string {
 describe('configuration schema', () => {
   it('fills defaults', () => {
     const c = parseConfig({ endpoints: [{ name: 'default', instances: ['http://a:8000'] }] })
-    expect(c.routing).toEqual({ strategy: 'prefix_aware', prefixLength: 4096, concurrencyThreshold: 10, vnodes: 8192, blockSize: 64, indexBlocks: 65536, placement: 'hash' })
+    // concurrencyThreshold stays unset: the strategy's default (10, or none for longest_prefix).
+    expect(c.routing).toEqual({
+      strategy: 'prefix_aware',
+      prefixLength: 4096,
+      vnodes: 8192,
+      blockSize: 64,
+      indexBlocks: 65536,
+      placement: 'hash',
+      matchLength: 65536,
+      loadFactor: 2,
+      prefillWeight: 2,
+    })
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })
     expect(c.limits.maxBodyBytes).toBe(16 << 20)

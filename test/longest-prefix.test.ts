@@ -160,7 +160,7 @@ describe('longest_prefix', () => {
   })
 
   it('overflows at the threshold to the next best match, then by the ring', () => {
-    const r = make({ concurrencyThreshold: 2 })
+    const r = make({ concurrencyThreshold: 2, loadFactor: 100 }) // the threshold alone
     const base = `doc: ${words(42, 300)}`
     const home = once(r, base)
     const held: Lease[] = [r.pick(`${base} q1`), r.pick(`${base} q2`)]
@@ -210,18 +210,24 @@ describe('longest_prefix', () => {
     expect(() => make({ placement: 'spread' })).toThrow(/placement must be one of hash, balanced; got "spread"/)
     expect(make({ placement: 'BALANCED' }).params.placement).toBe('balanced')
     expect(make().params.placement).toBe('hash')
+    expect(() => make({ loadFactor: 0.5 })).toThrow(/loadFactor must be a number from 1 to 100; got 0.5/)
+    expect(() => make({ prefillWeight: -1 })).toThrow(/prefillWeight must be a number from 0 to 100/)
+    expect(() => make({ matchLength: 100 })).toThrow(/matchLength must be an integer from 1024 to 262144/)
+    expect(make().params.concurrencyThreshold).toBe(1024) // no fixed cap unless given
+    expect(make({ concurrencyThreshold: 10 }).params.concurrencyThreshold).toBe(10)
   })
 })
 
 describe('longest_prefix with placement: balanced', () => {
-  it('places new prompts away from a busy instance, and leaves placed ones where they are', () => {
-    // Eight busy conversations held open on their homes; then new documents arrive.
+  it('places new prompts away from an instance with a long prefill queue, and leaves placed ones where they are', () => {
+    // Eight long prompts routed and not yet answered (no first token): their prefill is
+    // queued on their instances. Then new documents arrive.
     const run = (placement: 'hash' | 'balanced') => {
       const r = make({ placement })
       const held = Array.from({ length: 8 }, (_, c) => r.pick(`busy ${c}: ${words(500 + c, 200)}`))
-      const busy = new Map<string, number>()
-      for (const l of held) busy.set(l.instance, (busy.get(l.instance) ?? 0) + 1)
-      const busiest = [...busy].sort((x, y) => y[1] - x[1])[0]![0]
+      const queued = new Map(r.instances().map((i) => [i.id, i.queuedPrefillBlocks]))
+      const busiest = [...queued].sort((x, y) => y[1] - x[1])[0]![0]
+      expect(queued.get(busiest)).toBeGreaterThan(0)
       let toBusiest = 0
       const homes: string[] = []
       for (let d = 0; d < 210; d++) {
@@ -230,12 +236,24 @@ describe('longest_prefix with placement: balanced', () => {
         if (home === busiest) toBusiest++
       }
       held.forEach((l) => l.release())
+      expect(r.instances().every((i) => i.inFlight === 0 && i.queuedPrefillBlocks === 0)).toBe(true)
       // Once placed, a document stays home, though the instances are all idle now.
       homes.forEach((home, d) => expect(once(r, `doc ${d}: ${words(d, 300)} question`)).toBe(home))
       return toBusiest
     }
-    expect(run('hash')).toBeGreaterThan(15) // ~1/7 of 210: the hash does not look at load
-    expect(run('balanced')).toBe(0) // an idle instance is always among the key's first three
+    expect(run('hash')).toBe(0) // the least queued instance is always a candidate
+    expect(run('balanced')).toBe(0)
+  })
+
+  it('first tokens empty the queue: a busy instance takes new prompts again', () => {
+    const r = make()
+    const held = Array.from({ length: 8 }, (_, c) => r.pick(`busy ${c}: ${words(500 + c, 200)}`))
+    expect(r.instances().some((i) => i.queuedPrefillBlocks > 0)).toBe(true)
+    held.forEach((l) => l.firstToken())
+    held.forEach((l) => l.firstToken()) // a second call does nothing
+    expect(r.instances().every((i) => i.queuedPrefillBlocks === 0 && i.inFlight > 0 === held.some((l) => l.instance === i.id))).toBe(true)
+    held.forEach((l) => l.release())
+    expect(r.instances().every((i) => i.inFlight === 0 && i.queuedPrefillBlocks === 0)).toBe(true)
   })
 
   it('evens out instance shares when prompts carry unequal traffic', () => {

@@ -94,9 +94,27 @@ describe('Router options', () => {
   it('configure validates like the constructor and keeps the old values on error', () => {
     const r = new Router({ instances: one, prefixLength: 2048 })
     expect(() => r.configure({ concurrencyThreshold: 0 })).toThrow(/concurrencyThreshold/)
-    expect(r.params).toEqual({ strategy: 'prefix_aware', prefixLength: 2048, concurrencyThreshold: 10, blockSize: 64, indexBlocks: 65536, placement: 'hash' })
+    expect(r.params).toEqual({
+      strategy: 'prefix_aware',
+      prefixLength: 2048,
+      concurrencyThreshold: 10,
+      thresholdSet: false,
+      blockSize: 64,
+      indexBlocks: 65536,
+      placement: 'hash',
+      matchLength: 65536,
+      loadFactor: 2,
+      prefillWeight: 2,
+    })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)
+    // A threshold given once stays when the strategy changes; a default one follows it.
+    r.configure({ strategy: 'longest_prefix' })
+    expect(r.params.concurrencyThreshold).toBe(4)
+    const d = new Router({ instances: one })
+    d.configure({ strategy: 'longest_prefix' })
+    expect(d.params.concurrencyThreshold).toBe(1024)
+    d.close()
     r.close()
   })
 

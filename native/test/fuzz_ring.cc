@@ -34,7 +34,8 @@ std::string pool_id(int i) { return "inst-" + std::to_string(i); }
 struct Model {
   std::vector<pr::RingMember> members;
   std::unique_ptr<pr::Ring> ring;                        // same table the router builds
-  std::vector<std::pair<uint32_t, std::string>> leases;  // (slot, id) of every lease held
+  struct Lease { uint32_t first; std::string second; uint32_t prefill; };
+  std::vector<Lease> leases;  // (slot, id, queued prefill not yet returned) of every lease held
   pr::Strategy strategy = pr::Strategy::PrefixAware;     // RouterState's defaults
   uint32_t threshold = 10;
 
@@ -66,6 +67,12 @@ void check(pr::RouterState& st, int reader, const Model& m) {
   }
   REQUIRE(sum == m.leases.size());
   REQUIRE(st.instances(reader).size() == m.members.size());
+  // Queued prefill per member: what its leases added and have not given back.
+  for (const auto& inst : st.instances(reader)) {
+    uint64_t queued = 0;
+    for (const auto& l : m.leases) queued += l.second == inst.id ? l.prefill : 0;
+    REQUIRE(inst.prefill == queued);
+  }
   // A slot is in use exactly while it is listed or has leases: never more than members + draining.
   REQUIRE(st.slots_in_use() == m.live().size());
   for (const auto& l : m.leases) REQUIRE(st.slot_id(l.first) == l.second);
@@ -145,9 +152,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 1: {
         m.strategy = static_cast<pr::Strategy>(in.ConsumeIntegralInRange<uint32_t>(0, 3));
         m.threshold = in.ConsumeIntegralInRange<uint32_t>(1, 4);
-        st.configure(m.strategy, 4096, m.threshold);
-        // longest_prefix: a tiny index (evictions) and hash or balanced placement.
-        st.configure_index(64, in.ConsumeIntegralInRange<uint32_t>(1, 8), in.ConsumeIntegralInRange<uint32_t>(1, 3));
+        // longest_prefix: a tiny index (evictions), hash or balanced placement, bounded loads
+        // from tight to off, and prefill weights from none to heavy.
+        pr::RoutingParams p;
+        p.strategy = m.strategy;
+        p.prefix_length = 4096;
+        p.threshold = m.threshold;
+        p.block_bytes = 64;
+        p.index_default = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+        p.placement_choices = in.ConsumeIntegralInRange<uint32_t>(1, 3);
+        p.load_factor = 0.5 * in.ConsumeIntegralInRange<int>(0, 8);
+        p.prefill_weight = 0.5 * in.ConsumeIntegralInRange<int>(0, 8);
+        st.configure(p);
         break;
       }
       case 2:
@@ -163,14 +179,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         REQUIRE(r.slot >= 0 && static_cast<uint32_t>(r.slot) < capacity);
         const std::string got = st.slot_id(static_cast<uint32_t>(r.slot));
         check_pick(m, key, r, got, nblocks);
-        m.leases.emplace_back(static_cast<uint32_t>(r.slot), got);
+        REQUIRE(r.prefill <= nblocks);
+        m.leases.push_back({static_cast<uint32_t>(r.slot), got, r.prefill});
         break;
       }
-      case 4:
-      case 5: {  // release a held lease
+      case 4: {  // a held lease's first token: its queued prefill goes back
         if (m.leases.empty()) break;
         const size_t i = in.ConsumeIntegralInRange<size_t>(0, m.leases.size() - 1);
-        REQUIRE(st.release(m.leases[i].first));
+        st.first_token(m.leases[i].first, m.leases[i].prefill);
+        m.leases[i].prefill = 0;
+        break;
+      }
+      case 5: {  // release a held lease, with what it still has queued
+        if (m.leases.empty()) break;
+        const size_t i = in.ConsumeIntegralInRange<size_t>(0, m.leases.size() - 1);
+        REQUIRE(st.release(m.leases[i].first, m.leases[i].prefill));
         m.leases.erase(m.leases.begin() + static_cast<long>(i));
         break;
       }
@@ -178,7 +201,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint32_t slot = in.ConsumeBool() ? in.ConsumeIntegralInRange<uint32_t>(0, 20) : in.ConsumeIntegral<uint32_t>();
         size_t i = 0;
         while (i < m.leases.size() && m.leases[i].first != slot) i++;
-        const bool ok = st.release(slot);
+        // A real lease gives back what it has queued; a bogus release must change nothing.
+        const uint32_t prefill = i < m.leases.size() ? m.leases[i].prefill : in.ConsumeIntegralInRange<uint32_t>(0, 8);
+        const bool ok = st.release(slot, prefill);
         if (i == m.leases.size()) {
           REQUIRE(!ok);
         } else {  // we did hold one there: that was a real release
@@ -193,11 +218,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Release everything: every counter back to 0, only the members keep slots.
   while (!m.leases.empty()) {
-    REQUIRE(st.release(m.leases.back().first));
+    REQUIRE(st.release(m.leases.back().first, m.leases.back().prefill));
     m.leases.pop_back();
   }
   check(st, reader, m);
-  for (const auto& inst : st.instances(reader)) REQUIRE(inst.in_flight == 0);
+  for (const auto& inst : st.instances(reader)) REQUIRE(inst.in_flight == 0 && inst.prefill == 0);
   REQUIRE(st.slots_in_use() == m.members.size());
   st.release_reader(reader);
   return 0;

@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "../prefix_index.h"
 #include "../ring.h"
 #include "../router.h"
+#include "../strategy/strategy.h"
 #include "../xxh3.h"
 
 namespace {
@@ -426,46 +428,150 @@ void test_longest_prefix() {
   st.release_reader(reader);
 }
 
-// longest_prefix with balanced placement: a prompt no instance holds goes to the least busy of
-// the key's first candidates; once placed it stays (the index), and hash placement ignores load.
-void test_longest_prefix_balanced() {
-  pr::RouterState st(kRouterVnodes, 8);
-  const int reader = st.acquire_reader();
-  CHECK(st.set_instances({{"a", 1}, {"b", 1}, {"c", 1}}).empty());
-  auto blocks_of = [](uint8_t seed, uint64_t* h) {
-    std::vector<uint8_t> text(64 * 4);
-    for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<uint8_t>(i * 7 + seed * 31 + 1);
-    pr::chain_hashes(text.data(), text.size(), 64, 0, h);
+// Chained block hashes of a deterministic prompt: `shared` blocks common to every prompt with
+// the same `base`, then blocks of its own (`own` seeds them).
+std::vector<uint64_t> prompt_blocks(uint8_t base, uint8_t own, size_t shared, size_t total) {
+  std::vector<uint8_t> text(64 * total);
+  for (size_t i = 0; i < text.size(); i++)
+    text[i] = static_cast<uint8_t>(i < 64 * shared ? i * 7 + base * 31 + 1 : i * 11 + own * 17 + base * 5 + 3);
+  std::vector<uint64_t> h(total);
+  pr::chain_hashes(text.data(), text.size(), 64, 0, h.data());
+  return h;
+}
+
+pr::RouterState* longest_router(const char* names, uint32_t choices, double load_factor, uint32_t threshold = 1024) {
+  auto* st = new pr::RouterState(kRouterVnodes, 16);
+  CHECK(st->set_instances(members_named(names)).empty());
+  pr::RoutingParams p;
+  p.strategy = pr::Strategy::LongestPrefix;
+  p.prefix_length = 65536;
+  p.threshold = threshold;
+  p.placement_choices = choices;
+  p.load_factor = load_factor;
+  st->configure(p);
+  return st;
+}
+
+// Queued prefill: a pick adds the blocks the instance must compute; first_token and release
+// give them back, and the counters end at zero.
+void test_longest_prefix_prefill_accounting() {
+  std::unique_ptr<pr::RouterState> st(longest_router("abc", 1, 2));
+  const int reader = st->acquire_reader();
+  auto h = prompt_blocks(1, 1, 0, 8);
+  auto r = st->pick(reader, 42, nullptr, h.data(), h.size());
+  CHECK(r.slot >= 0 && r.prefill == 8);  // nobody held any of it
+  auto again = st->pick(reader, 42, nullptr, h.data(), h.size());
+  CHECK(again.slot == r.slot && again.prefill == 0);  // the index now says it is there
+  auto queued = [&] {
+    uint64_t sum = 0;
+    for (const auto& i : st->instances(reader)) sum += i.prefill;
+    return sum;
   };
-  uint64_t h[3][4];
-  for (uint8_t i = 0; i < 3; i++) blocks_of(i, h[i]);
-  const uint64_t key = 0x1234567887654321ULL;  // one key: the same ring target for every prompt
+  CHECK(queued() == 8);
+  st->first_token(static_cast<uint32_t>(r.slot), r.prefill);
+  CHECK(queued() == 0);
+  st->first_token(static_cast<uint32_t>(r.slot), 1000);  // more than queued: saturates at 0
+  CHECK(queued() == 0);
+  CHECK(st->release(static_cast<uint32_t>(r.slot), 0));
+  CHECK(st->release(static_cast<uint32_t>(again.slot), 0));
+  auto third = st->pick(reader, 7, nullptr, prompt_blocks(2, 2, 0, 5).data(), 5);
+  CHECK(queued() == 5);
+  CHECK(st->release(static_cast<uint32_t>(third.slot), third.prefill));  // released before its first token
+  CHECK(queued() == 0);
+  CHECK(!st->release(static_cast<uint32_t>(third.slot), 5));  // nothing in flight: the queue is not touched
+  for (const auto& i : st->instances(reader)) CHECK(i.in_flight == 0 && i.prefill == 0);
+  st->release_reader(reader);
+}
 
-  // Hash placement: three new prompts with one key share one instance, whatever the load.
-  st.configure(pr::Strategy::LongestPrefix, 65536, 10);
-  st.configure_index(64, 65536, 1);
-  pr::PickResult hashed[3];
-  for (int i = 0; i < 3; i++) hashed[i] = st.pick(reader, key, nullptr, h[i], 4);
-  CHECK(hashed[0].slot >= 0 && hashed[1].slot == hashed[0].slot && hashed[2].slot == hashed[0].slot);
-  for (auto& r : hashed) st.release(static_cast<uint32_t>(r.slot));
-  CHECK(st.set_instances({}).empty());  // forget the index
-  CHECK(st.set_instances({{"a", 1}, {"b", 1}, {"c", 1}}).empty());
+// A block every prompt shares, held by the first instance that computed it, with no threshold
+// in reach: the bounded load spreads concurrent requests over the whole fleet.
+void test_longest_prefix_no_collapse() {
+  std::unique_ptr<pr::RouterState> st(longest_router("abcd", 1, 1.5));
+  const int reader = st->acquire_reader();
+  std::vector<pr::PickResult> held;
+  std::set<std::string> used;
+  for (uint8_t i = 0; i < 40; i++) {
+    auto h = prompt_blocks(9, i, 6, 8);  // 6 of 8 blocks shared: a fifth more than anyone else
+    auto r = st->pick(reader, 1000 + i, nullptr, h.data(), h.size());
+    held.push_back(r);
+    used.insert(st->slot_id(static_cast<uint32_t>(r.slot)));
+  }
+  CHECK(used.size() == 4);
+  for (const auto& i : st->instances(reader)) CHECK(i.in_flight <= 15);  // ceil(1.5 × 40 / 4)
+  for (auto& r : held) CHECK(st->release(static_cast<uint32_t>(r.slot), r.prefill));
+  st->release_reader(reader);
+}
 
-  // Balanced over 3 of 3 instances: each new prompt goes to an idle one.
-  st.configure_index(64, 65536, 3);
+// The owner of a conversation keeps it while its queue is short, and loses it to another
+// candidate once the prefill queued there outweighs what the match saves.
+void test_longest_prefix_queue_outweighs_match() {
+  std::unique_ptr<pr::RouterState> st(longest_router("abc", 2, 100));  // the home and one more may take it
+  const int reader = st->acquire_reader();
+  auto convo = prompt_blocks(3, 3, 0, 10);
+  const uint64_t key = 77;
+  auto first = st->pick(reader, key, nullptr, convo.data(), 4);  // the first turn: 4 blocks
+  st->first_token(static_cast<uint32_t>(first.slot), first.prefill);
+  CHECK(st->release(static_cast<uint32_t>(first.slot), 0));
+  const std::string owner = st->slot_id(static_cast<uint32_t>(first.slot));
+  // Another request queues a large prefill on the owner (a different key whose home is the owner).
+  std::vector<pr::RingMember> m = members_named("abc");
+  auto big = prompt_blocks(4, 4, 0, 64);
+  auto blocker = st->pick(reader, key_for(m, owner), nullptr, big.data(), big.size());
+  CHECK(st->slot_id(static_cast<uint32_t>(blocker.slot)) == owner && blocker.prefill == 64);
+  // The next turn (10 blocks, 4 held by the owner): 2 × 6 + 64 queued there, 2 × 10 elsewhere.
+  auto next = st->pick(reader, key, nullptr, convo.data(), convo.size());
+  CHECK(st->slot_id(static_cast<uint32_t>(next.slot)) != owner && next.overflow);
+  CHECK(st->release(static_cast<uint32_t>(next.slot), next.prefill));
+  // Once the blocker's prefill is done, the owner is cheapest again.
+  st->first_token(static_cast<uint32_t>(blocker.slot), blocker.prefill);
+  CHECK(st->release(static_cast<uint32_t>(blocker.slot), 0));
+  st->release_reader(reader);
+}
+
+// Balanced placement: a prompt nobody holds goes to the least queued of the key's first three
+// members; placed prompts stay where they are.
+void test_longest_prefix_balanced() {
+  std::unique_ptr<pr::RouterState> st(longest_router("abc", 3, 100));
+  const int reader = st->acquire_reader();
+  const uint64_t key = 0x1234567887654321ULL;  // one key: the same home for every prompt
   pr::PickResult placed[3];
-  for (int i = 0; i < 3; i++) {
-    placed[i] = st.pick(reader, key, nullptr, h[i], 4);
+  for (uint8_t i = 0; i < 3; i++) {
+    auto h = prompt_blocks(20 + i, 0, 0, 4);
+    placed[i] = st->pick(reader, key, nullptr, h.data(), h.size());  // held: their prefill stays queued
     CHECK(placed[i].slot >= 0 && !placed[i].overflow);
   }
   CHECK(placed[0].slot != placed[1].slot && placed[1].slot != placed[2].slot && placed[0].slot != placed[2].slot);
-  for (auto& r : placed) st.release(static_cast<uint32_t>(r.slot));
-  // Placed prompts stay where they are, now that every instance is idle again.
-  for (int i = 0; i < 3; i++) {
-    auto again = st.pick(reader, key, nullptr, h[i], 4);
-    CHECK(again.slot == placed[i].slot);
-    st.release(static_cast<uint32_t>(again.slot));
+  for (auto& r : placed) CHECK(st->release(static_cast<uint32_t>(r.slot), r.prefill));
+  for (uint8_t i = 0; i < 3; i++) {
+    auto h = prompt_blocks(20 + i, 0, 0, 4);
+    auto again = st->pick(reader, key, nullptr, h.data(), h.size());
+    CHECK(again.slot == placed[i].slot && again.prefill == 0);
+    CHECK(st->release(static_cast<uint32_t>(again.slot), 0));
   }
+  st->release_reader(reader);
+}
+
+// configure() publishes parameters with the membership: a pick sees all of a change or none.
+void test_configure_publishes() {
+  pr::RouterState st(kRouterVnodes, 8);
+  const int reader = st.acquire_reader();
+  CHECK(st.set_instances(members_named("ab")).empty());
+  pr::RoutingParams p;
+  p.strategy = pr::Strategy::LongestPrefix;
+  p.threshold = 3;
+  p.block_bytes = 128;
+  p.load_factor = 1.25;
+  st.configure(p);
+  const pr::RoutingParams got = st.params();
+  CHECK(got.strategy == pr::Strategy::LongestPrefix && got.threshold == 3 && got.block_bytes == 128 && got.load_factor == 1.25);
+  {
+    pr::SnapshotGuard g(st, reader);
+    CHECK(g.params().block_bytes == 128);
+  }
+  CHECK(st.instances(reader).size() == 2);  // the membership came along
+  CHECK(pr::strategy_index("longest_prefix") == static_cast<int>(pr::Strategy::LongestPrefix));
+  CHECK(pr::strategy_index("prefix_aware") == static_cast<int>(pr::Strategy::PrefixAware));
+  CHECK(pr::strategy_index("nope") == -1);
   st.release_reader(reader);
 }
 
@@ -547,7 +653,11 @@ int main() {
       {"router groups", test_groups},
       {"prefix index", test_prefix_index},
       {"router longest_prefix", test_longest_prefix},
+      {"router longest_prefix queued prefill", test_longest_prefix_prefill_accounting},
+      {"router longest_prefix no collapse", test_longest_prefix_no_collapse},
+      {"router longest_prefix queue outweighs match", test_longest_prefix_queue_outweighs_match},
       {"router longest_prefix balanced", test_longest_prefix_balanced},
+      {"router configure publishes", test_configure_publishes},
       {"router multi-thread stress", test_stress},
   };
   for (const auto& t : tests) {

@@ -51,7 +51,8 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
                                has finished (timestamps ignored; 1 to 100000; no scale events; a trace's
                                clients stop when it runs out)
   --prefix-length N            routing prefix, code points (${LIMITS.prefixLength.min} to ${LIMITS.prefixLength.max}; default ${LIMITS.prefixLength.default})
-  --concurrency-threshold N    in-flight requests before overflow (${LIMITS.concurrencyThreshold.min} to ${LIMITS.concurrencyThreshold.max}; default ${LIMITS.concurrencyThreshold.default})
+  --concurrency-threshold N    in-flight requests before overflow (${LIMITS.concurrencyThreshold.min} to ${LIMITS.concurrencyThreshold.max}); default
+                               each strategy's own: ${LIMITS.concurrencyThreshold.default}, none for longest_prefix
   --add-instance-at T          add an instance at simulated time T (repeatable)
   --remove-instance-at T       remove the most recently added instance at T (repeatable)
   --window D                   window of the moved-share and recovery measurements (default 60s)
@@ -141,7 +142,7 @@ export async function run(argv: string[]): Promise<number> {
   const prefixLength = get('prefix-length') === undefined ? pl.default : intFlag('prefix-length', get('prefix-length')!, pl.min, pl.max)
   const ct = LIMITS.concurrencyThreshold
   const threshold =
-    get('concurrency-threshold') === undefined ? ct.default : intFlag('concurrency-threshold', get('concurrency-threshold')!, ct.min, ct.max)
+    get('concurrency-threshold') === undefined ? undefined : intFlag('concurrency-threshold', get('concurrency-threshold')!, ct.min, ct.max)
   const profile = get('profile') ?? DEFAULT_PROFILE
   if (PROFILES[profile.toLowerCase()] === undefined) throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${profile}'`)
   const tokenizer = get('tokenizer') ?? DEFAULT_TOKENIZER

@@ -4,6 +4,7 @@
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
 import { noHealthyInstance, notFound } from '../proxy/errors.js'
 import { NoInstanceError, Router, type Lease } from '../router.js'
+import { defaultThreshold, type RoutingParams } from '../router-options.js'
 import { Instance } from './instance.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
 
@@ -29,14 +30,14 @@ export class Endpoint {
     this.#config = config
     this.routing = endpointRouting(config, ep)
     for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
-    this.router = new Router({ ...this.routing, instances: this.#members() })
+    this.router = new Router({ ...routerParams(this.routing), instances: this.#members() })
   }
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
   update(config: Config, ep: EndpointConfig): Instance[] {
     this.#config = config
     this.routing = endpointRouting(config, ep)
-    this.router.configure(this.routing)
+    this.router.configure(routerParams(this.routing))
     const removed: Instance[] = []
     const wanted = new Map(ep.instances.map((i) => [i.url.replace(/\/+$/, ''), i]))
     for (const [id, inst] of this.instances) {
@@ -177,4 +178,10 @@ export class Endpoint {
     await Promise.all([...this.instances.values()].map((i) => i.close()))
     this.router.close()
   }
+}
+
+/** The router's parameters from an endpoint's routing config: an unset threshold is the strategy's default, on reload too. */
+function routerParams(r: RoutingConfig): RoutingParams {
+  const { concurrencyThreshold, ...rest } = r
+  return { ...rest, concurrencyThreshold: concurrencyThreshold ?? defaultThreshold(r.strategy) }
 }

@@ -147,7 +147,9 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     body = inv.complete ? Buffer.from(inv.prefix) : inv.body
   } else {
     const raw = await readBody(req, limit)
-    const parsed = openAIRequest(route.api, raw, routing.prefixLength)
+    // longest_prefix matches further into the prompt than the hashed key reaches.
+    const span = routing.strategy === 'longest_prefix' ? Math.max(routing.prefixLength, routing.matchLength) : routing.prefixLength
+    const parsed = openAIRequest(route.api, raw, span)
     tenant = tenantOf(header, parsed.promptCacheKey)
     model = parsed.model
     key = parsed.text
@@ -193,7 +195,11 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
           secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
           client,
           responseHeaders: core.config.debugHeaders ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision } : {},
-          onFirstByte: () => core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9),
+          onFirstByte: () => {
+            // The instance's prefill is over: longest_prefix stops counting it as queued there.
+            lease.firstToken()
+            core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9)
+          },
         },
         res,
       )

@@ -21,7 +21,8 @@ export interface LaneOptions {
   engines: number
   sim: SimOptions
   prefixLength: number
-  concurrencyThreshold: number
+  /** Undefined: each strategy's own default (10; none for longest_prefix). */
+  concurrencyThreshold: number | undefined
   replicas: number
   seed: number
   durationMs: number
@@ -106,6 +107,7 @@ export class Lane {
         req.maxTokens === undefined ? { prepared: req.prompt } : { prepared: req.prompt, maxTokens: req.maxTokens },
         {
           at: req.at,
+          ...(placement.firstToken !== undefined && { onFirstToken: () => placement.firstToken!() }),
           onFinish: (r) => {
             placement.finish()
             stats.done(r)

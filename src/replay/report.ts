@@ -1,4 +1,5 @@
 // The replay's outputs besides the charts: a Markdown table (stdout) and the JSON file.
+import { LIMITS } from '../router-options.js'
 import { formatDuration } from './duration.js'
 import type { ReplayResult, StrategyResult } from './result.js'
 
@@ -18,7 +19,7 @@ export function markdownReport(r: ReplayResult): string {
   lines.push(
     `${describeSource(r)}: ${r.instances} × ${r.profile}${r.tokenizer === 'bytes' ? '' : ` (tokenizer ${r.tokenizer})`}, ` +
       `${formatDuration(r.durationMs)} simulated, seed ${r.seed}, ` +
-      `prefix length ${r.prefixLength}, concurrency threshold ${r.concurrencyThreshold}` +
+      `prefix length ${r.prefixLength}, concurrency threshold ${r.concurrencyThreshold ?? `${LIMITS.concurrencyThreshold.default} (longest_prefix: none)`}` +
       `${r.routerReplicas > 1 ? `, ${r.routerReplicas} router replicas` : ''}` +
       `${r.clients === null ? `: ${r.requests.toLocaleString('en-US')} requests; ` : `, closed loop with ${r.clients} clients: up to ${r.requests.toLocaleString('en-US')} requests a lane; `}` +
       `ideal hit rate ${pct(r.ideal.hitRate)}.`,

@@ -57,7 +57,8 @@ export interface ReplayResult {
   tokenizer: TokenizerName
   seed: number
   prefixLength: number
-  concurrencyThreshold: number
+  /** Null: each strategy's own default (10; none for longest_prefix). */
+  concurrencyThreshold: number | null
   routerReplicas: number
   /** Closed-loop clients, or null for open-loop arrivals at the requests' timestamps. */
   clients: number | null
@@ -158,7 +159,7 @@ export function summarize(s: SummaryInput): ReplayResult {
     tokenizer: s.tokenizer,
     seed: o.seed,
     prefixLength: o.prefixLength,
-    concurrencyThreshold: o.concurrencyThreshold,
+    concurrencyThreshold: o.concurrencyThreshold ?? null,
     routerReplicas: o.routerReplicas,
     clients: o.clients ?? null,
     windowMs: s.windowMs,

@@ -3,7 +3,7 @@
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
 import type { SimEngine } from '../sim/engine.js'
 import { Router } from '../router.js'
-import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions } from '../router-options.js'
+import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../router-options.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
 
@@ -15,6 +15,8 @@ export interface Placement {
   overflow: boolean | null
   /** The request finished (or failed): release whatever the router counts in flight. */
   finish(): void
+  /** The first token arrived (prefill is over), for routers that track prefill in flight. */
+  firstToken?(): void
 }
 
 export interface ReplayRouter {
@@ -32,7 +34,8 @@ export interface RouterContext {
   /** Engine indexes in the fleet at the start. */
   members: readonly number[]
   prefixLength: number
-  concurrencyThreshold: number
+  /** Undefined: the strategy's own default. */
+  concurrencyThreshold: number | undefined
   /** Name of the served model (peers key their hashes by it). */
   model: string
   /** Per-instance KV capacity, for routers whose index defaults from it. */
@@ -57,15 +60,18 @@ export function nativeStrategies(): string[] {
   return [...STRATEGIES, 'longest_prefix:balanced']
 }
 
-/** Our Router (src/router.ts) with the given strategy (`name` or `name:placement`), routing exactly as `serve` does. */
-export function nativeFactory(spec: string): RouterFactory {
+/**
+ * Our Router (src/router.ts) with the given strategy (`name` or `name:placement`), routing
+ * exactly as `serve` does; `params` overrides routing parameters (and `label` the lane's name).
+ */
+export function nativeFactory(spec: string, params: RoutingParams = {}, label?: string): RouterFactory {
   const [strategy, placement] = spec.split(':')
   const name = parseStrategy(strategy)
   const p = placement === undefined ? undefined : parsePlacement(placement)
   return {
-    name: p === undefined ? name : `${name}:${p}`,
+    name: label ?? (p === undefined ? name : `${name}:${p}`),
     source: 'prefix-router (native core)',
-    create: (ctx) => new NativeRouter(name, p, ctx),
+    create: (ctx) => new NativeRouter(name, p, ctx, params),
   }
 }
 
@@ -73,13 +79,14 @@ class NativeRouter implements ReplayRouter {
   private readonly router: Router
   private readonly index = new Map<string, number>()
 
-  constructor(strategy: string, placement: KeyPlacement | undefined, private readonly ctx: RouterContext) {
+  constructor(strategy: string, placement: KeyPlacement | undefined, private readonly ctx: RouterContext, params: RoutingParams) {
     ctx.ids.forEach((id, i) => this.index.set(id, i))
     const options: RouterOptions = {
+      ...params,
       strategy,
       ...(placement !== undefined && { placement }),
       prefixLength: ctx.prefixLength,
-      concurrencyThreshold: ctx.concurrencyThreshold,
+      ...(ctx.concurrencyThreshold !== undefined && { concurrencyThreshold: ctx.concurrencyThreshold }),
       instances: this.specs(ctx.members),
     }
     this.router = new Router(options)
@@ -87,7 +94,7 @@ class NativeRouter implements ReplayRouter {
 
   route(req: PreparedRequest): Placement {
     const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }) })
-    return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, finish: () => lease.release() }
+    return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, firstToken: () => lease.firstToken(), finish: () => lease.release() }
   }
 
   setInstances(members: readonly number[]): void {

@@ -23,7 +23,8 @@ export interface ReplayOptions {
   durationMs: number
   sim: SimOptions
   prefixLength: number
-  concurrencyThreshold: number
+  /** Undefined: each strategy's own default (10; none for longest_prefix). */
+  concurrencyThreshold: number | undefined
   routerReplicas: number
   seed: number
   events: readonly ScaleEvent[]

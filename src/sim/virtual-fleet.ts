@@ -44,6 +44,8 @@ export interface SubmitOptions {
   /** Arrival time in simulated ms (default: now). */
   at?: number
   onFinish?: (r: VirtualResult) => void
+  /** The first output token was sampled (prefill done), at simulated time `at`. */
+  onFirstToken?: (at: number) => void
 }
 
 export class VirtualFleet {
@@ -76,9 +78,20 @@ export class VirtualFleet {
     const out = outputPlan(this.sim, prompt.promptTokens, req.maxTokens)
     const problem = engine.check(prompt.promptTokens, out.maxTokens)
     if (problem !== undefined) throw new RangeError(problem)
-    const onFinish = opts.onFinish
-    const listener: SeqListener | undefined =
-      onFinish === undefined ? undefined : { onFinish: (seq) => onFinish(result(instance, seq)) }
+    const { onFinish, onFirstToken } = opts
+    let listener: SeqListener | undefined
+    if (onFinish !== undefined || onFirstToken !== undefined) {
+      listener = {}
+      if (onFinish !== undefined) listener.onFinish = (seq) => onFinish(result(instance, seq))
+      if (onFirstToken !== undefined) {
+        let fired = false
+        listener.onTokens = (_seq, _count, at) => {
+          if (fired) return
+          fired = true
+          onFirstToken(at)
+        }
+      }
+    }
     const arrive = (): void => {
       engine.submit(
         {

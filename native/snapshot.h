@@ -1,0 +1,41 @@
+// What one publication of the router holds: the ring, each member's counter slot, the groups
+// and the routing parameters. A pick reads exactly one snapshot from start to end, so a
+// concurrent configure() or set_instances() never shows it half of one change: parameters
+// are swapped with the membership, never written under a reader.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ring.h"
+
+namespace pr {
+
+// Built-in strategies, in the order of the registry (strategy/registry.cc). A strategy added
+// later needs no entry here: it is found by name.
+enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2, LongestPrefix = 3 };
+
+struct RoutingParams {
+  Strategy strategy = Strategy::PrefixAware;
+  uint32_t prefix_length = 4096;  // bytes or code points of the key the consistent hash places
+  uint32_t threshold = 10;        // the operator's hard cap: in flight at which an instance is full
+  // longest_prefix only.
+  uint32_t block_bytes = 64;            // bytes of routing text per indexed block
+  uint32_t match_length = 65536;        // code points (bytes of raw input) of the prompt it matches
+  uint32_t index_default = 65536;       // blocks remembered per instance unless it says otherwise
+  uint32_t placement_choices = 1;       // ring candidates for a prompt no instance holds (1: home only)
+  double load_factor = 2.0;             // bounded loads: full above this × the fleet's mean in flight
+  double prefill_weight = 2.0;          // a block to prefill here, against one already queued here
+};
+
+struct Snapshot {
+  std::shared_ptr<const Ring> ring;
+  std::vector<uint32_t> slot_of;   // member index -> counter slot
+  std::vector<double> cum_weight;  // running sum of weights, for weighted random
+  std::unordered_map<std::string, std::vector<uint64_t>> groups;  // group -> bitset over members
+  RoutingParams params;
+};
+
+}  // namespace pr

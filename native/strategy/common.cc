@@ -1,0 +1,56 @@
+#include "common.h"
+
+#include <functional>
+#include <random>
+#include <thread>
+
+namespace pr {
+
+uint64_t next_random() {
+  thread_local uint64_t s = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ std::hash<std::thread::id>{}(std::this_thread::get_id());
+  }();
+  uint64_t z = (s += 0x9E3779B97F4A7C15ULL);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible) {
+  size_t pos = ring.find(key);
+  while (!eligible(ring.owner(pos))) pos = ring.next(pos);
+  return pos;
+}
+
+Choice place_with_overflow(const PickContext& ctx, size_t pos) {
+  const Ring& ring = *ctx.snap.ring;
+  const uint32_t limit = ctx.snap.params.threshold;
+  const uint32_t target = ring.owner(pos);
+  Choice c;
+  c.member = target;
+  bool placed = ctx.counter(target).try_acquire(limit);
+  if (!placed && ctx.eligible.count > 1) {
+    // The next distinct member below the threshold, so a hot prefix spills to the same
+    // second home every time rather than anywhere.
+    walk_distinct(ring, pos, ctx.eligible.count, ctx.eligible, [&](uint32_t m, size_t) {
+      if (!ctx.counter(m).try_acquire(limit)) return false;
+      c.member = m;
+      placed = true;
+      return true;
+    });
+  }
+  if (!placed) {
+    uint32_t best = ctx.counter(target).in_flight();
+    for (uint32_t i = 0; i < ring.member_count(); i++) {
+      if (!ctx.eligible(i)) continue;
+      const uint32_t n = ctx.counter(i).in_flight();
+      if (n < best) { best = n; c.member = i; }
+    }
+    ctx.counter(c.member).acquire();
+  }
+  c.overflow = c.member != target;
+  return c;
+}
+
+}  // namespace pr

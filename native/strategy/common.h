@@ -1,0 +1,43 @@
+// Pieces several strategies share: ring walks, the threshold overflow walk and a per-thread
+// random generator.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "strategy.h"
+
+namespace pr {
+
+// Fast, per-thread, not cryptographic: random choice and tie-breaking only.
+uint64_t next_random();
+
+// Calls visit(member, position) for each distinct eligible member met walking the ring
+// clockwise from `from` (whose owner counts as already met), until `wanted` members have been
+// met or visit returns true.
+template <typename Visit>
+void walk_distinct(const Ring& ring, size_t from, size_t wanted, const Eligible& eligible, Visit visit) {
+  uint64_t seen_bits[4096 / 64] = {};
+  const uint32_t first = ring.owner(from);
+  seen_bits[first / 64] |= uint64_t{1} << (first % 64);
+  size_t seen = 1, pos = from;
+  for (size_t step = 0; step < ring.point_count() && seen < wanted; step++) {
+    pos = ring.next(pos);
+    const uint32_t m = ring.owner(pos);
+    uint64_t& word = seen_bits[m / 64];
+    const uint64_t bit = uint64_t{1} << (m % 64);
+    if ((word & bit) || !eligible(m)) continue;
+    word |= bit;
+    seen++;
+    if (visit(m, pos)) return;
+  }
+}
+
+// Position of the key's target: the first eligible member clockwise from the key.
+size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible);
+
+// SageMaker's placement from a ring position: its owner if below the threshold, else the next
+// distinct eligible member clockwise below it, else (all at the threshold) the fewest in flight,
+// the position's owner on a tie. Takes the lease; overflow when the owner was passed over.
+Choice place_with_overflow(const PickContext& ctx, size_t pos);
+
+}  // namespace pr

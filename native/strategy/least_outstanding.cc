@@ -1,0 +1,32 @@
+// least_outstanding_requests: fewest in flight per unit of weight, ties broken at random.
+#include "common.h"
+
+namespace pr {
+namespace {
+
+class LeastOutstandingStrategy final : public RoutingStrategy {
+ public:
+  Choice pick(const PickContext& ctx) const override {
+    const Ring& ring = *ctx.snap.ring;
+    Choice c;
+    double best = 0;
+    uint32_t ties = 0;
+    for (uint32_t i = 0; i < ring.member_count(); i++) {
+      if (!ctx.eligible(i)) continue;
+      const double load = ctx.counter(i).in_flight() / ring.member(i).weight;
+      if (ties == 0 || load < best) { best = load; c.member = i; ties = 1; }
+      else if (load == best && next_random() % ++ties == 0) c.member = i;
+    }
+    ctx.counter(c.member).acquire();
+    return c;
+  }
+};
+
+}  // namespace
+
+const RoutingStrategy& least_outstanding_strategy() {
+  static const LeastOutstandingStrategy s;
+  return s;
+}
+
+}  // namespace pr

@@ -1,0 +1,67 @@
+// The one interface every routing strategy implements: given the published snapshot, the
+// live counters and (for strategies that want it) the prefix index, choose a member and take
+// its lease. Adding a strategy is one file with a RoutingStrategy and one line in
+// registry.cc; the TypeScript layer reads the names from the registry.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../load.h"
+#include "../prefix_index.h"
+#include "../snapshot.h"
+
+namespace pr {
+
+// What the request brings. `key` is XXH3 of the first prefix_length of the routing text
+// (seeded by the tenant); `blocks` are the chained hashes of its full blocks (longest_prefix).
+struct PickInput {
+  uint64_t key = 0;
+  const uint64_t* blocks = nullptr;
+  size_t nblocks = 0;
+  // > 0: the key hashes only this many blocks' worth of stable opening (a chat up to its first
+  // user message); only an instance holding all of it has this conversation's own text.
+  size_t anchor_blocks = 0;
+};
+
+// The members a pick may choose: all of them, or those of one group (a bitset over members).
+struct Eligible {
+  const uint64_t* bits = nullptr;  // null: every member
+  size_t count = 0;
+  bool operator()(uint32_t m) const { return bits == nullptr || ((bits[m / 64] >> (m % 64)) & 1) != 0; }
+};
+
+struct PickContext {
+  const Snapshot& snap;
+  SlotTable& slots;
+  PrefixIndex& index;
+  const Eligible& eligible;
+  const PickInput& in;
+  uint32_t slot(uint32_t member) const { return snap.slot_of[member]; }
+  Slot& counter(uint32_t member) const { return slots[snap.slot_of[member]]; }
+};
+
+struct Choice {
+  uint32_t member = 0;
+  bool overflow = false;   // load sent the request away from where the strategy would put it
+  uint32_t prefill = 0;    // blocks added to the member's queued prefill (returned on first token)
+};
+
+class RoutingStrategy {
+ public:
+  virtual ~RoutingStrategy() = default;
+  // Chooses a member among the eligible ones (at least one) and takes its lease: the chosen
+  // slot's in-flight count is one higher on return.
+  virtual Choice pick(const PickContext& ctx) const = 0;
+};
+
+struct StrategyEntry {
+  const char* name;
+  const RoutingStrategy& impl;
+};
+// Index = the value RoutingParams::strategy holds.
+const std::vector<StrategyEntry>& strategy_registry();
+// Index of a strategy by name, or -1.
+int strategy_index(const char* name);
+
+}  // namespace pr
