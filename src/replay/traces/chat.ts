@@ -4,30 +4,32 @@
 //   system prompt   every request begins with the same block, id 0 (one block: 512 tokens)
 //   conversations   start as a Poisson stream of rate / turns a second, so that requests
 //                   arrive at `rate` a second (3.34: ~12,000 an hour)
-//   turns           geometric, mean `turns` (2.5); each turn resends the whole history:
+//   turns           geometric, mean `turns` (2); each turn resends the whole history:
 //                   turn k+1's input = turn k's input + its reply + the new message, and its
 //                   ids = turn k's full blocks + new ids (the block turn k left partial gets a
 //                   new id: its content now goes on with the reply)
-//   first message   log-normal, mean `first-tokens` (8,000), σ 1.2: a pasted document, a
-//                   long instruction, or a line; median ~3,900, 5% under ~560, 1% over ~60,000
-//   later messages  log-normal, mean `message-tokens` (600), σ 1.0
+//   first message   log-normal, mean `first-tokens` (11,000), σ 1.2: a pasted document, a
+//                   long instruction, or a line; median ~5,400, 5% under ~750, 1% over ~85,000
+//   later messages  log-normal, mean `message-tokens` (1,000), σ 1.0
 //   reply           log-normal, mean `output-tokens` (343), σ 0.8, in [1, 8×mean]; it is
 //                   part of the next turn's input
 //   next turn       (reply tokens × 25 ms, the reply streaming at ~40 tokens/s) + think time,
 //                   log-normal, mean `think-time` (60 s), σ 0.8: mostly 15 s to 3 min
-//   context         a turn whose input + reply would pass `context` (131,072, the p5
-//                   profile's) is not sent: the conversation ends there, as when a user
-//                   hits the limit and starts over
+//   context         a first message is cut so that the turn fits `context` (131,072, the p5
+//                   profile's); a later turn that would not fit is not sent: the conversation
+//                   ends there, as when a user hits the limit and starts over
 //
-// Why these: with 2.5 turns a conversation, a request's input is on average the system
-// block + the first message + (k−1) × (reply + message) ≈ 512 + 8,000 + 1.5 × ~950 ≈ 10,000
-// over all turns, but long conversations weigh more (a geometric count of turns and a
-// history that only grows): measured over an hour, the mean input is ~12,000 tokens
-// (test/replay/traces.test.ts), with ~14% of requests under 2,000 tokens and ~4% over
-// 50,000. About 45% of the input tokens are in blocks seen before (the system block and
-// resent histories): an ideal cache's hit rate. Think times of a minute put a few hundred
-// conversations in flight at once, so that an instance's cache sees many histories
-// interleaved, as a real service's does.
+// Why these: half the requests are first turns (2 turns a conversation on average), so the
+// first message sets most of the mean input: 512 + 11,000, plus one (reply + message) of
+// ~1,350 per request on average for the later turns, less what the context cuts. Measured
+// over an hour (seed 1): 11,703 requests, mean input ~12,200 tokens, mean output ~342, 8%
+// of requests under 2,000 tokens and 3% over 50,000 (test/replay/traces.test.ts checks
+// these within tolerances). About 48% of the input tokens are in blocks seen before (the
+// system block and resent histories), what an unbounded cache would hit; Mooncake reports
+// hit ratios of up to about 50% for its traces. Fewer turns with longer first messages
+// would lower that share, more turns raise it. Think times of a minute keep ~100
+// conversations in flight at once, so an instance's cache sees many histories interleaved.
+// The service starts empty at time 0; its first minute or two has fewer later turns.
 import { Rng } from '../rng.js'
 import type { WorkloadParams } from '../types.js'
 import { Arrivals, type Source } from './arrivals.js'
