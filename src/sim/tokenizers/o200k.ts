@@ -3,10 +3,10 @@
 // prompt's token ids become 4 little-endian bytes each, as token-id prompts already are,
 // so hashing stays one native call over blockSize × 4 bytes and the count is the ids'.
 //
-// The encoding (2 MB of ranks, ~170 ms and ~70 MB to load) is required on first use,
-// never for `bytes` runs. It is loaded through createRequire (the package's CommonJS
-// build, which holds only this encoding's ranks) because the simulator prepares prompts
-// synchronously: in VirtualFleet's constructor-made fleets and in a worker's request path.
+// The encoding (2 MB of ranks, ~0.2 s and ~70 MB to load) is loaded on first use, never
+// in `bytes` runs. It is required through createRequire (the package's CommonJS build;
+// only this encoding's ranks come with it) because prompts are prepared synchronously, in
+// VirtualFleet.prepare and a worker's request handler, where an import() cannot be awaited.
 import { createRequire } from 'node:module'
 import { preparePrompt } from '../block-hash.js'
 import type { Tokenizer } from './index.js'
