@@ -26,15 +26,19 @@
 // block for the table that numbers them.
 import type { PreparedPrompt } from '../sim/block-hash.js'
 
-/** Accesses are stored in chunks so that growing never copies ~100 MB at once. */
+/**
+ * Accesses are stored in chunks so that growing never copies ~100 MB at once; the first
+ * chunk starts small and doubles up to full size, so that a short replay stays small.
+ */
 const CHUNK_BITS = 20
 const CHUNK = 1 << CHUNK_BITS
+const FIRST_CHUNK = 1 << 12
 
 export class IdealCache {
   private readonly capacity: number
   // Dense block ids per access while recording; after the backward pass, the position of
   // the same block's next access (-1 for none).
-  private chunks: Int32Array[] = [new Int32Array(CHUNK)]
+  private chunks: Int32Array[] = [new Int32Array(FIRST_CHUNK)]
   private accesses = 0
   /** Entries in the last chunk. */
   private fill = 0
@@ -73,10 +77,13 @@ export class IdealCache {
     let chunk = this.chunks[this.chunks.length - 1]!
     let fill = this.fill
     for (let b = 0; b < m; b++) {
-      if (fill === CHUNK) {
-        chunk = new Int32Array(CHUNK)
-        this.chunks.push(chunk)
-        fill = 0
+      if (fill === chunk.length) {
+        if (fill < CHUNK) chunk = this.chunks[0] = grow(chunk, new Int32Array(2 * fill))
+        else {
+          chunk = new Int32Array(CHUNK)
+          this.chunks.push(chunk)
+          fill = 0
+        }
       }
       chunk[fill++] = blocks.id(keys[b]!)
     }
