@@ -22,7 +22,7 @@
 //
 // MIN needs the future, so observe() only records the accesses; the bound is computed once,
 // when first asked for. Memory is 4 bytes per access (an hour of long-context on 7
-// instances is ~25 M accesses, ~100 MB), plus, while recording, 32–64 bytes per distinct
+// instances is ~25 M accesses, ~100 MB), plus, while recording, 18–36 bytes per distinct
 // block for the table that numbers them.
 import type { PreparedPrompt } from '../sim/block-hash.js'
 
@@ -197,45 +197,57 @@ function grow<T extends Int32Array | Float64Array>(from: T, to: T): T {
   return to
 }
 
+/** A 52-bit key is kept as two 26-bit halves, so a bucket is three 32-bit integers. */
+const HALF = 2 ** 26
+
 /**
- * Dense ids for block keys: open addressing over one typed array, grown at half load (see
- * src/sim/block-index.ts for why not a Map). Each bucket is a key + 1 (0 marks an empty
- * bucket) and its id side by side, so a lookup costs one cache miss, not two.
+ * Dense ids for block keys: open addressing over one typed array, grown past 2/3 load (see
+ * src/sim/block-index.ts for why not a Map). A bucket is (high half + 1, low half, id), 0
+ * marking an empty one: 12 bytes side by side, so a lookup costs one cache miss, and a chat
+ * trace's millions of distinct blocks take ~100 MB rather than the ~270 MB that doubles and
+ * half load would.
  */
 class BlockIds {
-  private table = new Float64Array(2 << 12)
+  private table = new Int32Array(3 << 12)
   private mask = (1 << 12) - 1
   size = 0
 
   id(key: number): number {
-    const k = key + 1
+    const hi = Math.floor(key / HALF)
+    const lo = key - hi * HALF
+    const h = hi + 1
     const t = this.table
     const mask = this.mask
     let i = key & mask
     for (;;) {
-      const c = t[2 * i]!
-      if (c === k) return t[2 * i + 1]!
+      const j = 3 * i
+      const c = t[j]!
       if (c === 0) break
+      if (c === h && t[j + 1] === lo) return t[j + 2]!
       i = (i + 1) & mask
     }
     const id = this.size++
-    t[2 * i] = k
-    t[2 * i + 1] = id
-    if (2 * this.size > mask + 1) this.rehash()
+    const j = 3 * i
+    t[j] = h
+    t[j + 1] = lo
+    t[j + 2] = id
+    if (3 * this.size > 2 * (mask + 1)) this.rehash()
     return id
   }
 
   private rehash(): void {
     const old = this.table
-    const t = new Float64Array(2 * old.length)
-    const mask = old.length - 1
-    for (let j = 0; j < old.length; j += 2) {
+    const buckets = 2 * (this.mask + 1)
+    const t = new Int32Array(3 * buckets)
+    const mask = buckets - 1
+    for (let j = 0; j < old.length; j += 3) {
       const c = old[j]!
       if (c === 0) continue
-      let i = (c - 1) & mask
-      while (t[2 * i] !== 0) i = (i + 1) & mask
-      t[2 * i] = c
-      t[2 * i + 1] = old[j + 1]!
+      let i = ((c - 1) * HALF + old[j + 1]!) & mask
+      while (t[3 * i] !== 0) i = (i + 1) & mask
+      t[3 * i] = c
+      t[3 * i + 1] = old[j + 1]!
+      t[3 * i + 2] = old[j + 2]!
     }
     this.table = t
     this.mask = mask

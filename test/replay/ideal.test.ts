@@ -22,9 +22,9 @@ function rng(seed: number): () => number {
   }
 }
 
-// Block keys are 52-bit hashes; spread small ids over that range so the id table's hashing
-// sees realistic keys.
-const key = (b: number): number => ((b + 1) * 2654435761 * 1048573) % 2 ** 52
+// Block keys are 52-bit hashes: spread small ids over a wide range (exact in a double) so
+// that the id table sees keys with both of its halves in use.
+const key = (b: number): number => (b + 1) * 2654435761
 
 /** A request of `blocks` full blocks plus `extra` tokens (fewer than a block). */
 function prompt(blocks: number[], extra = 1): PreparedPrompt {
