@@ -5,6 +5,7 @@
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { LIMITS } from '../router-options.js'
+import { resolveSim, type SimOptions } from '../sim/config.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
@@ -37,7 +38,9 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --trace FILE                 a JSONL trace, one request a line, timestamps not decreasing (ties allowed)
   --trace-format F             openai: OpenAI request bodies with "timestamp" (ms or ISO 8601) (default)
                                hash-ids: "timestamp" (ms), "input_length", "output_length", "hash_ids"
-                               (Mooncake's format; ids become text, see the README)
+                               (Mooncake's format). Each id becomes a block of words exactly
+                               --trace-block-tokens tokens long under --tokenizer: under o200k the
+                               engine's blocks do not line up with the router's 64-byte ones
   --trace-block-tokens N       hash-ids: tokens per hash id (${MIN_BLOCK_TOKENS} to ${MAX_TRACE_BLOCK_TOKENS}; default 512)
   --instances N                instances at the start (1 to 256; default 7)
   --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it)
@@ -159,6 +162,7 @@ export async function run(argv: string[]): Promise<number> {
     const list = v[flag]
     for (const raw of Array.isArray(list) ? list : []) events.push({ atMs: durationFlag(flag, raw, false), kind })
   }
+  const sim: SimOptions = { profile, tokenizer }
   const traceFormat = get('trace-format') ?? 'openai'
   if (traceFormat !== 'openai' && traceFormat !== 'hash-ids') throw new CliError(`--trace-format must be openai or hash-ids; got '${traceFormat}'`)
   if (get('trace-format') !== undefined && tracePath === undefined) throw new CliError('--trace-format needs --trace')
@@ -167,7 +171,11 @@ export async function run(argv: string[]): Promise<number> {
   const format: TraceFormat =
     traceFormat === 'openai'
       ? { kind: 'openai' }
-      : { kind: 'hash-ids', blockTokens: rawBlockTokens === undefined ? 512 : intFlag('trace-block-tokens', rawBlockTokens, MIN_BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS) }
+      : {
+          kind: 'hash-ids',
+          blockTokens: rawBlockTokens === undefined ? 512 : intFlag('trace-block-tokens', rawBlockTokens, MIN_BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS),
+          tokenizer: resolveSim(sim).tokenizer,
+        }
   if (clients !== undefined && events.length > 0) throw new CliError('--clients cannot be combined with --add-instance-at or --remove-instance-at')
   const removals = events.filter((e) => e.kind === 'remove').length
   if (removals >= instances + events.length - removals) throw new CliError('--remove-instance-at would leave no instance')
@@ -209,7 +217,7 @@ export async function run(argv: string[]): Promise<number> {
     strategies,
     instances,
     durationMs,
-    sim: { profile, tokenizer },
+    sim,
     prefixLength,
     concurrencyThreshold: threshold,
     routerReplicas: replicas,

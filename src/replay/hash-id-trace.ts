@@ -9,7 +9,8 @@
 //                    everything before it, so two prompts share a prefix exactly as far as
 //                    their ids agree
 // Other keys are ignored. Each request is replayed as a /v1/completions prompt built from
-// the ids' block texts (src/replay/block-text.ts), exactly `input_length` tokens long.
+// the ids' block texts (src/replay/block-text.ts), exactly `input_length` tokens long under
+// the tokenizer the replay simulates with: the texts are made for it.
 import { BlockTexts } from './block-text.js'
 import { TraceError } from './trace-error.js'
 import type { TimedRequest } from './types.js'

@@ -19,6 +19,7 @@ import type { OpenAIApi } from '../prefix/openai-key.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { tenantOf } from '../prefix/tenant.js'
 import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
+import type { TokenizerName } from '../sim/tokenizers/index.js'
 import { BlockTexts } from './block-text.js'
 import { hashIdRequest, parseHashIdLine } from './hash-id-trace.js'
 import { readLinesSync } from './line-reader.js'
@@ -27,8 +28,12 @@ import type { TimedRequest } from './types.js'
 
 export { TraceError }
 
-/** How the lines of a trace are written: OpenAI bodies, or block ids of `blockTokens` tokens. */
-export type TraceFormat = { kind: 'openai' } | { kind: 'hash-ids'; blockTokens: number }
+/**
+ * How the lines of a trace are written: OpenAI bodies, or block ids of `blockTokens` tokens.
+ * A hash-id trace's text is made for the tokenizer the simulator counts with (its blocks
+ * are exactly blockTokens tokens under that one only), so it is part of the format.
+ */
+export type TraceFormat = { kind: 'openai' } | { kind: 'hash-ids'; blockTokens: number; tokenizer: TokenizerName }
 
 export const OPENAI_TRACE: TraceFormat = { kind: 'openai' }
 
@@ -103,7 +108,7 @@ export function* readTrace(path: string, format: TraceFormat = OPENAI_TRACE): Ge
     for (const r of timed(path, parseTraceLine)) yield { at: r.at, ...r.parsed.request }
     return
   }
-  const texts = new BlockTexts(format.blockTokens)
+  const texts = new BlockTexts(format.blockTokens, format.tokenizer)
   for (const r of timed(path, (text, file, line) => parseHashIdLine(text, file, line, format.blockTokens))) {
     yield { at: r.at, ...hashIdRequest(r.parsed, texts) }
   }
