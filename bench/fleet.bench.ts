@@ -4,7 +4,7 @@
 // through `replay` (the virtual engine), and the two tables are printed side by side: live
 // and virtual hit rates should agree within 5 points.
 // Run: npm run bench:fleet    (WORKLOAD=long-context DURATION=6m TIME_SCALE=8 INSTANCES=7
-//      STRATEGIES=random,prefix_aware,longest_prefix,longest_prefix:balanced SEED=1 to change it)
+//      STRATEGIES=random,prefix_aware,longest_prefix,longest_prefix:hash SEED=1 to change it)
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { Agent, request } from 'undici'
@@ -21,7 +21,7 @@ const DURATION_MS = parseDuration(process.env.DURATION ?? '6m')
 const TIME_SCALE = Number(process.env.TIME_SCALE ?? 8)
 const INSTANCES = Number(process.env.INSTANCES ?? 7)
 const SEED = Number(process.env.SEED ?? 1)
-const STRATEGIES = (process.env.STRATEGIES ?? 'random,prefix_aware,longest_prefix,longest_prefix:balanced').split(',')
+const STRATEGIES = (process.env.STRATEGIES ?? 'random,prefix_aware,longest_prefix,longest_prefix:hash').split(',')
 const PREFIX_LENGTH = LIMITS.prefixLength.default
 const THRESHOLD = LIMITS.concurrencyThreshold.default
 const root = fileURLToPath(new URL('..', import.meta.url))

@@ -1,6 +1,7 @@
 #include "prefix_index.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "xxh3.h"
 
@@ -15,16 +16,28 @@ size_t chain_hashes(const uint8_t* data, size_t len, size_t block, uint64_t seed
 
 PrefixIndex::PrefixIndex(uint32_t slot_capacity) : lru_(slot_capacity) {}
 
-void PrefixIndex::match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched) {
+double PrefixIndex::decayed(double value, uint64_t since) const {
+  return since == requests_ ? value : value * std::exp2(-static_cast<double>(requests_ - since) / kShareHalfLife);
+}
+
+size_t PrefixIndex::match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched,
+                          double common_share) {
+  size_t common = 0;
+  bool counting = recent_ > 0;
   for (size_t i = 0; i < n; i++) {
     auto it = table_.find(hashes[i]);
-    if (it == table_.end()) continue;
+    if (it == table_.end()) { counting = false; continue; }
+    double sent = 0;
     for (uint32_t node : it->second) {
       const uint32_t s = nodes_[node].slot;
       if (match[s] == 0) touched.push_back(s);
       match[s] = static_cast<uint32_t>(i + 1);
+      if (counting) sent += decayed(nodes_[node].sent, nodes_[node].at);
     }
+    if (counting && sent >= kCommonMin && sent >= common_share * recent_) common = i + 1;
+    else counting = false;
   }
+  return common;
 }
 
 void PrefixIndex::unlink(uint32_t n) {
@@ -64,6 +77,8 @@ void PrefixIndex::evict_one(uint32_t slot) {
 
 void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
   if (slot >= lru_.size() || lru_[slot].capacity == 0) return;
+  requests_++;
+  recent_ = recent_ * std::exp2(-1.0 / kShareHalfLife) + 1;
   for (size_t k = n; k-- > 0;) {  // last block first: block 0 ends up most recent
     const uint64_t h = hashes[k];
     auto& nodes_of = table_[h];
@@ -71,6 +86,9 @@ void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
     for (uint32_t node : nodes_of)
       if (nodes_[node].slot == slot) { found = node; break; }
     if (found != kNil) {
+      Node& x = nodes_[found];
+      x.sent = decayed(x.sent, x.at) + 1;
+      x.at = requests_;
       unlink(found);
       push_front(found);
       continue;
@@ -79,10 +97,10 @@ void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
     if (!free_nodes_.empty()) {
       node = free_nodes_.back();
       free_nodes_.pop_back();
-      nodes_[node] = {h, slot, kNil, kNil};
+      nodes_[node] = {h, slot, kNil, kNil, 1, requests_};
     } else {
       node = static_cast<uint32_t>(nodes_.size());
-      nodes_.push_back({h, slot, kNil, kNil});
+      nodes_.push_back({h, slot, kNil, kNil, 1, requests_});
     }
     nodes_of.push_back(node);  // (nodes_of stays valid: no rehash since table_[h])
     push_front(node);

@@ -22,11 +22,19 @@ class PrefixIndex {
 
   // Longest match per slot: for each i with hashes[i] held by slot s, match[s] = i + 1
   // (chained hashes make block i imply blocks 0..i). `touched` lists the slots set; the
-  // caller resets match[s] = 0 for them afterwards.
-  void match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched);
-  // Records that the blocks went to slot (most recent first for block 0, so eviction takes a
-  // prefix's tail before its head), evicting the slot's least recent blocks over capacity.
+  // caller resets match[s] = 0 for them afterwards. Returns how many leading blocks are
+  // common: sent with at least `common_share` of recent requests (see insert) and with at
+  // least kCommonMin of them, such as a system prompt every request starts with (a
+  // conversation's few turns, one after another, are not).
+  size_t match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched,
+               double common_share = 2);
+  // Records that a request's blocks went to slot (most recent first for block 0, so eviction
+  // takes a prefix's tail before its head), evicting the slot's least recent blocks over
+  // capacity, and counts the request towards each block's share of recent requests (decayed
+  // by half every kShareHalfLife requests).
   void insert(uint32_t slot, const uint64_t* hashes, size_t n);
+  static constexpr double kShareHalfLife = 256;
+  static constexpr double kCommonMin = 16;
   void set_capacity(uint32_t slot, uint32_t blocks);
   void clear_slot(uint32_t slot);
 
@@ -35,7 +43,9 @@ class PrefixIndex {
 
  private:
   static constexpr uint32_t kNil = 0xFFFFFFFFu;
-  struct Node { uint64_t hash; uint32_t slot; uint32_t prev, next; };
+  // `sent`: requests with this block routed to this slot, decayed, as of request number `at`.
+  struct Node { uint64_t hash; uint32_t slot; uint32_t prev, next; double sent; uint64_t at; };
+  double decayed(double value, uint64_t since) const;
   struct Lru { uint32_t head = kNil, tail = kNil, size = 0, capacity = 0; };
 
   void unlink(uint32_t n);
@@ -44,6 +54,8 @@ class PrefixIndex {
   void drop_from_table(uint32_t n);
 
   std::mutex mu_;
+  uint64_t requests_ = 0;  // insert() calls
+  double recent_ = 0;      // insert() calls, decayed like Node::sent (as of requests_)
   std::vector<Node> nodes_;
   std::vector<uint32_t> free_nodes_;
   std::vector<Lru> lru_;

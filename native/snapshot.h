@@ -25,9 +25,9 @@ struct RoutingParams {
   uint32_t block_bytes = 64;            // bytes of routing text per indexed block
   uint32_t match_length = 65536;        // code points (bytes of raw input) of the prompt it matches
   uint32_t index_default = 65536;       // blocks remembered per instance unless it says otherwise
-  uint32_t placement_choices = 1;       // ring candidates for a prompt no instance holds (1: home only)
-  double load_factor = 2.0;             // bounded loads: full above this × the fleet's mean in flight
-  double prefill_weight = 2.0;          // a block to prefill here, against one already queued here
+  uint32_t placement_choices = 3;       // ring candidates for a prompt no instance holds (1: home only)
+  double load_factor = 3.0;             // bounded loads: full above this × the fleet's mean in flight (+2)
+  double prefill_weight = 6.0;          // a block to prefill here, against one already queued here
 };
 
 struct Snapshot {

@@ -38,7 +38,7 @@ const Routing = z
     vnodes: routingFields.vnodes.default(LIMITS.vnodes.default),
     blockSize: routingFields.blockSize.default(LIMITS.blockSize.default),
     indexBlocks: routingFields.indexBlocks.default(LIMITS.indexBlocks.default),
-    placement: routingFields.placement.default('hash'),
+    placement: routingFields.placement.default('balanced'),
     matchLength: routingFields.matchLength.default(LIMITS.matchLength.default),
     loadFactor: routingFields.loadFactor.default(LIMITS.loadFactor.default),
     prefillWeight: routingFields.prefillWeight.default(LIMITS.prefillWeight.default),

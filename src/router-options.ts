@@ -11,10 +11,11 @@ export const STRATEGIES: readonly string[] = native.strategy_names()
 export type Strategy = string
 
 /**
- * longest_prefix: which instances may take a prompt that no instance holds. `hash`: the
- * consistent hash's target (the home), as prefix_aware places it, so router replicas agree.
- * `balanced`: the home and the next two instances clockwise, whichever costs least (queued
- * prefill), which evens out load for one router but lets replicas disagree.
+ * longest_prefix: which instances may take a prompt that no instance holds. `balanced` (the
+ * default): the home (the consistent hash's target), the next two instances clockwise and the
+ * least queued one, whichever costs least, which evens out load for one router (or for routers
+ * sharing one state) but lets independent replicas disagree. `hash`: the home only, as
+ * prefix_aware places it, so independent router replicas agree.
  */
 export const PLACEMENTS = ['hash', 'balanced'] as const
 export type Placement = (typeof PLACEMENTS)[number]
@@ -28,8 +29,8 @@ export const LIMITS = {
   vnodes: { min: 16, max: 65536, default: 8192 },
   blockSize: { min: 16, max: 4096, default: 64 },
   matchLength: { min: 1024, max: 262144, default: 65536 },
-  loadFactor: { min: 1, max: 100, default: 2 },
-  prefillWeight: { min: 0, max: 100, default: 2 },
+  loadFactor: { min: 1, max: 100, default: 3 },
+  prefillWeight: { min: 0, max: 100, default: 6 },
   indexBlocks: { min: 0, max: 1 << 28, default: 65536 },
   weight: { min: 0.01, max: 100, default: 1 },
   instances: { max: 4096 },
@@ -60,16 +61,16 @@ export interface RoutingParams {
   blockSize?: number
   /** longest_prefix: blocks remembered per instance unless the instance says (0–2^28, default 65536). */
   indexBlocks?: number
-  /** longest_prefix: where a prompt no instance holds goes, `hash` (default) or `balanced` (see PLACEMENTS). */
+  /** longest_prefix: where a prompt no instance holds goes, `balanced` (default) or `hash` (see PLACEMENTS). */
   placement?: string
   /** longest_prefix: code points of the prompt it indexes and matches (1024–262144, default 65536). */
   matchLength?: number
   /**
    * longest_prefix: an instance is full above loadFactor × the fleet's mean requests in flight
-   * per unit of weight (consistent hashing with bounded loads; 1–100, default 2).
+   * per unit of weight (consistent hashing with bounded loads; 1–100, default 3).
    */
   loadFactor?: number
-  /** longest_prefix: cost of a block to prefill on the chosen instance against one queued there (0–100, default 2). */
+  /** longest_prefix: cost of a block to prefill on the chosen instance against one queued there (0–100, default 6). */
   prefillWeight?: number
 }
 
@@ -162,7 +163,7 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
       opts.indexBlocks === undefined
         ? (base?.indexBlocks ?? LIMITS.indexBlocks.default)
         : checkInt('indexBlocks', opts.indexBlocks, LIMITS.indexBlocks.min, LIMITS.indexBlocks.max),
-    placement: opts.placement === undefined ? (base?.placement ?? 'hash') : parsePlacement(opts.placement),
+    placement: opts.placement === undefined ? (base?.placement ?? 'balanced') : parsePlacement(opts.placement),
     matchLength:
       opts.matchLength === undefined
         ? (base?.matchLength ?? LIMITS.matchLength.default)

@@ -28,10 +28,10 @@ describe('configuration schema', () => {
       vnodes: 8192,
       blockSize: 64,
       indexBlocks: 65536,
-      placement: 'hash',
+      placement: 'balanced',
       matchLength: 65536,
-      loadFactor: 2,
-      prefillWeight: 2,
+      loadFactor: 3,
+      prefillWeight: 6,
     })
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })

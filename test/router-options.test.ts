@@ -101,10 +101,10 @@ describe('Router options', () => {
       thresholdSet: false,
       blockSize: 64,
       indexBlocks: 65536,
-      placement: 'hash',
+      placement: 'balanced',
       matchLength: 65536,
-      loadFactor: 2,
-      prefillWeight: 2,
+      loadFactor: 3,
+      prefillWeight: 6,
     })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)

@@ -4,18 +4,24 @@
 //
 // Per request, with the prefix index's longest match per instance (blocks of this prompt the
 // instance was recently sent):
+//   common     the leading blocks sent with at least 1/n of recent requests (n instances), such as
+//              a system prompt every request opens with: more traffic than one instance's fair
+//              share, so they are to be cached everywhere, and holding them owns nothing.
 //   owners     instances holding the request's OWN text: with a chat anchor, all of the opening
 //              up to the first user message (a shared system prompt is not enough); without
-//              one, at least a fifth of what the instance holding least would compute.
-//   claimants  the key's home on the consistent-hash ring (with placement_choices > 1, also the
-//              next members clockwise), the least queued member, and every owner.
+//              one, at least a fifth of what is left after the common blocks (or after what the
+//              instance holding least has, if more).
+//   claimants  the key's home on the consistent-hash ring and every owner; with balanced
+//              placement (placement_choices > 1) also the next members clockwise and the least
+//              queued member.
 //   cost       prefill_weight × (blocks the instance would compute: only an owner's match counts
 //              as saved) + (blocks queued for prefill there: routed, first token not back yet).
 //              vLLM prefills in arrival order, so the queue is what a new request waits behind;
 //              a weight above 1 charges the extra work a miss adds for everyone behind it.
 //   full       at the operator's threshold, or above load_factor × the fleet's mean in flight
-//              per unit of weight (consistent hashing with bounded loads).
-//   choice     the cheapest claimant that is not full, the earliest in claim order on a tie;
+//              per unit of weight, plus 2 (consistent hashing with bounded loads).
+//   choice     the cheapest claimant that is not full; on equal cost the one with fewer requests
+//              in flight, then the earliest in claim order;
 //              none: the cheapest member that is not full, in ring order from the home; all
 //              full: the fewest in flight.
 // A block every request shares is cached by whichever instances computed it, so holding it
@@ -46,7 +52,10 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     thread_local std::vector<uint32_t> touched;
     if (match.size() < ctx.slots.capacity()) match.assign(ctx.slots.capacity(), 0);
     touched.clear();
-    ctx.index.match(in.blocks, in.nblocks, match, touched);
+    // Blocks sent with a fair share of recent requests or more (1/n of them on n instances)
+    // are common, like a system prompt every request opens with: one holder could not serve
+    // all their requests, so they must be cached everywhere, and holding them owns nothing.
+    const size_t common = ctx.index.match(in.blocks, in.nblocks, match, touched, 1.0 / static_cast<double>(ctx.eligible.count));
 
     const size_t n = ring.member_count();
     const size_t home_pos = home_position(ring, in.key, ctx.eligible);
@@ -60,17 +69,19 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       total_weight += ring.member(i).weight;
       least = std::min(least, match[ctx.slot(i)]);
     }
-    const size_t rest = in.nblocks - least;
+    const size_t base = std::max<size_t>(least, common);
     auto owns = [&](uint32_t m) {
       const uint32_t held = match[ctx.slot(m)];
-      if (in.anchor_blocks > 0) return held >= in.anchor_blocks;
-      return held > least && 5 * static_cast<size_t>(held - least) >= rest;
+      if (in.anchor_blocks > 0) return held >= in.anchor_blocks && in.anchor_blocks > common;
+      return held > base && 5 * (held - base) >= in.nblocks - base;
     };
     auto full = [&](uint32_t m) {
       const uint32_t busy = ctx.counter(m).in_flight();
       if (busy >= p.threshold) return true;
       if (p.load_factor <= 0) return false;
-      const double cap = std::ceil(p.load_factor * static_cast<double>(total_in_flight + 1) * ring.member(m).weight / total_weight);
+      // Two more than the fair bound: at low load (or in one of several router replicas, which
+      // each count only their own requests) a couple of requests are no imbalance.
+      const double cap = std::ceil(p.load_factor * static_cast<double>(total_in_flight + 1) * ring.member(m).weight / total_weight) + 2;
       return busy + 1 > cap;
     };
     // Only an owner's match counts as saved work: a prefix many prompts share (a system
@@ -81,8 +92,8 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       return p.prefill_weight * compute + static_cast<double>(ctx.counter(m).prefill.load(std::memory_order_relaxed));
     };
 
-    // Claimants in a fixed order: the home, its ring successors, the least queued member, then
-    // owners by member index (the same order for every replica with the same view).
+    // Claimants in a fixed order: the home, its ring successors and the least queued member
+    // (balanced placement), then owners by member index.
     thread_local std::vector<uint32_t> claim;
     claim.clear();
     claim.push_back(home);
@@ -95,15 +106,19 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     int64_t affinity = -1;  // the owner holding most (the first in claim order on a tie)
     for (uint32_t m : claim)
       if (owns(m) && (affinity < 0 || match[ctx.slot(m)] > match[ctx.slot(static_cast<uint32_t>(affinity))])) affinity = m;
-    // The least queued member, so that an idle instance is always in the running.
-    int64_t idle = -1;
-    uint64_t idle_queue = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      if (!ctx.eligible(i)) continue;
-      const uint64_t q = ctx.counter(i).prefill.load(std::memory_order_relaxed);
-      if (idle < 0 || q < idle_queue) { idle = i; idle_queue = q; }
+    if (p.placement_choices > 1) {
+      // Balanced placement: the least queued member too, so that an idle instance is always in
+      // the running. (Not with hash placement: replicas, each seeing its own queues, would pick
+      // different ones and scatter what the hash keeps together.)
+      int64_t idle = -1;
+      uint64_t idle_queue = 0;
+      for (uint32_t i = 0; i < n; i++) {
+        if (!ctx.eligible(i)) continue;
+        const uint64_t q = ctx.counter(i).prefill.load(std::memory_order_relaxed);
+        if (idle < 0 || q < idle_queue) { idle = i; idle_queue = q; }
+      }
+      if (std::find(claim.begin(), claim.end(), static_cast<uint32_t>(idle)) == claim.end()) claim.push_back(static_cast<uint32_t>(idle));
     }
-    if (std::find(claim.begin(), claim.end(), static_cast<uint32_t>(idle)) == claim.end()) claim.push_back(static_cast<uint32_t>(idle));
     for (uint32_t i = 0; i < n; i++) {
       if (!ctx.eligible(i) || !owns(i) || std::find(claim.begin(), claim.end(), i) != claim.end()) continue;
       claim.push_back(i);
@@ -113,18 +128,26 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     Choice c;
     bool found = false;
     double best = 0;
+    uint32_t best_busy = 0;
+    // On equal cost (idle queues, nothing owned), the one with fewer requests in flight, then
+    // claim order: a new prompt goes where fewer sequences are decoding.
+    auto better = [&](uint32_t m, double k) {
+      const uint32_t busy = ctx.counter(m).in_flight();
+      if (found && (k > best || (k == best && busy >= best_busy))) return;
+      best = k;
+      best_busy = busy;
+      c.member = m;
+      found = true;
+    };
     for (uint32_t m : claim) {
       if (full(m)) continue;
-      const double k = cost(m);
-      if (!found || k < best) { best = k; c.member = m; found = true; }
+      better(m, cost(m));
     }
     if (!found) {
       // Every claimant is full: the cheapest member that is not, in ring order from the home.
-      if (!full(home)) { best = cost(home); c.member = home; found = true; }
+      if (!full(home)) better(home, cost(home));
       walk_distinct(ring, home_pos, ctx.eligible.count, ctx.eligible, [&](uint32_t m, size_t) {
-        if (full(m)) return false;
-        const double k = cost(m);
-        if (!found || k < best) { best = k; c.member = m; found = true; }
+        if (!full(m)) better(m, cost(m));
         return false;
       });
     }

@@ -117,8 +117,8 @@ function decisionOf(strategy: string, placement: string): string {
   if (strategy === 'prefix_aware') return 'target'
   if (strategy === 'longest_prefix') {
     return placement === 'hash'
-      ? 'target (where the hash places a prompt no instance holds; the running router follows its index of what it sent where)'
-      : 'target with all instances idle (balanced placement picks by in-flight counts, which a dry run does not have)'
+      ? 'target (where the hash places a prompt no instance holds; the running router also weighs its index of what it sent where and the prefill queued on each instance)'
+      : 'target with all instances idle (balanced placement also weighs the prefill queued on each instance, which a dry run does not have)'
   }
   return `${strategy} (another run may pick differently)`
 }

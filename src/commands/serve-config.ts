@@ -9,6 +9,9 @@ export const SERVE_FLAGS = {
   'prefix-length': { type: 'string' },
   'concurrency-threshold': { type: 'string' },
   placement: { type: 'string' },
+  'load-factor': { type: 'string' },
+  'prefill-weight': { type: 'string' },
+  'match-length': { type: 'string' },
   host: { type: 'string' },
   port: { type: 'string' },
   'admin-host': { type: 'string' },
@@ -32,6 +35,9 @@ export const ENV: Record<string, keyof typeof SERVE_FLAGS> = {
   PREFIX_ROUTER_PREFIX_LENGTH: 'prefix-length',
   PREFIX_ROUTER_CONCURRENCY_THRESHOLD: 'concurrency-threshold',
   PREFIX_ROUTER_PLACEMENT: 'placement',
+  PREFIX_ROUTER_LOAD_FACTOR: 'load-factor',
+  PREFIX_ROUTER_PREFILL_WEIGHT: 'prefill-weight',
+  PREFIX_ROUTER_MATCH_LENGTH: 'match-length',
   PREFIX_ROUTER_HOST: 'host',
   PREFIX_ROUTER_PORT: 'port',
   PREFIX_ROUTER_ADMIN_HOST: 'admin-host',
@@ -65,6 +71,13 @@ function int(flag: string, v: unknown): number {
   return Number(s)
 }
 
+function num(flag: string, v: unknown): number {
+  const s = String(v).trim()
+  const n = s === '' ? NaN : Number(s)
+  if (!Number.isFinite(n)) throw new CliError(`--${flag} must be a number; got '${String(v)}'`)
+  return n
+}
+
 function set(obj: Record<string, unknown>, path: string[], value: unknown): void {
   let o = obj
   for (const k of path.slice(0, -1)) {
@@ -87,6 +100,9 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   if (f['prefix-length'] !== undefined) set(r, ['routing', 'prefixLength'], int('prefix-length', f['prefix-length']))
   if (f['concurrency-threshold'] !== undefined) set(r, ['routing', 'concurrencyThreshold'], int('concurrency-threshold', f['concurrency-threshold']))
   if (f.placement !== undefined) set(r, ['routing', 'placement'], f.placement)
+  if (f['load-factor'] !== undefined) set(r, ['routing', 'loadFactor'], num('load-factor', f['load-factor']))
+  if (f['prefill-weight'] !== undefined) set(r, ['routing', 'prefillWeight'], num('prefill-weight', f['prefill-weight']))
+  if (f['match-length'] !== undefined) set(r, ['routing', 'matchLength'], int('match-length', f['match-length']))
   if (f.host !== undefined) set(r, ['listen', 'host'], f.host)
   if (f.port !== undefined) set(r, ['listen', 'port'], int('port', f.port))
   if (f['admin-host'] !== undefined) set(r, ['admin', 'host'], f['admin-host'])

@@ -14,9 +14,13 @@ servers, sending requests that share a prefix to the same instance.
   --upstream URL                an instance, e.g. http://10.0.0.5:8000 (repeat for each)
   --strategy NAME               prefix_aware (default), longest_prefix, least_outstanding_requests, random
   --prefix-length N             routing prefix: bytes (invoke) or code points (OpenAI), 1024-65536 (default 4096)
-  --concurrency-threshold N     in-flight requests at an instance before overflow, 1-1024 (default 10)
-  --placement P                 longest_prefix: where a prompt no instance holds goes: hash (default;
-                                router replicas agree) or balanced (least busy of 3; one router only)
+  --concurrency-threshold N     in-flight requests at an instance before overflow, 1-1024 (default 10;
+                                longest_prefix: none, it bounds load itself; a value given is a hard cap)
+  --placement P                 longest_prefix: where a prompt no instance holds goes: balanced (default;
+                                the least queued of a few; one router) or hash (router replicas agree)
+  --load-factor F               longest_prefix: an instance is full above F x the fleet's mean in flight (default 3)
+  --prefill-weight W            longest_prefix: a block to compute here, against one queued here (default 6)
+  --match-length N              longest_prefix: code points of the prompt it matches, 1024-262144 (default 65536)
   --host H / --port N           front address (default 0.0.0.0:8080)
   --admin-host H / --admin-port N   admin address: /metrics, /admin/instances, /admin/reload (default 127.0.0.1:9090)
   --tls-cert FILE --tls-key FILE    serve TLS with ALPN h2 and http/1.1

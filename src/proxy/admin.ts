@@ -16,7 +16,9 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
 
 export function instancesReport(p: ProxyServer) {
   return [...p.endpoints()].map((ep) => {
-    const counts = new Map(ep.router.instances().map((i) => [i.id, i.inFlight]))
+    const live = ep.router.instances()
+    const counts = new Map(live.map((i) => [i.id, i.inFlight]))
+    const queued = new Map(live.map((i) => [i.id, i.queuedPrefillBlocks]))
     const total = [...ep.instances.values()].reduce((n, i) => n + i.requests, 0)
     return {
       name: ep.name,
@@ -27,6 +29,8 @@ export function instancesReport(p: ProxyServer) {
         healthy: i.healthy,
         weight: i.weight,
         inFlight: counts.get(i.id) ?? p.endpoint(ep.name)!.router.inFlight(i.id),
+        // longest_prefix: routing-key blocks sent here whose first token has not come back.
+        queuedPrefillBlocks: ep.routing.strategy === 'longest_prefix' ? (queued.get(i.id) ?? 0) : null,
         models: i.models(),
         requests: i.requests,
         share: total > 0 ? i.requests / total : 0,

@@ -54,10 +54,10 @@ export interface RouterFactory {
 
 /**
  * Our native strategies, read from the core's list at run time, and longest_prefix once more
- * with `placement: balanced` (named `longest_prefix:balanced`), so both placements show side by side.
+ * with `placement: hash` (named `longest_prefix:hash`), so both placements show side by side.
  */
 export function nativeStrategies(): string[] {
-  return [...STRATEGIES, 'longest_prefix:balanced']
+  return [...STRATEGIES, 'longest_prefix:hash']
 }
 
 /**

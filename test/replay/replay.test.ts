@@ -49,7 +49,7 @@ describe('prefix-router replay', () => {
     })
     expect(res.stderr).toBe('')
     expect(res.status).toBe(0)
-    const names = [...STRATEGIES, 'longest_prefix:balanced', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware']
+    const names = [...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware']
     for (const n of names) expect(res.stdout).toMatch(new RegExp(`^\\| ${n} \\| \\d+`, 'm'))
     expect(res.stdout).toMatch(/^long-context \(rate 40, documents 400, .*\): 4 × tiny, 1m30s simulated/)
     const json = JSON.parse(readFileSync(join(out, 'replay.json'), 'utf8'))

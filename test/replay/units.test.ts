@@ -109,9 +109,9 @@ describe('Progress', () => {
 
 describe('strategies', () => {
   it('takes every native strategy from the core at run time, then the peers', () => {
-    expect(strategyNames()).toEqual([...STRATEGIES, 'longest_prefix:balanced', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(strategyNames()).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
     expect(resolveStrategies(['PREFIX-AWARE', 'llmd-default', 'prefix_aware']).map((f) => f.name)).toEqual(['prefix_aware', 'llmd_default'])
-    expect(resolveStrategies(['Longest-Prefix:balanced']).map((f) => f.name)).toEqual(['longest_prefix:balanced'])
+    expect(resolveStrategies(['Longest-Prefix:hash']).map((f) => f.name)).toEqual(['longest_prefix:hash'])
     expect(() => resolveStrategies(['nope'])).toThrow(/unknown strategy 'nope'/)
     expect(() => resolveStrategies(['prefix_aware:balanced'])).toThrow(/unknown strategy 'prefix_aware:balanced'/)
   })
