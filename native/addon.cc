@@ -446,10 +446,12 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
     blocks = chain.data();
   }
-  // An anchor at or past the end still marks the key as a chat's opening (a first turn).
-  // Only full blocks are indexed, so an opening that ends in the last, partial block (or
-  // past the prefix) is held whole by an instance that holds every full block.
-  const size_t anchor_blocks = anchor == SIZE_MAX || !longest ? 0 : std::min(nblocks, (key_len + p.block_bytes - 1) / p.block_bytes);
+  // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
+  // of the next message, so the instance that served the first turn (whose prompt ended
+  // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
+  // past the end still marks the key as a chat's opening (a first turn).
+  const size_t anchor_blocks =
+      anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   pr::PickResult r = h->state->pick(guard, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   out[0] = r.slot;

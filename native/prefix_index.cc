@@ -17,7 +17,7 @@ size_t chain_hashes(const uint8_t* data, size_t len, size_t block, uint64_t seed
 PrefixIndex::PrefixIndex(uint32_t slot_capacity) : lru_(slot_capacity) {}
 
 double PrefixIndex::decayed(double value, uint64_t since) const {
-  return since == requests_ ? value : value * std::exp2(-static_cast<double>(requests_ - since) / kShareHalfLife);
+  return since == requests_ ? value : value * std::exp2(-static_cast<double>(requests_ - since) / kCommonHalfLife);
 }
 
 size_t PrefixIndex::match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched,
@@ -75,10 +75,23 @@ void PrefixIndex::evict_one(uint32_t slot) {
   free_nodes_.push_back(n);
 }
 
+double PrefixIndex::sent(uint32_t slot) const {
+  if (slot >= lru_.size()) return 0;
+  return lru_[slot].sent * std::exp2(-static_cast<double>(requests_ - lru_[slot].sent_at) / kSentHalfLife);
+}
+
+double PrefixIndex::churn(uint32_t slot) const {
+  if (slot >= lru_.size()) return 0;
+  const Lru& l = lru_[slot];
+  return l.churn * std::exp2(-static_cast<double>(requests_ - l.churn_at) / kChurnHalfLife);
+}
+
 void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
   if (slot >= lru_.size() || lru_[slot].capacity == 0) return;
+  size_t fresh = 0;
   requests_++;
-  recent_ = recent_ * std::exp2(-1.0 / kShareHalfLife) + 1;
+  recent_ = recent_ * std::exp2(-1.0 / kCommonHalfLife) + 1;
+  sent_all_ = sent_all_ * std::exp2(-1.0 / kSentHalfLife) + 1;
   for (size_t k = n; k-- > 0;) {  // last block first: block 0 ends up most recent
     const uint64_t h = hashes[k];
     auto& nodes_of = table_[h];
@@ -104,8 +117,14 @@ void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
     }
     nodes_of.push_back(node);  // (nodes_of stays valid: no rehash since table_[h])
     push_front(node);
+    fresh++;
     if (++lru_[slot].size > lru_[slot].capacity) evict_one(slot);
   }
+  Lru& l = lru_[slot];
+  l.churn = churn(slot) + static_cast<double>(fresh);
+  l.sent = sent(slot) + 1;
+  l.sent_at = requests_;
+  l.churn_at = requests_;
 }
 
 void PrefixIndex::set_capacity(uint32_t slot, uint32_t blocks) {
@@ -118,6 +137,8 @@ void PrefixIndex::clear_slot(uint32_t slot) {
   if (slot >= lru_.size()) return;
   while (lru_[slot].size > 0) evict_one(slot);
   lru_[slot].capacity = 0;
+  lru_[slot].churn = 0;
+  lru_[slot].sent = 0;
 }
 
 size_t PrefixIndex::entries() {

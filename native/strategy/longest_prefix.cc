@@ -18,10 +18,12 @@
 //              as saved) + (blocks queued for prefill there: routed, first token not back yet).
 //              vLLM prefills in arrival order, so the queue is what a new request waits behind;
 //              a weight above 1 charges the extra work a miss adds for everyone behind it.
-//   full       at the operator's threshold, or above load_factor × the fleet's mean in flight
-//              per unit of weight, plus 2 (consistent hashing with bounded loads).
-//   choice     the cheapest claimant that is not full; on equal cost the one with fewer requests
-//              in flight, then the earliest in claim order;
+//   full       at the operator's threshold; above load_factor × the fleet's mean in flight per
+//              unit of weight, plus 2 (consistent hashing with bounded loads); or sent more
+//              than 1.5 × its fair share of recent requests (decayed over ~4,000), plus 8.
+//   choice     the cheapest claimant that is not full; on equal cost the one given the least new
+//              content lately (blocks it had to compute, decayed over ~8,000 requests), then the
+//              earliest in claim order;
 //              none: the cheapest member that is not full, in ring order from the home; all
 //              full: the fewest in flight.
 // A block every request shares is cached by whichever instances computed it, so holding it
@@ -78,6 +80,11 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     auto full = [&](uint32_t m) {
       const uint32_t busy = ctx.counter(m).in_flight();
       if (busy >= p.threshold) return true;
+      // Over 1.5 × its fair share of recent requests (by weight), by more than a few: at low
+      // concurrency the bound below never bites, yet ties broken by churn could still send one
+      // instance a popular prompt's whole traffic.
+      const double fair = ring.member(m).weight / total_weight;
+      if (ctx.index.sent(ctx.slot(m)) > 1.5 * fair * ctx.index.sent_all() + 8) return true;
       if (p.load_factor <= 0) return false;
       // Two more than the fair bound: at low load (or in one of several router replicas, which
       // each count only their own requests) a couple of requests are no imbalance.
@@ -102,10 +109,6 @@ class LongestPrefixStrategy final : public RoutingStrategy {
         claim.push_back(m);
         return false;
       });
-    const size_t placements = claim.size();
-    int64_t affinity = -1;  // the owner holding most (the first in claim order on a tie)
-    for (uint32_t m : claim)
-      if (owns(m) && (affinity < 0 || match[ctx.slot(m)] > match[ctx.slot(static_cast<uint32_t>(affinity))])) affinity = m;
     if (p.placement_choices > 1) {
       // Balanced placement: the least queued member too, so that an idle instance is always in
       // the running. (Not with hash placement: replicas, each seeing its own queues, would pick
@@ -119,6 +122,10 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       }
       if (std::find(claim.begin(), claim.end(), static_cast<uint32_t>(idle)) == claim.end()) claim.push_back(static_cast<uint32_t>(idle));
     }
+    const size_t placements = claim.size();
+    int64_t affinity = -1;  // the owner holding most (the first in claim order on a tie)
+    for (uint32_t m : claim)
+      if (owns(m) && (affinity < 0 || match[ctx.slot(m)] > match[ctx.slot(static_cast<uint32_t>(affinity))])) affinity = m;
     for (uint32_t i = 0; i < n; i++) {
       if (!ctx.eligible(i) || !owns(i) || std::find(claim.begin(), claim.end(), i) != claim.end()) continue;
       claim.push_back(i);
@@ -128,14 +135,15 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     Choice c;
     bool found = false;
     double best = 0;
-    uint32_t best_busy = 0;
-    // On equal cost (idle queues, nothing owned), the one with fewer requests in flight, then
-    // claim order: a new prompt goes where fewer sequences are decoding.
+    double best_churn = 0;
+    // On equal cost (idle queues, nothing owned) the one given the least new content lately
+    // (its churn), then claim order: conversations placed there will find their history still
+    // cached, and will queue behind fewer prefills of others.
     auto better = [&](uint32_t m, double k) {
-      const uint32_t busy = ctx.counter(m).in_flight();
-      if (found && (k > best || (k == best && busy >= best_busy))) return;
+      const double churn = ctx.index.churn(ctx.slot(m));
+      if (found && (k > best || (k == best && churn >= best_churn))) return;
       best = k;
-      best_busy = busy;
+      best_churn = churn;
       c.member = m;
       found = true;
     };
