@@ -81,6 +81,41 @@ async function pickTable(): Promise<void> {
   r.close()
 }
 
+/**
+ * longest_prefix: pick + firstToken + release of chat-sized prompts, whose index holds many
+ * conversations (so lookups miss caches as in a fleet), against prefix_aware's pick of the same
+ * text in the same run. Its match covers up to matchLength code points, so its cost grows with
+ * the prompt; prefix_aware hashes prefixLength only.
+ */
+async function longestTable(): Promise<void> {
+  const instances = Array.from({ length: 8 }, (_, i) => ({ id: `http://10.0.0.${i + 1}:8000` }))
+  const longest = new Router({ strategy: 'longest_prefix', instances })
+  const aware = new Router({ strategy: 'prefix_aware', instances })
+  const words = 'the report policy revenue cluster latency prefix token document summary '.split(' ')
+  const prose = (seed: number, chars: number): string => {
+    let out = `${seed} `
+    for (let i = 0; out.length < chars; i++) out += `${words[(seed * 31 + i * 7) % words.length]} `
+    return out.slice(0, chars)
+  }
+  console.log('\nlongest_prefix pick() + firstToken() + release(), 8 instances, 2,000 conversations indexed; baseline = prefix_aware pick() + release() of the same text')
+  console.log(`${pad('prompt', 12)}${pad('median', 12)}${pad('mean', 12)}${pad('prefix_aware', 14)}ratio`)
+  for (const chars of [4096, 16384, 65536]) {
+    const prompts = Array.from({ length: 2000 }, (_, i) => prose(i, chars))
+    for (const p of prompts) longest.pick(p).release() // fill the index
+    let k = 0
+    const lp = await measure('longest', () => {
+      const l = longest.pick(prompts[k++ % prompts.length]!)
+      l.firstToken()
+      l.release()
+    }, 1000 + chars * 2)
+    const pa = await measure('aware', () => aware.pick(prompts[k++ % prompts.length]!).release(), 300 + chars / 10)
+    console.log(`${pad(`${chars / 1024} Ki chars`, 12)}${pad(fmtNs(lp.medianNs), 12)}${pad(fmtNs(lp.perCallNs), 12)}${pad(fmtNs(pa.perCallNs), 14)}${(lp.perCallNs / pa.perCallNs).toFixed(1)}x`)
+  }
+  longest.close()
+  aware.close()
+}
+
 console.log(`prefix-router hash benchmark — node ${process.version}, ${TIME} ms per task`)
 await hashTable()
 await pickTable()
+await longestTable()

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 namespace pr {
@@ -53,7 +52,8 @@ class PrefixIndex {
  private:
   static constexpr uint32_t kNil = 0xFFFFFFFFu;
   // `sent`: requests with this block routed to this slot, decayed, as of request number `at`.
-  struct Node { uint64_t hash; uint32_t slot; uint32_t prev, next; double sent; uint64_t at; };
+  // `same`: the next node holding the same block (another slot's), kNil at the end.
+  struct Node { uint64_t hash; uint32_t slot; uint32_t prev, next; uint32_t same; double sent; uint64_t at; };
   double decayed(double value, uint64_t since) const;
   struct Lru {
     uint32_t head = kNil, tail = kNil, size = 0, capacity = 0;
@@ -67,6 +67,13 @@ class PrefixIndex {
   void push_front(uint32_t n);
   void evict_one(uint32_t slot);
   void drop_from_table(uint32_t n);
+  // Open addressing (linear probing, backward-shift deletion) from block hash to the first
+  // node holding it: no allocation per block, which the unordered_map of vectors it replaced
+  // did (a 64 KiB prompt that misses is a thousand inserts and a thousand evictions).
+  size_t find_bucket(uint64_t h) const;  // bucket holding h, or SIZE_MAX
+  size_t claim_bucket(uint64_t h);       // bucket holding h, made if need be
+  void erase_bucket(size_t b);
+  void grow();
 
   std::mutex mu_;
   uint64_t requests_ = 0;  // insert() calls
@@ -75,8 +82,9 @@ class PrefixIndex {
   std::vector<Node> nodes_;
   std::vector<uint32_t> free_nodes_;
   std::vector<Lru> lru_;
-  // block hash -> nodes (one per slot holding it); usually one or a few
-  std::unordered_map<uint64_t, std::vector<uint32_t>> table_;
+  std::vector<uint64_t> keys_;   // bucket -> block hash
+  std::vector<uint32_t> heads_;  // bucket -> first node, kNil when the bucket is empty
+  size_t used_ = 0;
 
  public:
   std::mutex& mutex() { return mu_; }
