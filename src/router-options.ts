@@ -1,4 +1,5 @@
-// Validation and defaults for Router options. Ranges come from DESIGN.md section 3.
+// Validation and defaults for Router options: the ranges every entry point (library, config,
+// flags) shares, with errors that name the option.
 import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
 import { native } from './native.js'
 

@@ -1,4 +1,4 @@
-// The consistent-hash properties of issue 2, observed through Router.pick with random keys
+// The consistent-hash properties (balance, minimal disruption, determinism), observed through Router.pick with random keys
 // (the default threshold is never reached: every lease is released at once).
 import { afterEach, describe, expect, it } from 'vitest'
 import { Router } from '../src/router.js'

@@ -1,4 +1,4 @@
-// Front routes (DESIGN.md section 3). Endpoint-scoped forms map onto the instance's own
+// Front routes. Endpoint-scoped forms map onto the instance's own
 // paths: /endpoints/{name}/invocations -> /invocations, /endpoints/{name}/openai/v1/... -> /v1/...
 
 export type Route =
