@@ -40,17 +40,21 @@ Choice place_with_overflow(const PickContext& ctx, size_t pos) {
       return true;
     });
   }
-  if (!placed) {
-    uint32_t best = ctx.counter(target).in_flight();
-    for (uint32_t i = 0; i < ring.member_count(); i++) {
-      if (!ctx.eligible(i)) continue;
-      const uint32_t n = ctx.counter(i).in_flight();
-      if (n < best) { best = n; c.member = i; }
-    }
-    ctx.counter(c.member).acquire();
-  }
+  if (!placed) c.member = acquire_fewest(ctx, target);
   c.overflow = c.member != target;
   return c;
+}
+
+uint32_t acquire_fewest(const PickContext& ctx, uint32_t first) {
+  uint32_t chosen = first;
+  uint32_t best = ctx.counter(first).in_flight();
+  for (uint32_t i = 0; i < ctx.snap.ring->member_count(); i++) {
+    if (!ctx.eligible(i)) continue;
+    const uint32_t n = ctx.counter(i).in_flight();
+    if (n < best) { best = n; chosen = i; }
+  }
+  ctx.counter(chosen).acquire();
+  return chosen;
 }
 
 }  // namespace pr

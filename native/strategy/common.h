@@ -40,4 +40,8 @@ size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible);
 // the position's owner on a tie. Takes the lease; overflow when the owner was passed over.
 Choice place_with_overflow(const PickContext& ctx, size_t pos);
 
+// Takes a lease on the eligible member with the fewest requests in flight, `first` on a tie
+// (the all-full fallback: every candidate is at its limit, so the least loaded takes it).
+uint32_t acquire_fewest(const PickContext& ctx, uint32_t first);
+
 }  // namespace pr

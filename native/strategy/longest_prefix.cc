@@ -162,14 +162,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     bool placed = found && ctx.counter(c.member).try_acquire(p.threshold);
     if (!placed) {
       // All full (or the chosen one filled up under another thread): the fewest in flight.
-      c.member = home;
-      uint32_t fewest = ctx.counter(home).in_flight();
-      for (uint32_t i = 0; i < n; i++) {
-        if (!ctx.eligible(i)) continue;
-        const uint32_t b = ctx.counter(i).in_flight();
-        if (b < fewest) { fewest = b; c.member = i; }
-      }
-      ctx.counter(c.member).acquire();
+      c.member = acquire_fewest(ctx, home);
     }
     c.overflow = affinity >= 0 ? c.member != static_cast<uint32_t>(affinity)
                                : std::find(claim.begin(), claim.begin() + static_cast<long>(placements), c.member) == claim.begin() + static_cast<long>(placements);
