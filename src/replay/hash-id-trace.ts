@@ -12,7 +12,7 @@
 // the ids' block texts (src/replay/block-text.ts), exactly `input_length` tokens long under
 // the tokenizer the replay simulates with: the texts are made for it.
 import { BlockTexts } from './block-text.js'
-import { TraceError } from './trace-error.js'
+import { parseObjectLine, TraceError } from './trace-error.js'
 import type { TimedRequest } from './types.js'
 
 export interface HashIdRecord {
@@ -28,20 +28,12 @@ const MAX_INPUT_TOKENS = 2 ** 24
 
 /** Parses and checks one line (1-based `line` for messages); null for a blank line. */
 export function parseHashIdLine(text: string, file: string, line: number, blockTokens: number): HashIdRecord | null {
-  if (text.trim() === '') return null
+  const obj = parseObjectLine(text, file, line, 'with "timestamp", "input_length", "output_length" and "hash_ids"')
+  if (obj === null) return null
   const fail = (m: string): never => {
     throw new TraceError(file, line, m)
   }
-  let obj: unknown
-  try {
-    obj = JSON.parse(text)
-  } catch (err) {
-    return fail(`not valid JSON: ${(err as Error).message}`)
-  }
-  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
-    return fail('each line must be a JSON object with "timestamp", "input_length", "output_length" and "hash_ids"')
-  }
-  const { timestamp, input_length: input, output_length: output, hash_ids: ids } = obj as Record<string, unknown>
+  const { timestamp, input_length: input, output_length: output, hash_ids: ids } = obj
   if (typeof timestamp !== 'number') return fail(`"timestamp" must be a number of milliseconds; got ${JSON.stringify(timestamp)}`)
   const count = (key: string, v: unknown): number => {
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return fail(`"${key}" must be a whole number of tokens, at least 1; got ${JSON.stringify(v)}`)

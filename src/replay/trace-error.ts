@@ -9,3 +9,19 @@ export class TraceError extends Error {
     this.name = 'TraceError'
   }
 }
+
+/**
+ * A trace line as a JSON object, null for a blank line; anything else throws a TraceError
+ * naming the line, with `expected` saying what an object must hold.
+ */
+export function parseObjectLine(text: string, file: string, line: number, expected: string): Record<string, unknown> | null {
+  if (text.trim() === '') return null
+  let obj: unknown
+  try {
+    obj = JSON.parse(text)
+  } catch (err) {
+    throw new TraceError(file, line, `not valid JSON: ${(err as Error).message}`)
+  }
+  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) throw new TraceError(file, line, `each line must be a JSON object ${expected}`)
+  return obj as Record<string, unknown>
+}

@@ -23,7 +23,7 @@ import type { TokenizerName } from '../sim/tokenizers/index.js'
 import { BlockTexts } from './block-text.js'
 import { hashIdRequest, parseHashIdLine } from './hash-id-trace.js'
 import { readLinesSync } from './line-reader.js'
-import { TraceError } from './trace-error.js'
+import { parseObjectLine, TraceError } from './trace-error.js'
 import type { TimedRequest } from './types.js'
 
 export { TraceError }
@@ -39,18 +39,12 @@ export const OPENAI_TRACE: TraceFormat = { kind: 'openai' }
 
 /** Parses one line (1-based `line` for messages); null for a blank line. */
 export function parseTraceLine(text: string, file: string, line: number): { timestamp: number; request: Omit<TimedRequest, 'at'> } | null {
-  if (text.trim() === '') return null
+  const obj = parseObjectLine(text, file, line, '(an OpenAI request body)')
+  if (obj === null) return null
   const fail = (m: string): never => {
     throw new TraceError(file, line, m)
   }
-  let obj: unknown
-  try {
-    obj = JSON.parse(text)
-  } catch (err) {
-    return fail(`not valid JSON: ${(err as Error).message}`)
-  }
-  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) return fail('each line must be a JSON object (an OpenAI request body)')
-  const { timestamp, tenant, api: apiField, ...body } = obj as Record<string, unknown>
+  const { timestamp, tenant, api: apiField, ...body } = obj
   let ts: number
   if (typeof timestamp === 'number' && Number.isFinite(timestamp)) ts = timestamp
   else if (typeof timestamp === 'string' && !Number.isNaN(Date.parse(timestamp))) ts = Date.parse(timestamp)

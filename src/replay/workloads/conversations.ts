@@ -15,6 +15,7 @@
 // The schedule is open-loop: a turn's arrival does not wait for the simulated reply, so
 // every strategy sees the same requests at the same times and differences come from
 // routing alone (a slow strategy does not get a lighter load by delaying its users).
+import { popByTime, pushByTime } from '../by-time.js'
 import { Rng, Zipf } from '../rng.js'
 import { prose } from '../text.js'
 import type { TimedRequest, Workload, WorkloadParams } from '../types.js'
@@ -73,13 +74,13 @@ export const conversations: Workload = {
         const id = started++
         const rng = new Rng(seed, `conversations/conversation/${id}`)
         const app = apps.sample(starts)
-        push(heap, { id, rng, history: [{ role: 'system', content: system(app) }], turnsLeft: rng.geometric(p.turns!), at: nextStart })
+        pushByTime(heap, { id, rng, history: [{ role: 'system', content: system(app) }], turnsLeft: rng.geometric(p.turns!), at: nextStart })
         nextStart += starts.exponential(meanGapMs)
         continue
       }
       // The heap is ordered: once its earliest turn is past the end, so are the others.
       if (nextTurn >= durationMs) return
-      const c = pop(heap)
+      const c = popByTime(heap)!
       const user: Message = { role: 'user', content: prose(c.rng, userTokens(c.rng), `User ${c.id}, turn ${c.history.length >> 1}: `) }
       const reply = replyTokens(c.rng)
       const messages = [...c.history, user]
@@ -87,7 +88,7 @@ export const conversations: Workload = {
       if (--c.turnsLeft > 0) {
         c.history = [...messages, { role: 'assistant', content: prose(c.rng, reply) }]
         c.at += reply * 25 + c.rng.exponential(p['think-time']! * 1000)
-        push(heap, c)
+        pushByTime(heap, c)
       }
     }
   },
@@ -97,33 +98,3 @@ function clamp(v: number, lo: number, hi: number): number {
   return v < lo ? lo : v > hi ? hi : v
 }
 
-function push(heap: Conversation[], c: Conversation): void {
-  let i = heap.length
-  heap.push(c)
-  while (i > 0) {
-    const parent = (i - 1) >> 1
-    if (heap[parent]!.at <= c.at) break
-    heap[i] = heap[parent]!
-    i = parent
-  }
-  heap[i] = c
-}
-
-function pop(heap: Conversation[]): Conversation {
-  const top = heap[0]!
-  const last = heap.pop()!
-  if (heap.length > 0) {
-    let i = 0
-    for (;;) {
-      const l = 2 * i + 1
-      if (l >= heap.length) break
-      const r = l + 1
-      const c = r < heap.length && heap[r]!.at < heap[l]!.at ? r : l
-      if (heap[c]!.at >= last.at) break
-      heap[i] = heap[c]!
-      i = c
-    }
-    heap[i] = last
-  }
-  return top
-}
