@@ -388,7 +388,8 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 }
 
 // router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
-//             out: Float64Array(4)) -> 0, or -1 (no instances), -2 (no instance in the group).
+//             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
+// instance in the group). avoid: slots (from earlier leases) the pick must not choose.
 // out receives [slot, generation, overflow (0/1), prefill blocks]; filling a caller's array
 // allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
 // string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
@@ -452,7 +453,18 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   // past the end still marks the key as a chat's opening (a first turn).
   const size_t anchor_blocks =
       anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
-  pr::PickResult r = h->state->pick(guard, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks);
+  uint32_t avoid[8];
+  size_t navoid = 0;
+  if (info.Length() > 6 && info[6].IsArray()) {
+    Napi::Array list = info[6].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length() && navoid < 8; i++) {
+      Napi::Value v = list.Get(i);
+      if (!v.IsNumber()) continue;
+      const double d = v.As<Napi::Number>().DoubleValue();
+      if (d >= 0 && d < 4294967296.0) avoid[navoid++] = static_cast<uint32_t>(d);
+    }
+  }
+  pr::PickResult r = h->state->pick(guard, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks, avoid, navoid);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   out[0] = r.slot;
   out[1] = r.generation;

@@ -1,5 +1,7 @@
 #include "router.h"
 
+#include <algorithm>
+
 #include <thread>
 #include <unordered_map>
 
@@ -168,7 +170,7 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
 }
 
 PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
-                              size_t nblocks, size_t anchor_blocks) {
+                              size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
   PickResult r;
   const Snapshot& s = g.snap();
   Eligible eligible;
@@ -182,6 +184,22 @@ PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::st
     eligible.bits = it->second.data();
     eligible.count = 0;
     for (uint64_t w : it->second) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
+  }
+  // Avoiding members narrows the eligible set: a copy of the group's bits (or all members)
+  // without them. Only retries pass an avoid list, so the common pick allocates nothing.
+  std::vector<uint64_t> narrowed;
+  if (navoid > 0 && eligible.count > 0) {
+    const size_t members = s.ring->member_count();
+    narrowed.assign((members + 63) / 64, 0);
+    for (size_t m = 0; m < members; m++) {
+      if (!eligible(static_cast<uint32_t>(m))) continue;
+      const uint32_t slot = s.slot_of[m];
+      if (std::find(avoid, avoid + navoid, slot) != avoid + navoid) continue;
+      narrowed[m / 64] |= uint64_t{1} << (m % 64);
+    }
+    eligible.bits = narrowed.data();
+    eligible.count = 0;
+    for (uint64_t w : narrowed) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
   }
   if (eligible.count == 0) return r;
   const auto& registry = strategy_registry();

@@ -81,8 +81,10 @@ class RouterState {
   // it are candidates: the ring walk skips the others, which is consistent hashing over that
   // subset, while counters stay per instance across groups. For longest_prefix, `blocks` are
   // the key's chained block hashes (chain_hashes) and `anchor_blocks` as in PickInput.
+  // `avoid` lists slots the pick must not choose (a retry's earlier tries): the strategy then
+  // gives its next choice, as if those members were not in the group.
   PickResult pick(const SnapshotGuard& g, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
-                  size_t nblocks = 0, size_t anchor_blocks = 0);
+                  size_t nblocks = 0, size_t anchor_blocks = 0, const uint32_t* avoid = nullptr, size_t navoid = 0);
   PickResult pick(int reader, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
                   size_t nblocks = 0, size_t anchor_blocks = 0);
   // The lease's prefill is over (its first token came back): its blocks leave the queue.

@@ -39,7 +39,7 @@ export interface NativeBinding {
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   /** 0 with out = [slot, generation, overflow 0/1, prefill blocks]; -1 no instances; -2 no instance in the group. */
-  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, anchor: number | undefined, out: Float64Array): number
+  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, anchor: number | undefined, out: Float64Array, avoid?: number[]): number
   router_release(h: NativeHandle, slot: number, prefill?: number): boolean
   router_first_token(h: NativeHandle, slot: number, prefill: number): void
   strategy_names(): string[]

@@ -27,6 +27,11 @@ export interface PickOptions {
    * places the request by consistent hash when no match decides; default all of it.
    */
   anchor?: number
+  /**
+   * Earlier tries of this request (a retry): their instances are not candidates, and the
+   * strategy gives its next choice. At most 8 are honoured.
+   */
+  avoid?: readonly Lease[]
 }
 
 /** Thrown by pick() when no instance can take the request; `code` says why. */
@@ -61,6 +66,11 @@ export class Lease {
     this.instance = instance
     this.overflow = overflow
     this.#prefill = prefill
+  }
+
+  /** @internal the counter slot, for PickOptions.avoid */
+  get _slot(): number {
+    return this.#slot
   }
 
   get released(): boolean {
@@ -170,7 +180,11 @@ export class Router {
     if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
       throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
     }
-    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked)
+    const avoid = opts?.avoid
+    if (avoid !== undefined && (!Array.isArray(avoid) || !avoid.every((l) => l instanceof Lease))) {
+      throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+    }
+    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, avoid?.map((l) => l._slot))
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = picked[0]!

@@ -279,3 +279,42 @@ describe('groups (models and adapters)', () => {
     expect(r.instances().find((i) => i.id === fleet[0]!.id)!.groups).toEqual(['base', 'lora-a'])
   })
 })
+
+describe('avoid (a retry asks for the next choice)', () => {
+  const four = ids(4).map((id) => ({ id }))
+  for (const strategy of ['prefix_aware', 'longest_prefix', 'least_outstanding_requests', 'random'] as const) {
+    it(`${strategy}: never picks an avoided instance, and gives up when every instance is avoided`, () => {
+      const r = make({ instances: four, strategy })
+      const keys = randomKeys(200, 5000, 7)
+      for (const k of keys) {
+        const first = r.pick(k)
+        const second = r.pick(k, { avoid: [first] })
+        expect(second.instance).not.toBe(first.instance)
+        const third = r.pick(k, { avoid: [first, second] })
+        expect([first.instance, second.instance]).not.toContain(third.instance)
+        const fourth = r.pick(k, { avoid: [first, second, third] })
+        expect(() => r.pick(k, { avoid: [first, second, third, fourth] })).toThrow(expect.objectContaining({ code: 'ROUTER_NO_INSTANCES' }))
+        for (const l of [first, second, third, fourth]) l.release()
+      }
+      expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
+    })
+  }
+
+  it('prefix_aware: the second choice is the next instance on the ring, the same every time', () => {
+    const r = make({ instances: ids(5).map((id) => ({ id })), strategy: 'prefix_aware' })
+    for (const k of randomKeys(100, 5000, 9)) {
+      const a = r.pick(k)
+      const b1 = r.pick(k, { avoid: [a] })
+      b1.release()
+      const b2 = r.pick(k, { avoid: [a] })
+      b2.release()
+      a.release()
+      expect(b2.instance).toBe(b1.instance)
+    }
+  })
+
+  it('rejects an avoid list that is not leases', () => {
+    const r = make({ instances: four })
+    expect(() => r.pick('x'.repeat(10), { avoid: ['a' as never] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }))
+  })
+})
