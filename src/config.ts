@@ -89,11 +89,20 @@ export const ConfigSchema = z
     limits: z
       .object({
         maxBodyBytes: int(1024, 1 << 30).default(16 << 20),
+        /** JSON bodies nested deeper than this are refused with a 400 before they are parsed. */
+        maxJsonDepth: int(1, 10_000).default(256),
+        /** A connection has this long from its first byte (or its previous request) to complete a request's headers. */
         headersTimeoutMs: ms(15_000),
+        /** An idle keep-alive connection or HTTP/2 session is closed after this long. */
+        keepAliveTimeoutMs: ms(65_000),
+        /** The whole request body must arrive within this long of its headers. */
+        bodyTimeoutMs: ms(30_000),
         requestTimeoutMs: ms(300_000),
+        /** Front connections open at once; unset: sized from the file-descriptor limit. */
+        maxConnections: int(1, 1 << 20).optional(),
       })
       .strict()
-      .default({ maxBodyBytes: 16 << 20, headersTimeoutMs: 15_000, requestTimeoutMs: 300_000 }),
+      .prefault({}),
     upstream: z
       .object({
         protocol: z.enum(['http1', 'h2c', 'h2']).default('http1'),
@@ -102,18 +111,63 @@ export const ConfigSchema = z
         headersTimeoutMs: ms(300_000),
         bodyTimeoutMs: ms(300_000),
         keepAliveTimeoutMs: ms(60_000),
-        retries: int(0, 10).default(2),
       })
       .strict()
-      .default({ protocol: 'http1', connections: 128, connectTimeoutMs: 5_000, headersTimeoutMs: 300_000, bodyTimeoutMs: 300_000, keepAliveTimeoutMs: 60_000, retries: 2 }),
-    health: z
-      .object({ path: z.string().startsWith('/').default('/health'), intervalMs: ms(5_000), timeoutMs: ms(2_000) })
+      .prefault({}),
+    retries: z
+      .object({
+        /** Further tries after the first, each on another instance. */
+        max: int(0, 10).default(2),
+        /** Retries in flight may be at most this percent of requests in flight (Envoy's retry budget)... */
+        budgetPercent: z.number().min(0).max(100).default(20),
+        /** ...or this many, whichever is more, so a quiet router can still retry. */
+        minRetryConcurrency: int(0, 10_000).default(3),
+        /** Time allowed for an instance's response headers on a streaming request (0: upstream.headersTimeoutMs). */
+        perTryTimeoutMs: ms(30_000),
+        /** Retry a request whose connection was reset after its body was sent (the instance may have started it). */
+        onReset: z.boolean().default(false),
+      })
       .strict()
-      .default({ path: '/health', intervalMs: 5_000, timeoutMs: 2_000 }),
+      .prefault({}),
+    health: z
+      .object({
+        path: z.string().startsWith('/').default('/health'),
+        intervalMs: ms(5_000),
+        timeoutMs: ms(2_000),
+        /** Consecutive passing probes before a down instance takes traffic again. */
+        healthyThreshold: int(1, 100).default(2),
+        /** Consecutive failing probes before a healthy instance is taken out. */
+        unhealthyThreshold: int(1, 100).default(3),
+      })
+      .strict()
+      .prefault({}),
+    outlier: z
+      .object({
+        /** Consecutive 5xx answers (or failures to answer) that eject an instance; 0 turns it off. */
+        consecutive5xx: int(0, 1000).default(5),
+        /** Consecutive gateway failures (502/503/504, connect failures, resets, per-try timeouts); 0 turns it off. */
+        consecutiveGatewayFailure: int(0, 1000).default(5),
+        /** First ejection; each further one lasts this much longer, up to maxEjectionTimeMs. */
+        baseEjectionTimeMs: ms(30_000),
+        maxEjectionTimeMs: ms(300_000),
+        /** At most this share of an endpoint's instances is ejected at once (at least one of two or more). */
+        maxEjectionPercent: int(0, 100).default(50),
+      })
+      .strict()
+      .prefault({}),
+    drain: z
+      .object({
+        /** After SIGTERM: keep accepting connections this long, while /health says 503, for the load balancer to react. */
+        delayMs: ms(5_000),
+        /** Then wait this long for requests in flight before ending them. */
+        timeoutMs: ms(30_000),
+      })
+      .strict()
+      .prefault({}),
     discovery: z
       .object({ modelsIntervalMs: ms(30_000), metricsIntervalMs: ms(10_000) })
       .strict()
-      .default({ modelsIntervalMs: 30_000, metricsIntervalMs: 10_000 }),
+      .prefault({}),
     debugHeaders: z.boolean().default(false),
     log: z
       .object({

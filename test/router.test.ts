@@ -285,7 +285,7 @@ describe('avoid (a retry asks for the next choice)', () => {
   for (const strategy of ['prefix_aware', 'longest_prefix', 'least_outstanding_requests', 'random'] as const) {
     it(`${strategy}: never picks an avoided instance, and gives up when every instance is avoided`, () => {
       const r = make({ instances: four, strategy })
-      const keys = randomKeys(200, 5000, 7)
+      const keys = randomKeys(200)
       for (const k of keys) {
         const first = r.pick(k)
         const second = r.pick(k, { avoid: [first] })
@@ -302,7 +302,7 @@ describe('avoid (a retry asks for the next choice)', () => {
 
   it('prefix_aware: the second choice is the next instance on the ring, the same every time', () => {
     const r = make({ instances: ids(5).map((id) => ({ id })), strategy: 'prefix_aware' })
-    for (const k of randomKeys(100, 5000, 9)) {
+    for (const k of randomKeys(100)) {
       const a = r.pick(k)
       const b1 = r.pick(k, { avoid: [a] })
       b1.release()

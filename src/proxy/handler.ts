@@ -170,7 +170,7 @@ interface Outbound {
 }
 
 async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound): Promise<number> {
-  const retries = Buffer.isBuffer(o.body) ? core.config.upstream.retries : 0
+  const retries = Buffer.isBuffer(o.body) ? core.config.retries.max : 0
   for (let attempt = 0; ; attempt++) {
     const t0 = process.hrtime.bigint()
     const pick: Pick = ep.pick(o.key, o.tenant, o.model, o.anchor)
