@@ -10,6 +10,8 @@ export class ProxyMetrics {
   readonly overflow: Counter<'instance'>
   readonly ttfb: Histogram<'instance'>
   readonly duration: Histogram<'endpoint' | 'status'>
+  readonly retries: Counter<'instance' | 'reason'>
+  readonly ejections: Counter<'instance' | 'reason'>
 
   constructor(endpoints: () => Iterable<Endpoint>) {
     const registers = [this.registry]
@@ -46,6 +48,18 @@ export class ProxyMetrics {
       buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers,
     })
+    this.retries = new Counter({
+      name: 'prefix_router_retries_total',
+      help: 'Requests tried again on another instance, by the instance whose try failed and why (connect, 502, 503, 504, timeout, reset).',
+      labelNames: ['instance', 'reason'],
+      registers,
+    })
+    this.ejections = new Counter({
+      name: 'prefix_router_ejections_total',
+      help: 'Instances taken out of rotation by outlier detection, by instance and reason (consecutive_5xx, consecutive_gateway_failure).',
+      labelNames: ['instance', 'reason'],
+      registers,
+    })
     new Gauge({
       name: 'prefix_router_in_flight',
       help: 'Requests in flight per instance (the native counters the router routes by).',
@@ -70,12 +84,22 @@ export class ProxyMetrics {
     })
     new Gauge({
       name: 'prefix_router_instance_healthy',
-      help: '1 when the instance passes health checks and receives traffic.',
+      help: '1 when the instance passes health checks and is not ejected: it receives traffic.',
       labelNames: ['endpoint', 'instance'],
       registers,
       collect() {
         this.reset()
-        for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.healthy ? 1 : 0)
+        for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.inRotation ? 1 : 0)
+      },
+    })
+    new Gauge({
+      name: 'prefix_router_instance_ejected',
+      help: '1 while outlier detection keeps the instance out of rotation.',
+      labelNames: ['endpoint', 'instance'],
+      registers,
+      collect() {
+        this.reset()
+        for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.outlier.ejected ? 1 : 0)
       },
     })
   }

@@ -1,12 +1,20 @@
 // A named endpoint: its instances, the native router over the healthy ones, and the probes
 // that keep health and models current. Models and adapters become router groups, so a
 // request for model M is routed among the instances serving M only.
+import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
 import { noHealthyInstance, notFound } from '../proxy/errors.js'
 import { NoInstanceError, Router, type Lease } from '../router.js'
 import { defaultThreshold, type RoutingParams } from '../router-options.js'
+import type { Transition } from './health.js'
 import { Instance } from './instance.js'
+import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
+
+export interface EndpointEvents {
+  log?: Logger
+  onEjection?(instance: Instance, reason: EjectionReason): void
+}
 
 /** Group of instances whose models are unknown: they are candidates for any model. */
 const ANY_MODEL = '\u0000any'
@@ -23,11 +31,16 @@ export class Endpoint {
   routing: RoutingConfig
   #config: Config
   #timers: NodeJS.Timeout[] = []
+  #returns = new Set<NodeJS.Timeout>()
   #membership = ''
+  #log: Logger
+  #events: EndpointEvents
 
-  constructor(config: Config, ep: EndpointConfig) {
+  constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
     this.#config = config
+    this.#events = events
+    this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
     this.routing = endpointRouting(config, ep)
     for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
     this.router = new Router({ ...routerParams(this.routing), instances: this.#members() })
@@ -61,8 +74,9 @@ export class Endpoint {
     return removed // the caller closes them once their requests have drained
   }
 
+  /** Instances the router may choose: healthy and not ejected. */
   healthy(): Instance[] {
-    return [...this.instances.values()].filter((i) => i.healthy)
+    return [...this.instances.values()].filter((i) => i.inRotation)
   }
 
   #members() {
@@ -82,14 +96,55 @@ export class Endpoint {
     this.router.setInstances(members, this.routing.vnodes)
   }
 
+  /** Traffic proved the instance unreachable: out of rotation now, back when probes pass. */
   markDown(inst: Instance, reason: string): void {
-    if (!inst.healthy) return
-    inst.healthy = false
-    inst.lastError = reason
+    this.#changed(inst, inst.health.fail(reason))
     this.sync()
   }
 
-  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number): Pick {
+  #changed(inst: Instance, t: Transition): void {
+    if (t === 'down') this.#log.warn({ instance: inst.id, reason: inst.lastError }, 'instance down')
+    else if (t === 'up') this.#log.info({ instance: inst.id }, 'instance up')
+  }
+
+  /**
+   * Counts how one try on the instance ended (passive outlier detection); a run of failures
+   * ejects it, unless that would take out more of the endpoint than outlier.maxEjectionPercent.
+   */
+  recordTry(inst: Instance, result: TryResult): void {
+    const c = this.#config.outlier
+    const reason = inst.outlier.record(result, c)
+    if (reason === undefined || !this.instances.has(inst.id)) return
+    const ejected = [...this.instances.values()].filter((i) => i.outlier.ejected).length
+    if (ejected >= maxEjected(this.instances.size, c.maxEjectionPercent)) {
+      this.#log.warn({ instance: inst.id, reason, ejected }, 'instance failing, but not ejected: outlier.maxEjectionPercent reached')
+      return
+    }
+    const ms = inst.outlier.eject(Date.now(), c)
+    this.#log.warn({ instance: inst.id, reason, ejectionMs: ms, ejections: inst.outlier.ejections }, 'instance ejected')
+    this.#events.onEjection?.(inst, reason)
+    this.sync()
+    // Back by probe once the time is served: a probe that passes returns it to rotation.
+    const t = setTimeout(() => {
+      this.#returns.delete(t)
+      void this.#tryReturn(inst)
+    }, ms)
+    t.unref()
+    this.#returns.add(t)
+  }
+
+  async #tryReturn(inst: Instance): Promise<void> {
+    if (!this.instances.has(inst.id) || !inst.outlier.ejected) return
+    const { health } = this.#config
+    const r = await probeHealth(inst, health.path, health.timeoutMs)
+    inst.outlier.restore(Date.now())
+    if (r.ok) this.#log.info({ instance: inst.id }, 'instance returned after ejection')
+    else this.#changed(inst, inst.health.fail(`after ejection: ${r.error ?? 'probe failed'}`))
+    this.sync()
+  }
+
+  /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
+  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[]): Pick {
     const healthy = this.healthy()
     if (healthy.length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: string | undefined
@@ -101,7 +156,7 @@ export class Endpoint {
       } else throw notFound('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`)
     }
     try {
-      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }), ...(anchor !== undefined && { anchor }) })
+      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }), ...(anchor !== undefined && { anchor }), ...(avoid !== undefined && avoid.length > 0 && { avoid }) })
       const instance = this.instances.get(lease.instance)
       if (instance === undefined) {
         // Membership and the map are updated together on this thread; this is a backstop.
@@ -121,10 +176,10 @@ export class Endpoint {
     const { health, discovery } = this.#config
     await Promise.all(
       [...this.instances.values()].map(async (inst) => {
-        const [ok, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
-        inst.healthy = ok
+        const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
+        this.#changed(inst, inst.health.probe(r.ok, r.error, health))
         if (models) inst.setDiscoveredModels(models)
-        if (ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
+        if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
       }),
     )
     this.sync()
@@ -146,7 +201,8 @@ export class Endpoint {
     every(
       health.intervalMs,
       each(async (i) => {
-        i.healthy = await probeHealth(i, health.path, health.timeoutMs)
+        const r = await probeHealth(i, health.path, health.timeoutMs)
+        this.#changed(i, i.health.probe(r.ok, r.error, health))
       }),
     )
     every(
@@ -175,6 +231,8 @@ export class Endpoint {
 
   async close(): Promise<void> {
     this.stopProbes()
+    for (const t of this.#returns) clearTimeout(t)
+    this.#returns.clear()
     await Promise.all([...this.instances.values()].map((i) => i.close()))
     this.router.close()
   }

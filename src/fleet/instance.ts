@@ -1,6 +1,8 @@
 // One upstream server: its connection pool, what it serves, and what we last saw of it.
 import { H2CClient, Pool, type Dispatcher } from 'undici'
 import type { Config } from '../config.js'
+import { HealthState } from './health.js'
+import { OutlierState } from './outlier.js'
 
 export type UpstreamOptions = Config['upstream']
 
@@ -11,6 +13,13 @@ export class Instance {
   /** Path prefix to put before request paths ('' for a bare origin). */
   readonly basePath: string
   readonly dispatcher: Dispatcher
+  /**
+   * Probes' own connections: a probe queued behind 150 streams in the traffic pool would
+   * time out and take a busy, healthy instance out of rotation.
+   */
+  readonly probeDispatcher: Dispatcher
+  readonly health = new HealthState()
+  readonly outlier = new OutlierState()
   weight: number
   #declared: string[] = []
   // declared ∪ discovered, kept current so a request's model check is one Set lookup.
@@ -19,8 +28,6 @@ export class Instance {
   discoveredModels: string[] | undefined
   /** Parent of each adapter (LoRA) in discoveredModels, from /v1/models' `parent`. */
   parents = new Map<string, string>()
-  healthy = true
-  lastError: string | undefined
   /** vllm:prefix_cache_hits_total / queries_total from the last scrape. */
   kvCacheHitRatio: number | undefined
   kvCacheBlocks: number | undefined
@@ -43,16 +50,22 @@ export class Instance {
       bodyTimeout: upstream.bodyTimeoutMs,
       keepAliveTimeout: upstream.keepAliveTimeoutMs,
     }
-    if (upstream.protocol === 'h2c') {
-      // Prior-knowledge HTTP/2 over cleartext: one connection, many concurrent streams.
-      this.dispatcher = new H2CClient(this.url.origin, { ...common, pipelining: upstream.connections, maxConcurrentStreams: upstream.connections } as H2CClient.Options)
-    } else {
-      this.dispatcher = new Pool(this.url.origin, {
-        ...common,
-        connections: upstream.connections,
-        allowH2: upstream.protocol === 'h2',
-      })
-    }
+    this.dispatcher = pool(this.url.origin, upstream, common, upstream.connections)
+    this.probeDispatcher = pool(this.url.origin, upstream, common, 2)
+  }
+
+  /** Passes health probes (or has not failed enough of them yet). */
+  get healthy(): boolean {
+    return this.health.healthy
+  }
+
+  /** Healthy and not ejected: what the router may choose. */
+  get inRotation(): boolean {
+    return this.health.healthy && !this.outlier.ejected
+  }
+
+  get lastError(): string | undefined {
+    return this.health.lastError
   }
 
   get declaredModels(): string[] {
@@ -95,6 +108,14 @@ export class Instance {
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close().catch(() => undefined)
+    await Promise.all([this.dispatcher.close().catch(() => undefined), this.probeDispatcher.close().catch(() => undefined)])
   }
+}
+
+function pool(origin: string, upstream: UpstreamOptions, common: object, connections: number): Dispatcher {
+  if (upstream.protocol === 'h2c') {
+    // Prior-knowledge HTTP/2 over cleartext: one connection, many concurrent streams.
+    return new H2CClient(origin, { ...common, pipelining: connections, maxConcurrentStreams: connections } as H2CClient.Options)
+  }
+  return new Pool(origin, { ...common, connections, allowH2: upstream.protocol === 'h2' })
 }

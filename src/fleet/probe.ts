@@ -4,7 +4,7 @@ import type { Instance } from './instance.js'
 
 async function get(inst: Instance, path: string, timeoutMs: number): Promise<{ status: number; text: string }> {
   const res = await request(`${inst.url.origin}${inst.basePath}${path}`, {
-    dispatcher: inst.dispatcher,
+    dispatcher: inst.probeDispatcher,
     method: 'GET',
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
@@ -13,14 +13,13 @@ async function get(inst: Instance, path: string, timeoutMs: number): Promise<{ s
   return { status: res.statusCode, text: await res.body.text() }
 }
 
-export async function probeHealth(inst: Instance, path: string, timeoutMs: number): Promise<boolean> {
+/** GET the health path: passed, or why not. */
+export async function probeHealth(inst: Instance, path: string, timeoutMs: number): Promise<{ ok: boolean; error: string | undefined }> {
   try {
     const r = await get(inst, path, timeoutMs)
-    inst.lastError = r.status === 200 ? undefined : `health check answered ${r.status}`
-    return r.status === 200
+    return r.status === 200 ? { ok: true, error: undefined } : { ok: false, error: `health check answered ${r.status}` }
   } catch (err) {
-    inst.lastError = `health check failed: ${(err as Error).message}`
-    return false
+    return { ok: false, error: `health check failed: ${(err as Error).message}` }
   }
 }
 

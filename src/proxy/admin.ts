@@ -27,6 +27,9 @@ export function instancesReport(p: ProxyServer) {
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         healthy: i.healthy,
+        // Outlier detection: out of rotation until this time (ISO), then back by probe.
+        ejectedUntil: i.outlier.ejected ? new Date(i.outlier.ejectedUntil).toISOString() : null,
+        ejections: i.outlier.ejections,
         weight: i.weight,
         inFlight: counts.get(i.id) ?? p.endpoint(ep.name)!.router.inFlight(i.id),
         // longest_prefix: routing-key blocks sent here whose first token has not come back.

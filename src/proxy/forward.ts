@@ -30,19 +30,42 @@ export interface ForwardRequest {
   client: ClientState
   /** Extra response headers (opt-in debug headers). */
   responseHeaders: Record<string, string>
+  /** Time allowed for the response headers (undefined: the dispatcher's headersTimeout). */
+  headersTimeoutMs: number | undefined
+  /**
+   * Called with a 502/503/504 before anything is written to the client: true discards the
+   * answer (the request is then rejected with an UpstreamStatusError and tried elsewhere).
+   */
+  retryStatus(status: number): boolean
   onFirstByte(): void
 }
 
-/** Connection-level failures: the request never reached the instance, so retrying elsewhere is safe. */
+/** A try whose answer was a retryable status, discarded before the client saw it. */
+export class UpstreamStatusError extends Error {
+  readonly code = 'PR_UPSTREAM_STATUS'
+  constructor(readonly status: number) {
+    super(`the instance answered ${status}`)
+    this.name = 'UpstreamStatusError'
+  }
+}
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
+
+/** The connection could not be made: the request never reached the instance, so retrying elsewhere is safe. */
 export function isConnectError(err: unknown): boolean {
-  const code = (err as { code?: string }).code
-  return code === 'ECONNREFUSED' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND' || code === 'ECONNRESET'
+  return CONNECT_CODES.has((err as { code?: string }).code ?? '')
+}
+
+/** Whether the whole request had been written when a try failed (set on errors forward rejects with). */
+export function requestWasSent(err: unknown): boolean {
+  return (err as { requestSent?: boolean }).requestSent === true
 }
 
 export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
   const code = (err as { code?: string }).code
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return upstreamFailed('upstream_timeout', 'the instance did not answer in time', 504)
   if (isConnectError(err)) return upstreamFailed('upstream_unavailable', `cannot reach the instance (${code})`)
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return upstreamFailed('upstream_reset', `the instance closed the connection (${code})`)
   return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }
 
@@ -56,7 +79,20 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
   return h
 }
 
+/** Raw header pairs (as undici delivers them) to an object, repeated names as arrays. */
+function parseRaw(raw: Buffer[] | string[]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const k = raw[i]!.toString().toLowerCase()
+    const v = raw[i + 1]!.toString()
+    const prev = out[k]
+    out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v]
+  }
+  return out
+}
+
 const CLIENT_GONE = Object.assign(new Error('client closed the connection'), { code: 'PR_CLIENT_GONE' })
+const RETRY = new Error('discarded for a retry')
 
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
 export function forward(f: ForwardRequest, res: Res): Promise<number> {
@@ -65,37 +101,54 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
     let started = false
     let first = true
     let sse = false
-    const handler: Dispatcher.DispatchHandler = {
-      onRequestStart(controller) {
-        if (f.client.gone) controller.abort(CLIENT_GONE)
-        else f.client.onGone = () => controller.abort(CLIENT_GONE)
+    let sent = false
+    let retryWith = 0
+    let resume: (() => void) | undefined
+    const onDrain = () => resume?.()
+    // undici's handler interface in its original form: the only one that reports when the
+    // request has been written (onRequestSent), which decides whether a reset may be retried.
+    const handler = {
+      onConnect(abort: (err?: Error) => void) {
+        if (f.client.gone) abort(CLIENT_GONE)
+        else f.client.onGone = () => abort(CLIENT_GONE)
       },
-      onResponseStart(_controller, statusCode, headers) {
-        if (statusCode < 200) return // 1xx: informational, the real answer follows
+      onRequestSent() {
+        sent = true
+      },
+      onHeaders(statusCode: number, raw: Buffer[], resumeFn: () => void): boolean {
+        if (statusCode < 200) return true // 1xx: informational, the real answer follows
+        if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
+          retryWith = statusCode
+          throw RETRY // undici aborts the request with it: the answer is dropped unread
+        }
         status = statusCode
         started = true
+        resume = resumeFn
+        const headers = parseRaw(raw)
         sse = String(headers['content-type'] ?? '').startsWith('text/event-stream')
         res.writeHead(statusCode, { ...endToEnd(headers), ...f.responseHeaders })
+        return true
       },
-      onResponseData(controller, chunk) {
+      onData(chunk: Buffer): boolean {
         if (first) {
           f.onFirstByte()
           first = false
         }
-        if (!res.write(chunk)) {
-          controller.pause()
-          res.once('drain', () => controller.resume())
-        }
+        if (res.write(chunk)) return true
+        res.once('drain', onDrain)
+        return false
       },
-      onResponseEnd() {
+      onComplete() {
+        f.client.onGone = undefined
         if (first) f.onFirstByte()
         res.end()
         resolve(status)
       },
-      onResponseError(_controller, err) {
+      onError(err: Error) {
         f.client.onGone = undefined
         if (f.client.gone) return resolve(499)
-        if (!started) return reject(err)
+        if (retryWith !== 0) return reject(Object.assign(new UpstreamStatusError(retryWith), { requestSent: true }))
+        if (!started) return reject(Object.assign(err, { requestSent: sent }))
         if (sse) {
           const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
           const message = `upstream stream ended early: ${upstreamError(err).message}`
@@ -112,8 +165,9 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
         method: f.method as Dispatcher.HttpMethod,
         headers: requestHeaders(f),
         body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
+        ...(f.headersTimeoutMs !== undefined && { headersTimeout: f.headersTimeoutMs }),
       },
-      handler,
+      handler as unknown as Dispatcher.DispatchHandler,
     )
   })
 }

@@ -5,11 +5,12 @@ import type { Logger } from 'pino'
 import type { Config } from '../config.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics.js'
+import type { Lease } from '../router.js'
 import { readInvokePrefix } from '../prefix/invoke-key.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
-import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge } from './errors.js'
-import { forward, isConnectError, upstreamError, type ClientState } from './forward.js'
+import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge, upstreamFailed } from './errors.js'
+import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { matchRoute, type Route } from './routes.js'
 import type { Req, Res } from './types.js'
 
@@ -19,6 +20,8 @@ export interface ProxyCore {
   readonly log: Logger
   endpoint(name: string | undefined): Endpoint | undefined
   endpoints(): Iterable<Endpoint>
+  /** Proxied requests in flight, and how many of them are on a retry (for the retry budget). */
+  readonly traffic: { active: number; retrying: number }
 }
 
 interface Outcome {
@@ -26,6 +29,8 @@ interface Outcome {
   instance: string
   strategy: string
   status: number
+  /** Tries after the first. */
+  retries: number
 }
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
@@ -87,7 +92,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     client.gone = true
     client.onGone?.()
   })
-  const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0 }
+  const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0, retries: 0 }
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
@@ -105,7 +110,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     const status = client.gone ? 499 : out.status
     core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
     if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
-    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, ms: Math.round(seconds * 1000) }, 'request')
+    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, retries: out.retries || undefined, ms: Math.round(seconds * 1000) }, 'request')
   }
 }
 
@@ -140,6 +145,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   let tenant: string | undefined
   let model: string | undefined
   let anchor: number | undefined
+  let stream = false
   if (route.kind === 'invoke') {
     tenant = tenantOf(header)
     const inv = await readInvokePrefix(req, routing.prefixLength, limit)
@@ -154,10 +160,11 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     model = parsed.model
     key = parsed.text
     anchor = parsed.anchor
+    stream = parsed.stream
     body = raw
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
   }
-  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, anchor, path: route.upstreamPath })
+  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, anchor, stream, path: route.upstreamPath })
 }
 
 interface Outbound {
@@ -166,56 +173,121 @@ interface Outbound {
   tenant: string | undefined
   model: string | undefined
   anchor: number | undefined
+  /** The client asked for a streamed answer (its headers come as soon as the instance accepts it). */
+  stream: boolean
   path: string
 }
 
+/** Why a try is being retried (the `reason` label of prefix_router_retries_total), or undefined when it may not be. */
+function retryReason(err: unknown, onReset: boolean): string | undefined {
+  if (err instanceof UpstreamStatusError) return String(err.status)
+  if (isConnectError(err)) return 'connect'
+  const code = (err as { code?: string }).code
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'timeout'
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'UND_ERR_CLOSED') {
+    // Reset after the whole request went out: the instance may have started the work.
+    return requestWasSent(err) && !onReset ? undefined : 'reset'
+  }
+  return undefined
+}
+
+/** Whether an instance in rotation has not been tried yet. */
+function untried(ep: Endpoint, tries: readonly Lease[]): boolean {
+  return ep.healthy().some((i) => !tries.some((l) => l.instance === i.id))
+}
+
+/** Envoy's retry budget: retries in flight stay under a share of requests in flight (or a floor). */
+function budgetAllows(core: ProxyCore): boolean {
+  const { budgetPercent, minRetryConcurrency } = core.config.retries
+  return core.traffic.retrying < Math.max(minRetryConcurrency, (core.traffic.active * budgetPercent) / 100)
+}
+
 async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound): Promise<number> {
-  const retries = Buffer.isBuffer(o.body) ? core.config.retries.max : 0
-  for (let attempt = 0; ; attempt++) {
-    const t0 = process.hrtime.bigint()
-    const pick: Pick = ep.pick(o.key, o.tenant, o.model, o.anchor)
-    const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
-    const { lease, instance } = pick
-    out.instance = instance.id
-    core.metrics.decision.observe({ strategy: ep.routing.strategy }, decisionSeconds)
-    if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
-    // Strategies with a target of their own say whether they kept it; the others name themselves.
-    const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
-    const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
-    const sent = process.hrtime.bigint()
-    try {
-      return await forward(
-        {
-          instance,
-          method: req.method ?? 'POST',
-          path: o.path,
-          headers: req.headers,
-          body: o.body,
-          clientAddress: req.socket?.remoteAddress,
-          secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
-          client,
-          responseHeaders: core.config.debugHeaders ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision } : {},
-          onFirstByte: () => {
-            // The instance's prefill is over: longest_prefix stops counting it as queued there.
-            lease.firstToken()
-            core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9)
+  const { retries } = core.config
+  // A streamed body (invoke) cannot be sent twice.
+  const maxRetries = Buffer.isBuffer(o.body) ? retries.max : 0
+  // Streaming answers start with their headers as soon as the instance accepts the request;
+  // whole answers send them only at the end, so only the dispatcher's long timeout fits.
+  const headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
+  const tries: Lease[] = []
+  core.traffic.active++
+  try {
+    for (let attempt = 0; ; attempt++) {
+      const t0 = process.hrtime.bigint()
+      let pick: Pick
+      try {
+        pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
+      } catch (err) {
+        if (attempt > 0) throw err instanceof ProxyError && err.code === 'no_healthy_instance' ? lastError(tries) : err
+        throw err
+      }
+      const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
+      const { lease, instance } = pick
+      tries.push(lease)
+      out.instance = instance.id
+      out.retries = attempt
+      core.metrics.decision.observe({ strategy: ep.routing.strategy }, decisionSeconds)
+      if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
+      // Strategies with a target of their own say whether they kept it; the others name themselves.
+      const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
+      const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+      const sent = process.hrtime.bigint()
+      const canRetry = () => attempt < maxRetries && !client.gone && untried(ep, tries) && budgetAllows(core)
+      if (attempt > 0) core.traffic.retrying++
+      try {
+        const status = await forward(
+          {
+            instance,
+            method: req.method ?? 'POST',
+            path: o.path,
+            headers: req.headers,
+            body: o.body,
+            clientAddress: req.socket?.remoteAddress,
+            secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
+            client,
+            headersTimeoutMs,
+            responseHeaders: core.config.debugHeaders
+              ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
+              : {},
+            retryStatus: canRetry,
+            onFirstByte: () => {
+              // The instance's prefill is over: longest_prefix stops counting it as queued there.
+              lease.firstToken()
+              core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9)
+            },
           },
-        },
-        res,
-      )
-    } catch (err) {
-      if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
-      if (client.gone) return 499
-      if (isConnectError(err) && !res.headersSent) {
-        if (ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
-        if (attempt < retries) {
-          core.log.warn({ instance: instance.id, err: (err as Error).message }, 'instance unreachable; retrying on another')
+          res,
+        )
+        if (status !== 499) ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
+        return status
+      } catch (err) {
+        if (client.gone) return 499
+        ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
+        if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
+        ;(lease as LeaseWithError).error = err
+        const reason = retryReason(err, retries.onReset)
+        if (reason !== undefined && !res.headersSent && canRetry()) {
+          core.metrics.retries.inc({ instance: instance.id, reason })
+          core.log.warn({ instance: instance.id, reason, attempt: attempt + 1, err: (err as Error).message }, 'try failed; retrying on another instance')
           continue
         }
+        if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
+        throw err instanceof ProxyError ? err : upstreamError(err)
+      } finally {
+        if (attempt > 0) core.traffic.retrying--
+        lease.release()
       }
-      throw err instanceof ProxyError ? err : upstreamError(err)
-    } finally {
-      lease.release()
     }
+  } finally {
+    core.traffic.active--
   }
+}
+
+type LeaseWithError = Lease & { error?: unknown }
+
+/** When no instance is left to retry on, the client gets what the last try got. */
+function lastError(tries: Lease[]): ProxyError {
+  const err = (tries[tries.length - 1] as LeaseWithError | undefined)?.error
+  if (err instanceof UpstreamStatusError) return upstreamFailed('upstream_error', `every instance tried answered an error; the last answered ${err.status}`, err.status)
+  return err instanceof ProxyError ? err : upstreamError(err)
 }

@@ -27,6 +27,7 @@ export class ProxyServer implements ProxyCore {
   config: Config
   readonly metrics: ProxyMetrics
   readonly log: Logger
+  readonly traffic = { active: 0, retrying: 0 }
   #endpoints = new Map<string, Endpoint>()
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
@@ -37,7 +38,11 @@ export class ProxyServer implements ProxyCore {
     this.#opts = opts
     this.log = opts.logger ?? pino({ level: config.log.level })
     this.metrics = new ProxyMetrics(() => this.#endpoints.values())
-    for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep))
+    for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
+  }
+
+  #endpointEvents() {
+    return { log: this.log, onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }) }
   }
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
@@ -94,7 +99,7 @@ export class ProxyServer implements ProxyCore {
       if (cur) {
         for (const inst of cur.update(config, epc)) retired.push(drainThen(cur, () => inst.close()))
       } else {
-        const ep = new Endpoint(config, epc)
+        const ep = new Endpoint(config, epc, this.#endpointEvents())
         this.#endpoints.set(epc.name, ep)
         ep.startProbes()
         void ep.probe()
