@@ -1,6 +1,7 @@
 // Hop-by-hop headers apply to one connection and must not be forwarded (RFC 9110 section
 // 7.6.1): Connection, the headers it names, and the classic list below. HTTP/2 pseudo
-// headers (":path" …) belong to the client's stream and are dropped as well.
+// headers (":path" …) belong to the client's stream and are dropped as well. Expect is
+// answered by the router itself (100-continue), and undici refuses to send it.
 import type { IncomingHttpHeaders } from 'node:http'
 
 const HOP_BY_HOP = new Set([
@@ -14,6 +15,7 @@ const HOP_BY_HOP = new Set([
   'transfer-encoding',
   'upgrade',
   'http2-settings',
+  'expect',
 ])
 
 function connectionTokens(value: unknown): Set<string> {
