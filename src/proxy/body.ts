@@ -1,0 +1,122 @@
+// A request body under two bounds: its size (413) and the time it may take to arrive (408).
+// The chunks come through one async iterable, so the deadline holds both for bodies read
+// whole and for invoke bodies streamed upstream as they arrive: there it surfaces as an
+// error from the iterable, which fails the upstream request instead of leaving it waiting.
+import { constants as h2 } from 'node:http2'
+import type { Http2ServerRequest } from 'node:http2'
+import { ProxyError, tooLarge } from './errors.js'
+import type { Req } from './types.js'
+
+export const bodyTimeout = (ms: number) =>
+  // Part of the body may still be on its way: the connection cannot carry another request.
+  new ProxyError(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
+
+const clientGone = () => Object.assign(new Error('client closed the request body'), { code: 'PR_CLIENT_GONE' })
+
+/**
+ * The chunks of req's body, failing with 408 once timeoutMs (0: no limit) have passed since
+ * this call. Single use. A reader that gives up early leaves the rest unread, and the
+ * answer says connection: close; on HTTP/2 the stream is reset with NO_ERROR once the
+ * answer is out, which is how RFC 9113 (8.1) has a server stop a request it answered.
+ */
+export function bodyChunks(req: Req, timeoutMs: number): AsyncIterable<Buffer> {
+  const queue: Buffer[] = []
+  let ended = false
+  let failure: Error | undefined
+  let wake: (() => void) | undefined
+  const notify = () => {
+    const w = wake
+    wake = undefined
+    w?.()
+  }
+  const detach = () => {
+    clearTimeout(timer)
+    req.off('data', onData)
+    req.off('end', onEnd)
+    req.off('error', onError)
+    req.off('close', onClose)
+  }
+  const abandon = () => {
+    detach()
+    req.pause()
+    if (req.httpVersionMajor === 2) {
+      const stream = (req as Http2ServerRequest).stream
+      const reset = () => {
+        if (!stream.closed && !stream.destroyed) stream.close(h2.NGHTTP2_NO_ERROR)
+      }
+      if (stream.writableFinished) reset()
+      else stream.once('finish', reset)
+    }
+  }
+  const fail = (err: Error) => {
+    if (ended || failure) return
+    failure = err
+    abandon()
+    notify()
+  }
+  const onData = (chunk: Buffer) => {
+    queue.push(chunk)
+    // One chunk ahead is enough: the reader is either buffering or writing upstream.
+    req.pause()
+    notify()
+  }
+  const onEnd = () => {
+    ended = true
+    detach()
+    notify()
+  }
+  const onError = (err: Error) => fail(err)
+  // 'close' follows 'end' on every request; only an early one means the client left.
+  const onClose = () => fail(clientGone())
+  const timer = timeoutMs > 0 ? setTimeout(() => fail(bodyTimeout(timeoutMs)), timeoutMs) : undefined
+  timer?.unref()
+  req.on('data', onData)
+  req.once('end', onEnd)
+  req.once('error', onError)
+  req.once('close', onClose)
+
+  const iterator: AsyncIterator<Buffer> = {
+    async next() {
+      for (;;) {
+        if (queue.length > 0) {
+          const value = queue.shift()!
+          if (queue.length === 0 && !ended && !failure) req.resume()
+          return { value, done: false }
+        }
+        if (failure) throw failure
+        if (ended) return { value: undefined, done: true }
+        req.resume()
+        await new Promise<void>((resolve) => (wake = resolve))
+      }
+    },
+    async return() {
+      if (!ended && !failure) {
+        failure = clientGone()
+        abandon()
+      }
+      return { value: undefined, done: true }
+    },
+  }
+  return { [Symbol.asyncIterator]: () => iterator }
+}
+
+/** The whole body, each chunk shown to onChunk (which may throw to refuse it) as it arrives. */
+export async function readBody(
+  chunks: AsyncIterable<Buffer>,
+  maxBytes: number,
+  onChunk?: (chunk: Buffer) => void,
+  alloc: (size: number) => Buffer = Buffer.allocUnsafe,
+): Promise<Buffer> {
+  const parts: Buffer[] = []
+  let size = 0
+  for await (const chunk of chunks) {
+    size += chunk.length
+    if (size > maxBytes) throw tooLarge(maxBytes)
+    onChunk?.(chunk)
+    parts.push(chunk)
+  }
+  const out = alloc(size)
+  let at = 0
+  for (const p of parts) at += p.copy(out, at)
+  return out
+}
