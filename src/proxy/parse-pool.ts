@@ -1,0 +1,154 @@
+// Worker threads that parse large or container-heavy request bodies, so one request's
+// JSON.parse never holds up the event loop every other request shares. Workers start on
+// first use, never keep the process alive, and each has a bounded heap: a body that needs
+// more to parse fails alone (413), and a worker that dies is replaced for the next task.
+import { availableParallelism } from 'node:os'
+import { Worker } from 'node:worker_threads'
+import type { OpenAIApi, OpenAIRequest } from '../prefix/openai-key.js'
+import { ProxyError } from './errors.js'
+import type { ParseReply, ParseTask } from './parse-worker.js'
+
+export interface ParsePoolOptions {
+  /** Workers at most (default: 2, or 1 on a machine with 2 CPUs or fewer). */
+  size?: number
+  /**
+   * Old-generation heap of each worker, in MB. JSON.parse of 16 MiB needs 50-100 MB for
+   * strings or numbers and 240-310 MB for nothing but empty arrays or objects: 256 keeps
+   * every plausible body and refuses the floods.
+   */
+  heapMb?: number
+  /** A worker idle this long exits, returning the heap its last parse grew. */
+  idleMs?: number
+}
+
+interface Pending {
+  task: ParseTask
+  resolve(r: OpenAIRequest): void
+  reject(err: Error): void
+}
+
+interface Slot {
+  worker: Worker
+  busy: Pending | undefined
+  idle: NodeJS.Timeout | undefined
+}
+
+const tooComplex = (heapMb: number) =>
+  new ProxyError(413, 'invalid_request_error', 'request_too_complex', `request body needs more than the parser's ${heapMb} MB of memory to parse; send fewer JSON arrays and objects`)
+const parserFailed = (why: string) => new ProxyError(500, 'server_error', 'parser_failed', `the request parser failed: ${why}`)
+
+function startWorker(heapMb: number): Worker {
+  const resourceLimits = { maxOldGenerationSizeMb: heapMb }
+  // Under vitest and tsx the sources are TypeScript, which a worker cannot load by itself:
+  // it loads tsx first and has tsx import the worker module.
+  if (import.meta.url.endsWith('.ts')) {
+    const file = JSON.stringify(new URL('./parse-worker.ts', import.meta.url).href)
+    const code = `import('tsx/esm/api').then(({ tsImport }) => tsImport(${file}, ${JSON.stringify(import.meta.url)}))`
+    return new Worker(code, { eval: true, resourceLimits })
+  }
+  return new Worker(new URL('./parse-worker.js', import.meta.url), { resourceLimits })
+}
+
+export class ParsePool {
+  readonly size: number
+  readonly heapMb: number
+  readonly idleMs: number
+  #slots: Slot[] = []
+  #queue: Pending[] = []
+  #nextId = 1
+  #closed = false
+
+  constructor(opts: ParsePoolOptions = {}) {
+    this.size = opts.size ?? (availableParallelism() > 2 ? 2 : 1)
+    this.heapMb = opts.heapMb ?? 256
+    this.idleMs = opts.idleMs ?? 30_000
+  }
+
+  /** Parses tasks being run or waiting. */
+  get pending(): number {
+    return this.#queue.length + this.#slots.filter((s) => s.busy).length
+  }
+
+  parse(api: OpenAIApi, body: Uint8Array, span: number): Promise<OpenAIRequest> {
+    if (this.#closed) return Promise.reject(parserFailed('the parser is closed'))
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ task: { id: this.#nextId++, api, body, span }, resolve, reject })
+      this.#pump()
+    })
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+    for (const p of this.#queue.splice(0)) p.reject(parserFailed('the parser is closed'))
+    await Promise.all(this.#slots.splice(0).map((s) => this.#retire(s)))
+  }
+
+  #pump(): void {
+    while (this.#queue.length > 0) {
+      const slot = this.#slots.find((s) => !s.busy) ?? (this.#slots.length < this.size ? this.#spawn() : undefined)
+      if (!slot) return
+      const p = this.#queue.shift()!
+      clearTimeout(slot.idle)
+      slot.busy = p
+      // Held while it parses, so that a caller awaiting the answer is not left by an exiting process.
+      slot.worker.ref()
+      slot.worker.postMessage(p.task)
+    }
+  }
+
+  #spawn(): Slot {
+    const slot: Slot = { worker: startWorker(this.heapMb), busy: undefined, idle: undefined }
+    slot.worker.unref()
+    slot.worker.on('message', (reply: ParseReply) => {
+      const p = slot.busy
+      if (!p || p.task.id !== reply.id) return
+      slot.busy = undefined
+      slot.worker.unref()
+      if ('ok' in reply) p.resolve(reply.ok)
+      else if ('refused' in reply) p.reject(new ProxyError(reply.refused.status, reply.refused.type, reply.refused.code, reply.refused.message))
+      else p.reject(parserFailed(reply.failed))
+      slot.idle = setTimeout(() => void this.#retire(slot), this.idleMs).unref()
+      this.#pump()
+    })
+    // 'error' precedes 'exit' when the worker died of an exception or out of memory.
+    let cause: Error | undefined
+    slot.worker.on('error', (err) => (cause ??= err))
+    slot.worker.once('exit', (code) => {
+      clearTimeout(slot.idle)
+      const i = this.#slots.indexOf(slot)
+      if (i >= 0) this.#slots.splice(i, 1)
+      const p = slot.busy
+      slot.busy = undefined
+      if (p) {
+        const oom = (cause as { code?: string } | undefined)?.code === 'ERR_WORKER_OUT_OF_MEMORY'
+        p.reject(oom ? tooComplex(this.heapMb) : parserFailed(cause?.message ?? `worker exited with code ${code}`))
+      }
+      if (!this.#closed) this.#pump()
+    })
+    this.#slots.push(slot)
+    return slot
+  }
+
+  async #retire(slot: Slot): Promise<void> {
+    if (slot.busy && !this.#closed) return
+    clearTimeout(slot.idle)
+    const i = this.#slots.indexOf(slot)
+    if (i >= 0) this.#slots.splice(i, 1)
+    await slot.worker.terminate()
+  }
+}
+
+let shared: ParsePool | undefined
+
+/** The process's pool, started on first use. */
+export function parsePool(): ParsePool {
+  shared ??= new ParsePool()
+  return shared
+}
+
+/** Stops the process's workers; a later parse starts a new pool. */
+export async function closeParsePool(): Promise<void> {
+  const p = shared
+  shared = undefined
+  await p?.close()
+}
