@@ -2,7 +2,9 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { ConfigError, type Config } from '../config.js'
+import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
 import type { ProxyServer } from './proxy.js'
+import { h1Options } from './server.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -47,7 +49,7 @@ export function instancesReport(p: ProxyServer) {
 }
 
 export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<AdminServer> {
-  const server = http.createServer((req, res) => {
+  const server = http.createServer(h1Options(p.config), (req, res) => {
     void (async () => {
       const path = (req.url ?? '/').split('?')[0]
       if (req.method === 'GET' && path === '/metrics') {
@@ -71,6 +73,9 @@ export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<
       if (!res.headersSent) json(res, 500, { error: { message: 'internal error', type: 'server_error', code: 'internal' } })
     })
   })
+  // Its own small cap, counted in the descriptors the front leaves free, so that a flood of
+  // front connections never locks operators out; the timeouts free slots held by silent clients.
+  server.maxConnections = ADMIN_MAX_CONNECTIONS
   await new Promise<void>((res, rej) => server.once('error', rej).listen(at.port, at.host, res))
   return {
     address: server.address() as AddressInfo,

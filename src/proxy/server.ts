@@ -6,23 +6,41 @@ import http2 from 'node:http2'
 import type net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type { Config } from '../config.js'
+import { frontMaxConnections } from '../net/fd-limit.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
+import { FrontConnections } from './connections.js'
+import { checkContinue } from './expect.js'
 import type { Req, Res } from './types.js'
 
 export interface FrontServer {
   readonly address: AddressInfo
   readonly protocol: 'http' | 'https'
+  /** Connections held at once; one more is closed as soon as it is accepted. */
+  readonly maxConnections: number
+  /**
+   * From now on every HTTP/1.1 response says Connection: close and closes its connection, and
+   * HTTP/2 sessions, open or opened later, get GOAWAY (their open streams finish). New
+   * connections are still accepted.
+   */
+  beginDrain(): void
+  /** Stops listening (begins the drain if not begun) and closes idle connections and sessions; resolves once the port is closed. */
+  stopAccepting(): Promise<void>
+  openConnections(): number
+  /** Destroys every connection left, busy or not. */
+  destroyAll(): void
+  /** All of the above: what is still busy after 2 s is destroyed. */
   close(): Promise<void>
 }
 
 type Handler = (req: Req, res: Res) => void
 
-function h1Options(config: Config): http.ServerOptions {
-  const { headersTimeoutMs, requestTimeoutMs } = config.limits
+export function h1Options(config: Config): Pick<http.ServerOptions, 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout' | 'connectionsCheckingInterval'> {
+  const { headersTimeoutMs, requestTimeoutMs, keepAliveTimeoutMs } = config.limits
   return {
     headersTimeout: headersTimeoutMs,
     requestTimeout: requestTimeoutMs,
-    keepAliveTimeout: 65_000,
+    // Node holds an idle connection a second longer than it advertises (Keep-Alive: timeout=).
+    keepAliveTimeout: keepAliveTimeoutMs,
     // Node checks both timeouts on this interval (default 30 s): keep it well under them.
     connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4) || 1000)),
   }
@@ -32,55 +50,89 @@ const h2Settings: http2.Settings = { maxConcurrentStreams: 1000, initialWindowSi
 
 export async function listenFront(config: Config, handler: Handler): Promise<FrontServer> {
   const { host, port } = config.listen
-  if (config.tls) {
-    const server = http2.createSecureServer(
-      { cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key), allowHTTP1: true, settings: h2Settings, noDelay: true },
-      handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
-    )
-    await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res))
-    return {
-      address: server.address() as AddressInfo,
-      protocol: 'https',
-      close: () => closeAll(server),
-    }
-  }
-
-  const h1 = http.createServer(h1Options(config), handler as http.RequestListener)
-  const h2 = http2.createServer({ settings: h2Settings }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void)
-  const sessions = new Set<http2.ServerHttp2Session>()
-  h2.on('session', (s) => {
-    sessions.add(s)
-    s.once('close', () => sessions.delete(s))
-  })
-  const sockets = new Set<net.Socket>()
-  const server = h1h2cServer(h1, h2, (socket) => {
-    sockets.add(socket)
-    socket.once('close', () => sockets.delete(socket))
-    socket.on('error', () => socket.destroy())
-  })
+  const conns = new FrontConnections(config.limits)
+  const front = config.tls ? tlsFront(config, conns, handler) : h2cFront(config, conns, handler)
+  const server = front.server
+  // Beyond it Node closes each new connection at once: refused, not queued behind the others.
+  server.maxConnections = frontMaxConnections(config)
   await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res))
-  // The HTTP/1.1 server never listens itself; start its timeout checks as if it did.
-  h1.emit('listening')
+  front.listening()
+  // 'close' comes once the port is closed and every connection has ended.
+  const closed = new Promise<void>((res) => server.once('close', () => res()))
+  const stopAccepting = async () => {
+    if (server.listening) server.close()
+    conns.closeIdle()
+  }
   return {
     address: server.address() as AddressInfo,
-    protocol: 'http',
+    protocol: config.tls ? 'https' : 'http',
+    maxConnections: server.maxConnections,
+    beginDrain: () => conns.beginDrain(),
+    stopAccepting,
+    openConnections: () => conns.open,
+    destroyAll: () => conns.destroyAll(),
     async close() {
-      const closed = new Promise<void>((res) => server.close(() => res()))
-      h1.closeIdleConnections()
-      for (const s of sessions) s.close()
-      h1.close()
-      h2.close()
+      await stopAccepting()
       // Give in-flight responses a moment, then cut what is left.
       await Promise.race([closed, new Promise((r) => setTimeout(r, 2000).unref())])
-      for (const s of sockets) s.destroy()
+      conns.destroyAll()
       await closed
+      front.closed()
     },
   }
 }
 
-async function closeAll(server: http2.Http2SecureServer): Promise<void> {
-  await new Promise<void>((res) => {
-    server.close(() => res())
-    setTimeout(() => res(), 2000).unref()
-  })
+interface Built {
+  server: net.Server
+  listening(): void
+  closed(): void
+}
+
+type H1Listener = http.RequestListener
+type H2Listener = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void
+
+function listeners(config: Config, conns: FrontConnections, handler: Handler) {
+  return {
+    onRequest: conns.track(handler) as H1Listener & H2Listener,
+    onContinue: conns.track(checkContinue(config.limits.maxBodyBytes, handler)) as H1Listener & H2Listener,
+  }
+}
+
+function h2cFront(config: Config, conns: FrontConnections, handler: Handler): Built {
+  const { onRequest, onContinue } = listeners(config, conns, handler)
+  const h1 = http.createServer(h1Options(config), onRequest)
+  const h2 = http2.createServer({ settings: h2Settings }, onRequest)
+  h1.on('checkContinue', onContinue)
+  h2.on('checkContinue', onContinue).on('session', conns.session)
+  return {
+    server: h1h2cServer(h1, h2, conns.accepted, config.limits.headersTimeoutMs),
+    // The HTTP/1.1 server never listens itself; start its timeout checks as if it did.
+    listening: () => h1.emit('listening'),
+    closed() {
+      h1.close()
+      h2.close()
+    },
+  }
+}
+
+function tlsFront(config: Config, conns: FrontConnections, handler: Handler): Built {
+  const { onRequest, onContinue } = listeners(config, conns, handler)
+  const files = config.tls!
+  const server = http2.createSecureServer(
+    {
+      cert: readFileSync(files.cert),
+      key: readFileSync(files.key),
+      allowHTTP1: true,
+      settings: h2Settings,
+      noDelay: true,
+      // No HTTP timeout runs before the handshake ends (0 would mean Node's 120 s).
+      handshakeTimeout: config.limits.headersTimeoutMs,
+    },
+    onRequest,
+  )
+  // Node's HTTP/1.1 code serves allowHTTP1 connections and reads these from the server.
+  Object.assign(server, h1Options(config))
+  // The HTTP/1.1 and HTTP/2 sides both raise 'checkContinue' on this one server.
+  server.on('checkContinue', onContinue).on('session', conns.session).on('connection', conns.accepted)
+  return { server, listening: () => {}, closed: () => {} }
 }

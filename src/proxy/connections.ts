@@ -1,0 +1,103 @@
+// The front door's connections, for client limits and a graceful drain. Node's HTTP/1.1 server
+// has timeouts of its own (headersTimeout, keepAliveTimeout); an HTTP/2 session has none that
+// tell a session waiting for its next request from one whose stream is quiet (a queued SSE
+// stream sends nothing for a while), so sessions get deadlines here, by open streams.
+import type http from 'node:http'
+import type http2 from 'node:http2'
+import type net from 'node:net'
+import type { Req, Res } from './types.js'
+
+type Handler = (req: Req, res: Res) => void
+
+export interface ClientTimeouts {
+  /** From a session's start to its first request (0: none). */
+  headersTimeoutMs: number
+  /** From a session's last stream closing to the next one opening (0: none). */
+  keepAliveTimeoutMs: number
+}
+
+export class FrontConnections {
+  readonly #sockets = new Set<net.Socket>()
+  /** Connections that carried an HTTP/1.1 request, with their responses not yet closed. */
+  readonly #h1 = new Map<net.Socket, number>()
+  readonly #sessions = new Set<http2.ServerHttp2Session>()
+  #draining = false
+
+  constructor(readonly timeouts: ClientTimeouts) {}
+
+  /** Every accepted TCP connection, so that it can be counted and, at the end, destroyed. */
+  readonly accepted = (socket: net.Socket): void => {
+    this.#sockets.add(socket)
+    socket.once('close', () => this.#sockets.delete(socket))
+    socket.on('error', () => socket.destroy())
+  }
+
+  readonly session = (s: http2.ServerHttp2Session): void => {
+    this.#sessions.add(s)
+    let open = 0
+    let timer: NodeJS.Timeout | undefined
+    // close() sends GOAWAY and, with no stream open, ends the connection.
+    const arm = (ms: number) => void (ms > 0 && (timer = setTimeout(() => s.close(), ms)))
+    arm(this.timeouts.headersTimeoutMs)
+    s.on('stream', (stream: http2.ServerHttp2Stream) => {
+      clearTimeout(timer)
+      open++
+      stream.once('close', () => {
+        if (--open === 0 && !s.closed) arm(this.timeouts.keepAliveTimeoutMs)
+      })
+      // A session opened while draining serves the stream that opened it, and no other.
+      if (this.#draining) s.close()
+    })
+    s.once('close', () => {
+      clearTimeout(timer)
+      this.#sessions.delete(s)
+    })
+  }
+
+  /** Wraps a request handler to count HTTP/1.1 responses per connection. */
+  track(next: Handler): Handler {
+    return (req, res) => {
+      if (req.httpVersionMajor === 1) this.#h1Request(req as http.IncomingMessage, res as unknown as http.ServerResponse)
+      next(req, res)
+    }
+  }
+
+  #h1Request(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const socket = req.socket
+    const n = this.#h1.get(socket)
+    if (n === undefined) socket.once('close', () => this.#h1.delete(socket))
+    this.#h1.set(socket, (n ?? 0) + 1)
+    if (this.#draining) res.shouldKeepAlive = false // Node then sends Connection: close and closes after it
+    res.once('close', () => {
+      const left = this.#h1.get(socket)
+      if (left === undefined) return
+      this.#h1.set(socket, left - 1)
+      // A response begun before the drain promised keep-alive: end the connection now it is idle.
+      if (left === 1 && this.#draining) socket.end()
+    })
+  }
+
+  get draining(): boolean {
+    return this.#draining
+  }
+
+  get open(): number {
+    return this.#sockets.size
+  }
+
+  beginDrain(): void {
+    this.#draining = true
+    for (const s of this.#sessions) s.close()
+  }
+
+  /** Closes HTTP/1.1 connections between requests and sessions with no stream open; drains the rest. */
+  closeIdle(): void {
+    this.beginDrain()
+    for (const [socket, n] of this.#h1) if (n === 0) socket.destroy()
+  }
+
+  destroyAll(): void {
+    for (const s of this.#sessions) s.destroy()
+    for (const socket of this.#sockets) socket.destroy()
+  }
+}
