@@ -1,7 +1,6 @@
 // The invoke API routes on raw bytes: read until prefixLength bytes have arrived (or the
 // body ended), route, then stream those bytes and the rest upstream, so a large body is
 // never held whole in memory just to route it.
-import type { Readable } from 'node:stream'
 import { tooLarge } from '../proxy/errors.js'
 
 export interface InvokeBody {
@@ -12,8 +11,8 @@ export interface InvokeBody {
   complete: boolean
 }
 
-export async function readInvokePrefix(req: Readable, prefixLength: number, maxBytes: number): Promise<InvokeBody> {
-  const it = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+export async function readInvokePrefix(req: AsyncIterable<Buffer>, prefixLength: number, maxBytes: number): Promise<InvokeBody> {
+  const it = req[Symbol.asyncIterator]()
   const head: Buffer[] = []
   let size = 0
   let complete = false

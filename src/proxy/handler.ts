@@ -7,10 +7,11 @@ import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../router.js'
 import { readInvokePrefix } from '../prefix/invoke-key.js'
-import { openAIRequest } from '../prefix/openai-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
+import { bodyChunks } from './body.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
+import { readOpenAIBody } from './openai-body.js'
 import { matchRoute, type Route } from './routes.js'
 import type { Req, Res } from './types.js'
 
@@ -45,36 +46,6 @@ function send(req: Req, res: Res, status: number, body: string, headers: Record<
   if (isH2(req)) delete h.connection
   res.writeHead(status, h)
   res.end(body)
-}
-
-function readBody(req: Req, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = []
-    let size = 0
-    let done = false
-    const fail = (err: Error) => {
-      if (done) return
-      done = true
-      req.pause()
-      reject(err)
-    }
-    req.on('data', (chunk: Buffer) => {
-      if (done) return
-      size += chunk.length
-      if (size > limit) return fail(tooLarge(limit))
-      chunks.push(chunk)
-    })
-    req.once('end', () => {
-      if (done) return
-      done = true
-      resolve(Buffer.concat(chunks, size))
-    })
-    req.once('error', fail)
-    req.once('close', () => {
-      // 'close' follows 'end' on every request; only an early one means the client left.
-      if (!done) fail(Object.assign(new Error('client closed the request body'), { code: 'PR_CLIENT_GONE' }))
-    })
-  })
 }
 
 function declaredLength(req: Req): number | undefined {
@@ -148,14 +119,14 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   let stream = false
   if (route.kind === 'invoke') {
     tenant = tenantOf(header)
-    const inv = await readInvokePrefix(req, routing.prefixLength, limit)
+    const inv = await readInvokePrefix(bodyChunks(req, core.config.limits.bodyTimeoutMs), routing.prefixLength, limit)
     key = inv.prefix
     body = inv.complete ? Buffer.from(inv.prefix) : inv.body
   } else {
-    const raw = await readBody(req, limit)
     // longest_prefix matches further into the prompt than the hashed key reaches.
     const span = routing.strategy === 'longest_prefix' ? Math.max(routing.prefixLength, routing.matchLength) : routing.prefixLength
-    const parsed = openAIRequest(route.api, raw, span)
+    const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
+    const { raw, request: parsed } = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span })
     tenant = tenantOf(header, parsed.promptCacheKey)
     model = parsed.model
     key = parsed.text
