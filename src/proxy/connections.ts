@@ -54,7 +54,7 @@ export class FrontConnections {
     })
   }
 
-  /** Wraps a request handler to count HTTP/1.1 responses per connection. */
+  /** Wraps a request handler: a drain closes an HTTP/1.1 connection only between its answers. */
   track(next: Handler): Handler {
     return (req, res) => {
       if (req.httpVersionMajor === 1) this.#h1Request(req as http.IncomingMessage, res as unknown as http.ServerResponse)
@@ -75,10 +75,6 @@ export class FrontConnections {
       // A response begun before the drain promised keep-alive: end the connection now it is idle.
       if (left === 1 && this.#draining) socket.end()
     })
-  }
-
-  get draining(): boolean {
-    return this.#draining
   }
 
   get open(): number {
