@@ -37,7 +37,9 @@ export class FrontConnections {
     let open = 0
     let timer: NodeJS.Timeout | undefined
     // close() sends GOAWAY and, with no stream open, ends the connection.
-    const arm = (ms: number) => void (ms > 0 && (timer = setTimeout(() => s.close(), ms)))
+    const arm = (ms: number) => {
+      if (ms > 0) timer = setTimeout(() => s.close(), ms)
+    }
     arm(this.timeouts.headersTimeoutMs)
     s.on('stream', (stream: http2.ServerHttp2Stream) => {
       clearTimeout(timer)
