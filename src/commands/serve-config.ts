@@ -20,6 +20,8 @@ export const SERVE_FLAGS = {
   'tls-key': { type: 'string' },
   'upstream-protocol': { type: 'string' },
   'max-body-bytes': { type: 'string' },
+  'drain-delay-ms': { type: 'string' },
+  'drain-timeout-ms': { type: 'string' },
   'debug-headers': { type: 'boolean' },
   'log-level': { type: 'string' },
   'log-prompts': { type: 'boolean' },
@@ -46,6 +48,8 @@ export const ENV: Record<string, keyof typeof SERVE_FLAGS> = {
   PREFIX_ROUTER_TLS_KEY: 'tls-key',
   PREFIX_ROUTER_UPSTREAM_PROTOCOL: 'upstream-protocol',
   PREFIX_ROUTER_MAX_BODY_BYTES: 'max-body-bytes',
+  PREFIX_ROUTER_DRAIN_DELAY_MS: 'drain-delay-ms',
+  PREFIX_ROUTER_DRAIN_TIMEOUT_MS: 'drain-timeout-ms',
   PREFIX_ROUTER_DEBUG_HEADERS: 'debug-headers',
   PREFIX_ROUTER_LOG_LEVEL: 'log-level',
   PREFIX_ROUTER_LOG_PROMPTS: 'log-prompts',
@@ -111,6 +115,8 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   if (f['tls-cert'] !== undefined) r.tls = { cert: f['tls-cert'], key: f['tls-key'] }
   if (f['upstream-protocol'] !== undefined) set(r, ['upstream', 'protocol'], f['upstream-protocol'])
   if (f['max-body-bytes'] !== undefined) set(r, ['limits', 'maxBodyBytes'], int('max-body-bytes', f['max-body-bytes']))
+  if (f['drain-delay-ms'] !== undefined) set(r, ['drain', 'delayMs'], int('drain-delay-ms', f['drain-delay-ms']))
+  if (f['drain-timeout-ms'] !== undefined) set(r, ['drain', 'timeoutMs'], int('drain-timeout-ms', f['drain-timeout-ms']))
   if (f['debug-headers'] !== undefined) r.debugHeaders = f['debug-headers']
   if (f['log-level'] !== undefined) set(r, ['log', 'level'], f['log-level'])
   if (f['log-prompts'] !== undefined) set(r, ['log', 'prompts'], f['log-prompts'])

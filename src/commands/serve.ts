@@ -26,7 +26,9 @@ servers, sending requests that share a prefix to the same instance.
   --tls-cert FILE --tls-key FILE    serve TLS with ALPN h2 and http/1.1
   --upstream-protocol P         http1 (default), h2c (prior knowledge) or h2 (TLS upstreams)
   --max-body-bytes N            request body limit (default 16777216)
-  --debug-headers               add x-prefix-router-instance and x-prefix-router-decision to responses
+  --drain-delay-ms N            on SIGTERM: /health answers 503 and connections are still accepted for N ms (default 5000)
+  --drain-timeout-ms N          then requests in flight get up to N ms to finish (default 30000); a second signal exits at once
+  --debug-headers               add x-prefix-router-instance, -decision and -retries to responses
   --log-level L                 fatal, error, warn, info (default), debug, trace, silent
   --log-prompts                 log routing text (off by default: prompts are never logged otherwise)
   --sim-instances N             with no upstream: size of the embedded simulated fleet (default 4)
@@ -77,17 +79,27 @@ export async function run(argv: string[]): Promise<number> {
   process.on('SIGHUP', () => {
     try {
       proxy.reload()
-    } catch (err) {
-      proxy.log.error({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
+    } catch {
+      // reload() logged why; the running configuration stays.
     }
   })
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve()
-    process.once('SIGINT', stop)
-    process.once('SIGTERM', stop)
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGINT', resolve)
+    process.once('SIGTERM', resolve)
   })
-  process.stderr.write('prefix-router: shutting down\n')
-  await proxy.close()
+  // A second signal means now: the operator (or the orchestrator's kill) will not wait.
+  const now = (s: NodeJS.Signals) => {
+    process.stderr.write(`prefix-router: ${s} again; exiting without waiting for requests in flight\n`)
+    process.exit(s === 'SIGINT' ? 130 : 143)
+  }
+  process.once('SIGINT', now)
+  process.once('SIGTERM', now)
+  const { delayMs, timeoutMs } = proxy.config.drain
+  process.stderr.write(
+    `prefix-router: ${signal}: draining (health checks answer 503; new connections accepted for ${delayMs} ms, then requests in flight get up to ${timeoutMs} ms)\n`,
+  )
+  await proxy.shutdown()
   await closeSim()
+  process.stderr.write('prefix-router: stopped\n')
   return 0
 }

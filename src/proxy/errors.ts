@@ -29,3 +29,5 @@ export const noHealthyInstance = (endpoint: string, retryAfterSeconds: number) =
     'retry-after': String(retryAfterSeconds),
   })
 export const upstreamFailed = (code: string, message: string, status = 502) => new ProxyError(status, 'upstream_error', code, message)
+export const shuttingDown = () =>
+  new ProxyError(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })

@@ -16,6 +16,10 @@ import type { Res } from './types.js'
 export interface ClientState {
   gone: boolean
   onGone: (() => void) | undefined
+  /** The router is ending this request because it is shutting down (set by the drain). */
+  shutdown: boolean
+  /** Ends the request for the shutdown: set while an upstream request is open. */
+  onShutdown: (() => void) | undefined
 }
 
 export interface ForwardRequest {
@@ -92,6 +96,7 @@ function parseRaw(raw: Buffer[] | string[]): Record<string, string | string[]> {
 }
 
 const CLIENT_GONE = Object.assign(new Error('client closed the connection'), { code: 'PR_CLIENT_GONE' })
+export const SHUTDOWN = Object.assign(new Error('the router is shutting down'), { code: 'PR_SHUTDOWN' })
 const RETRY = new Error('discarded for a retry')
 
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
@@ -110,7 +115,11 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
     const handler = {
       onConnect(abort: (err?: Error) => void) {
         if (f.client.gone) abort(CLIENT_GONE)
-        else f.client.onGone = () => abort(CLIENT_GONE)
+        else if (f.client.shutdown) abort(SHUTDOWN)
+        else {
+          f.client.onGone = () => abort(CLIENT_GONE)
+          f.client.onShutdown = () => abort(SHUTDOWN)
+        }
       },
       onRequestSent() {
         sent = true
@@ -140,15 +149,23 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
       },
       onComplete() {
         f.client.onGone = undefined
+        f.client.onShutdown = undefined
         if (first) f.onFirstByte()
         res.end()
         resolve(status)
       },
       onError(err: Error) {
         f.client.onGone = undefined
+        f.client.onShutdown = undefined
         if (f.client.gone) return resolve(499)
         if (retryWith !== 0) return reject(Object.assign(new UpstreamStatusError(retryWith), { requestSent: true }))
         if (!started) return reject(Object.assign(err, { requestSent: sent }))
+        if (err === SHUTDOWN) {
+          // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
+          if (sse) res.end(`data: ${JSON.stringify({ error: { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' } })}\n\n`)
+          else res.destroy()
+          return resolve(status)
+        }
         if (sse) {
           const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
           const message = `upstream stream ended early: ${upstreamError(err).message}`

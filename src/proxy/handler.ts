@@ -9,7 +9,7 @@ import type { Lease } from '../router.js'
 import { readInvokePrefix } from '../prefix/invoke-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
 import { bodyChunks } from './body.js'
-import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, tooLarge, upstreamFailed } from './errors.js'
+import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
 import { matchRoute, type Route } from './routes.js'
@@ -23,6 +23,10 @@ export interface ProxyCore {
   endpoints(): Iterable<Endpoint>
   /** Proxied requests in flight, and how many of them are on a retry (for the retry budget). */
   readonly traffic: { active: number; retrying: number }
+  /** Every front request being handled, so that a shutdown can end what is left. */
+  readonly requests: Set<ClientState>
+  /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
+  readonly draining: boolean
 }
 
 interface Outcome {
@@ -57,12 +61,13 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   const started = performance.now()
   // 'close' before the response ended means the client went away: stop the upstream request.
   // (A plain object rather than an AbortController, which costs a DOMException per request.)
-  const client: ClientState = { gone: false, onGone: undefined }
+  const client: ClientState = { gone: false, onGone: undefined, shutdown: false, onShutdown: undefined }
   res.once('close', () => {
-    if (res.writableEnded) return
+    if (res.writableEnded || client.shutdown) return
     client.gone = true
     client.onGone?.()
   })
+  core.requests.add(client)
   const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0, retries: 0 }
   try {
     const m = matchRoute(req.url ?? '/')
@@ -77,15 +82,20 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
     send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : e.headers)
   } finally {
+    core.requests.delete(client)
     const seconds = (performance.now() - started) / 1000
     const status = client.gone ? 499 : out.status
     core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
     if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
-    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, retries: out.retries || undefined, ms: Math.round(seconds * 1000) }, 'request')
+    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, retries: out.retries || undefined, ...(client.shutdown && { outcome: 'shutdown' }), ms: Math.round(seconds * 1000) }, 'request')
   }
 }
 
 async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, client: ClientState, out: Outcome): Promise<number> {
+  if (core.draining && (route.kind === 'ping' || route.kind === 'health')) {
+    send(req, res, 503, JSON.stringify({ status: 'draining' }))
+    return 503
+  }
   if (route.kind === 'ping') {
     send(req, res, 200, '{}')
     return 200
@@ -203,7 +213,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
       const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
       const sent = process.hrtime.bigint()
-      const canRetry = () => attempt < maxRetries && !client.gone && untried(ep, tries) && budgetAllows(core)
+      const canRetry = () => attempt < maxRetries && !client.gone && !client.shutdown && untried(ep, tries) && budgetAllows(core)
       if (attempt > 0) core.traffic.retrying++
       try {
         const status = await forward(
@@ -229,10 +239,11 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
           },
           res,
         )
-        if (status !== 499) ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
+        if (status !== 499 && !client.shutdown) ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
         return status
       } catch (err) {
         if (client.gone) return 499
+        if (client.shutdown) throw shuttingDown()
         ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
         ;(lease as LeaseWithError).error = err

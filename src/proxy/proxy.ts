@@ -6,6 +6,7 @@ import type { Config } from '../config.js'
 import { Endpoint } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { listenAdmin, type AdminServer } from './admin.js'
+import type { ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
 
@@ -28,6 +29,12 @@ export class ProxyServer implements ProxyCore {
   readonly metrics: ProxyMetrics
   readonly log: Logger
   readonly traffic = { active: 0, retrying: 0 }
+  readonly requests = new Set<ClientState>()
+  draining = false
+  #shutdown: Promise<void> | undefined
+  /** Cuts the drain's waits short when close() is called during it. */
+  #wake: (() => void) | undefined
+  #closing = false
   #endpoints = new Map<string, Endpoint>()
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
@@ -82,7 +89,14 @@ export class ProxyServer implements ProxyCore {
 
   /** Applies a new configuration to later requests; requests in flight keep their leases. */
   reload(next?: Config): ReloadResult {
-    const config = next ?? this.#opts.reloadConfig?.() ?? this.config
+    let config: Config
+    try {
+      config = next ?? this.#opts.reloadConfig?.() ?? this.config
+    } catch (err) {
+      // Both paths (SIGHUP, POST /admin/reload) land here: the operator sees why in the log.
+      this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
+      throw err
+    }
     const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream'] as const).filter(
       (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
     )
@@ -112,7 +126,55 @@ export class ProxyServer implements ProxyCore {
     return { endpoints: [...names], restartRequired }
   }
 
+  /**
+   * Graceful shutdown, as a load balancer in front expects: /health and /ping answer 503 at
+   * once; connections are still accepted for `delayMs` (the balancer's reaction time) while
+   * HTTP/1.1 answers say Connection: close and HTTP/2 sessions get GOAWAY; then the port
+   * closes, requests in flight get up to `timeoutMs` to finish, and what is left is ended (an
+   * event stream with an error event saying so) and logged as `shutdown`.
+   */
+  shutdown(opts: { delayMs: number; timeoutMs: number } = this.config.drain): Promise<void> {
+    this.#shutdown ??= this.#drain(opts)
+    return this.#shutdown
+  }
+
+  async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
+    this.draining = true
+    const front = this.#front
+    this.log.info({ delayMs, timeoutMs, inFlight: this.requests.size, connections: front?.openConnections() }, 'draining: /health answers 503')
+    front?.beginDrain()
+    await this.#sleep(delayMs)
+    if (this.#closing) return
+    await front?.stopAccepting()
+    const deadline = Date.now() + timeoutMs
+    while (this.requests.size > 0 && Date.now() < deadline && !this.#closing) await this.#sleep(Math.min(100, Math.max(1, deadline - Date.now())))
+    if (this.#closing) return
+    if (this.requests.size > 0) {
+      this.log.warn({ inFlight: this.requests.size }, 'drain timeout: ending the requests still in flight')
+      for (const c of this.requests) {
+        c.shutdown = true
+        c.onShutdown?.()
+      }
+      // Each ends in a few event-loop turns: its upstream is aborted and its answer finished.
+      for (let i = 0; i < 50 && this.requests.size > 0; i++) await this.#sleep(10)
+    }
+    front?.destroyAll()
+    await this.close()
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(() => resolve(), ms)
+      this.#wake = () => {
+        clearTimeout(t)
+        resolve()
+      }
+    })
+  }
+
   async close(): Promise<void> {
+    this.#closing = true
+    this.#wake?.()
     await this.#front?.close()
     await this.#admin?.close()
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))

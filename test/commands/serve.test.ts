@@ -29,9 +29,11 @@ afterEach(async () => {
 })
 
 /** Starts serve; resolves with its URLs once it says it is routing. */
-function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ url: string; admin: string; stderr: () => string }> {
-  child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--admin-port', '0', '--log-level', 'warn', ...args], { env: { ...process.env, ...env } })
+function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ url: string; admin: string; stderr: () => string; stdout: () => string }> {
+  child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--drain-delay-ms', '0', ...args], { env: { ...process.env, ...env } })
   let err = ''
+  let out = ''
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()))
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 15_000)
     child!.stderr.on('data', (d: Buffer) => {
@@ -39,7 +41,7 @@ function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ url: stri
       const m = /on (http:\/\/[\d.:]+) \(admin (http:\/\/[\d.:]+)\)/.exec(err)
       if (m) {
         clearTimeout(timer)
-        resolve({ url: m[1]!, admin: m[2]!, stderr: () => err })
+        resolve({ url: m[1]!, admin: m[2]!, stderr: () => err, stdout: () => out })
       }
     })
     child!.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${err}`)))
@@ -92,6 +94,14 @@ describe('prefix-router serve', () => {
     const bad = await fetch(`${s.admin}/admin/reload`, { method: 'POST' })
     expect(bad.status).toBe(400)
     expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/routing\.prefixLength/)
+    expect(await strategy()).toBe('least_outstanding_requests')
+    // Both paths log the failure at warn, with the reason.
+    child!.kill('SIGHUP')
+    const failures = () => s.stdout().split('\n').filter((l) => l.includes('reload failed'))
+    const until = Date.now() + 10_000
+    while (failures().length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 50))
+    expect(failures()).toHaveLength(2)
+    for (const l of failures()) expect(JSON.parse(l)).toMatchObject({ level: 40, err: expect.stringMatching(/routing\.prefixLength/) })
     expect(await strategy()).toBe('least_outstanding_requests')
   })
 

@@ -74,19 +74,32 @@ const generations = (s: Stub) => s.seen.filter((x) => x.url === '/v1/chat/comple
 
 describe('a fast-failing instance', () => {
   it('least_outstanding_requests: an instance answering 503 to everything costs the clients nothing (retried, then ejected)', async () => {
-    const { router, lines } = await fleetOf([worker(failWith(503)), worker(ok('a')), worker(ok('b'))], {
+    // The healthy ones take a while to answer; the failing one answers at once, so under
+    // concurrent load it always has the fewest requests in flight.
+    const slow = (name: string): Handler => (req, res, body) => void setTimeout(() => ok(name)(req, res, body), 20)
+    // Eight clients: a budget of eight retries lets every one of them retry at once.
+    const { router, lines } = await fleetOf([worker(failWith(503)), worker(slow('a')), worker(slow('b'))], {
       routing: { strategy: 'least_outstanding_requests' },
+      retries: { minRetryConcurrency: 8 },
     })
     const statuses: number[] = []
-    for (let i = 0; i < 60; i++) statuses.push((await post(`${router.url}/v1/chat/completions`, chat(`q${i}`))).status)
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, c) => {
+        for (let i = 0; i < 15; i++) statuses.push((await post(`${router.url}/v1/chat/completions`, chat(`c${c} q${i}`))).status)
+      }),
+    )
+    expect(statuses).toHaveLength(120)
     expect(statuses.filter((s) => s !== 200)).toEqual([])
     const bad = ctx.stubs[0]!
-    // It looked least busy, so it was tried first, until it was ejected after 5 failures in a row.
-    expect(generations(bad)).toBe(5)
+    // Tried first while it looked least busy, until five failures in a row ejected it (plus
+    // what the other clients had already sent it by then), then never again.
+    const tried = generations(bad)
+    expect(tried).toBeGreaterThanOrEqual(5)
+    expect(tried).toBeLessThan(5 + 8)
     const ejections = await metric(router, 'prefix_router_ejections_total')
     expect(ejections).toEqual([{ labels: `{instance="${bad.url}",reason="consecutive_gateway_failure"}`, value: 1 }])
     const retries = await metric(router, 'prefix_router_retries_total')
-    expect(retries).toEqual([{ labels: `{instance="${bad.url}",reason="503"}`, value: 5 }])
+    expect(retries).toEqual([{ labels: `{instance="${bad.url}",reason="503"}`, value: tried }])
     expect(lines.some((l) => l.msg === 'instance ejected' && l.instance === bad.url && l.reason === 'consecutive_gateway_failure')).toBe(true)
     const report = (await (await fetch(`${router.adminUrl}/admin/instances`)).json()) as { endpoints: { instances: { id: string; ejectedUntil: string | null; ejections: number }[] }[] }
     const row = report.endpoints[0]!.instances.find((i) => i.id === bad.url)!
@@ -124,12 +137,12 @@ describe('a fast-failing instance', () => {
       routing: { strategy: 'least_outstanding_requests' },
       outlier: { baseEjectionTimeMs: 200 },
     })
-    for (let i = 0; i < 10; i++) await post(`${router.url}/v1/chat/completions`, chat(`q${i}`))
+    for (let i = 0; !lines.some((l) => l.msg === 'instance ejected') && i < 500; i++) await post(`${router.url}/v1/chat/completions`, chat(`q${i}`))
     expect(lines.some((l) => l.msg === 'instance ejected')).toBe(true)
     failing = false
     await until(() => lines.some((l) => l.msg === 'instance returned after ejection'), 10_000, 'the return')
     const seen = new Set<string>()
-    for (let i = 0; i < 10; i++) seen.add((await post(`${router.url}/v1/chat/completions`, chat(`r${i}`))).headers.get('x-prefix-router-instance')!)
+    for (let i = 0; !seen.has(ctx.stubs[0]!.url) && i < 500; i++) seen.add((await post(`${router.url}/v1/chat/completions`, chat(`r${i}`))).headers.get('x-prefix-router-instance')!)
     expect(seen.has(ctx.stubs[0]!.url)).toBe(true)
   })
 })
@@ -206,11 +219,13 @@ describe('retries', () => {
       routing: { strategy: 'least_outstanding_requests' },
       retries: { perTryTimeoutMs: 200 },
     })
-    for (let i = 0; i < 8; i++) {
+    // Ties between idle instances are broken at random: send until the hung one has been tried 5 times.
+    for (let i = 0; generations(ctx.stubs[0]!) < 5 && i < 500; i++) {
       const r = await post(`${router.url}/v1/chat/completions`, chat(`s${i}`, { stream: true }))
       expect(r.status).toBe(200)
       expect(r.headers.get('x-prefix-router-instance')).toBe(ctx.stubs[1]!.url)
     }
+    for (let i = 0; i < 10; i++) await post(`${router.url}/v1/chat/completions`, chat(`after ${i}`, { stream: true }))
     expect(generations(ctx.stubs[0]!)).toBe(5)
     expect(await metric(router, 'prefix_router_ejections_total')).toEqual([{ labels: `{instance="${ctx.stubs[0]!.url}",reason="consecutive_gateway_failure"}`, value: 1 }])
     expect((await metric(router, 'prefix_router_retries_total'))[0]).toEqual({ labels: `{instance="${ctx.stubs[0]!.url}",reason="timeout"}`, value: 5 })
@@ -262,5 +277,45 @@ describe('health probes', () => {
     await until(() => lines.some((l) => l.msg === 'instance up'), 10_000, 'up')
     expect(probes()).toBeGreaterThanOrEqual(passedFrom + 2)
     expect(await inRotation()).toBe(true)
+  })
+})
+
+describe('an instance killed under load', () => {
+  it('streams already running on it end with an error event; requests after it died are retried elsewhere', async () => {
+    const open: http.ServerResponse[] = []
+    const sse: Handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('data: {"choices":[{"delta":{"content":"x"}}]}\n\n')
+      open.push(res)
+    }
+    const quick: Handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n')
+    }
+    const { router } = await fleetOf([worker(sse), worker(quick)], { routing: { strategy: 'random' } })
+    // Random placement: send until 5 streams are running on the victim (the rest finish on the other).
+    const running: Promise<string>[] = []
+    for (let i = 0; open.length < 5 && i < 1000; i++) {
+      const r = await fetch(`${router.url}/v1/chat/completions`, { method: 'POST', body: chat(`r${i}`, { stream: true }), headers: { 'content-type': 'application/json' } })
+      if (r.headers.get('x-prefix-router-instance') === ctx.stubs[0]!.url) running.push(r.text())
+      else expect(await r.text()).toContain('[DONE]')
+    }
+    expect(running).toHaveLength(5)
+    const victim = ctx.stubs[0]!
+    victim.server.closeAllConnections()
+    victim.server.close()
+    const cut = await Promise.all(running)
+    for (const body of cut) {
+      expect(body).not.toContain('[DONE]')
+      expect(body).toMatch(/"code":"upstream_stream_error"/)
+    }
+    // After it died: refused connections are retried on the other instance, and it is out of
+    // rotation (ejected after five cut streams, or marked down by a refused connection).
+    for (let i = 0; i < 10; i++) {
+      const r = await post(`${router.url}/v1/chat/completions`, chat(`after ${i}`, { stream: true }))
+      expect(r.status).toBe(200)
+      expect(r.text).toContain('[DONE]')
+    }
+    expect(await metric(router, 'prefix_router_instance_healthy')).toContainEqual({ labels: `{endpoint="default",instance="${victim.url}"}`, value: 0 })
   })
 })

@@ -73,7 +73,7 @@ describe('TLS upstreams', () => {
     await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r))
     const port = (upstream.address() as import('node:net').AddressInfo).port
     const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
-    const child = spawn(process.execPath, [cli, 'serve', '--upstream', `https://localhost:${port}`, '--upstream-protocol', 'h2', '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn'], {
+    const child = spawn(process.execPath, [cli, 'serve', '--upstream', `https://localhost:${port}`, '--upstream-protocol', 'h2', '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn', '--drain-delay-ms', '0'], {
       env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem') },
     })
     try {
