@@ -13,7 +13,7 @@ export class ProxyMetrics {
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
 
-  constructor(endpoints: () => Iterable<Endpoint>) {
+  constructor(endpoints: () => Iterable<Endpoint>, front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined) {
     const registers = [this.registry]
     this.requests = new Counter({
       name: 'prefix_router_requests_total',
@@ -59,6 +59,23 @@ export class ProxyMetrics {
       help: 'Instances taken out of rotation by outlier detection, by instance and reason (consecutive_5xx, consecutive_gateway_failure).',
       labelNames: ['instance', 'reason'],
       registers,
+    })
+    new Gauge({
+      name: 'prefix_router_front_connections',
+      help: 'Client connections open on the front port (limits.maxConnections caps them).',
+      registers,
+      collect() {
+        this.set(front()?.openConnections() ?? 0)
+      },
+    })
+    new Counter({
+      name: 'prefix_router_front_connections_refused_total',
+      help: 'Client connections closed as they were accepted, because limits.maxConnections were open.',
+      registers,
+      collect() {
+        this.reset()
+        this.inc(front()?.refused ?? 0)
+      },
     })
     new Gauge({
       name: 'prefix_router_in_flight',

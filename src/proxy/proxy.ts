@@ -44,7 +44,10 @@ export class ProxyServer implements ProxyCore {
     this.config = config
     this.#opts = opts
     this.log = opts.logger ?? pino({ level: config.log.level })
-    this.metrics = new ProxyMetrics(() => this.#endpoints.values())
+    this.metrics = new ProxyMetrics(
+      () => this.#endpoints.values(),
+      () => this.#front,
+    )
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
   }
 

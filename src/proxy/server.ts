@@ -26,6 +26,8 @@ export interface FrontServer {
   /** Stops listening (begins the drain if not begun) and closes idle connections and sessions; resolves once the port is closed. */
   stopAccepting(): Promise<void>
   openConnections(): number
+  /** Connections closed on accept because maxConnections were open. */
+  readonly refused: number
   /** Destroys every connection left, busy or not. */
   destroyAll(): void
   /** All of the above: what is still busy after 2 s is destroyed. */
@@ -55,6 +57,8 @@ export async function listenFront(config: Config, handler: Handler): Promise<Fro
   const server = front.server
   // Beyond it Node closes each new connection at once: refused, not queued behind the others.
   server.maxConnections = frontMaxConnections(config)
+  let refused = 0
+  server.on('drop', () => refused++)
   await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res))
   front.listening()
   // 'close' comes once the port is closed and every connection has ended.
@@ -70,6 +74,9 @@ export async function listenFront(config: Config, handler: Handler): Promise<Fro
     beginDrain: () => conns.beginDrain(),
     stopAccepting,
     openConnections: () => conns.open,
+    get refused() {
+      return refused
+    },
     destroyAll: () => conns.destroyAll(),
     async close() {
       await stopAccepting()

@@ -106,7 +106,9 @@ describe('maxConnections', () => {
     expect(refused.received).toBe('')
     const metrics = await fetch(`${router.adminUrl}/metrics`)
     expect(metrics.status).toBe(200)
-    expect(await metrics.text()).toContain('# TYPE')
+    const text = await metrics.text()
+    expect(text).toMatch(/^prefix_router_front_connections_refused_total 1$/m)
+    expect(text).toMatch(/^prefix_router_front_connections 4$/m)
     // A place freed is taken again.
     held.pop()!.socket.destroy()
     let answered = false
