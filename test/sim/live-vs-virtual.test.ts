@@ -100,12 +100,21 @@ describe('live worker vs virtual engine', () => {
   })
 
   it('--time-scale runs the same model faster in wall time', async () => {
-    const body = { prompt: promptOf(1000, 'scaled'), max_tokens: 10 }
     const slow = await fleet({ profile: 'llama-3.1-70b-p5', timeScale: 1 })
     const fast = await fleet({ profile: 'llama-3.1-70b-p5', timeScale: 20 })
-    const a = await post(slow.urls[0]!, '/v1/completions', body)
-    const b = await post(fast.urls[0]!, '/v1/completions', body)
-    expect(b.body.usage).toEqual(a.body.usage)
-    expect(b.ms).toBeLessThan(a.ms / 3)
+    const slowMs: number[] = []
+    const fastMs: number[] = []
+    for (let i = 0; i < 3; i++) {
+      const body = { prompt: promptOf(1000, `scaled ${i}`), max_tokens: 10 }
+      const a = await post(slow.urls[0]!, '/v1/completions', body)
+      const b = await post(fast.urls[0]!, '/v1/completions', body)
+      expect(b.body.usage).toEqual(a.body.usage)
+      slowMs.push(a.ms)
+      fastMs.push(b.ms)
+    }
+    // A busy machine only ever adds to a wall time: the quickest of three is the closest to the
+    // model's, where one sample of the fast worker could take a hiccup larger than a third of
+    // the slow one's time.
+    expect(Math.min(...fastMs)).toBeLessThan(Math.min(...slowMs) / 3)
   })
 })
