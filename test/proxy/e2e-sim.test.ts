@@ -6,7 +6,7 @@ import { promisify } from 'node:util'
 import OpenAI from 'openai'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { RealClock, resolveSim, SimWorker, startSimFleet, type Clock, type SimFleet, type TimerHandle } from '../../src/sim/index.js'
 import { chat, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
 
 const run = promisify(execFile)
@@ -24,6 +24,56 @@ async function setup(n: number, overrides: Record<string, unknown> = {}, sim: Re
   fleet = await startSimFleet({ instances: n, profile: 'tiny', ...sim })
   router = await startRouter(fleet.urls, overrides)
   return { fleet, router }
+}
+
+/**
+ * A real clock whose events are held back until open() is called: the engines it drives
+ * accept requests and send stream headers, but produce no token before then.
+ */
+class GatedClock implements Clock {
+  private readonly inner = new RealClock()
+  private held: { handle: TimerHandle; fn: (at: number) => void }[] | null = []
+  private readonly forwarded = new WeakMap<TimerHandle, TimerHandle>()
+
+  now(): number {
+    return this.inner.now()
+  }
+
+  schedule(at: number, fn: (at: number) => void): TimerHandle {
+    if (this.held === null) return this.inner.schedule(at, fn)
+    const handle = { at }
+    this.held.push({ handle, fn })
+    return handle
+  }
+
+  cancel(handle: TimerHandle): void {
+    const i = this.held?.findIndex((h) => h.handle === handle) ?? -1
+    if (i >= 0) this.held!.splice(i, 1)
+    else this.inner.cancel(this.forwarded.get(handle) ?? handle)
+  }
+
+  open(): void {
+    for (const { handle, fn } of this.held ?? []) this.forwarded.set(handle, this.inner.schedule(handle.at, fn))
+    this.held = null
+  }
+}
+
+/** Like setup(), on tiny-profile workers that generate nothing until `open()`. */
+async function setupGated(n: number): Promise<{ fleet: SimFleet; router: ProxyServer; open: () => void }> {
+  const sim = resolveSim({ profile: 'tiny' })
+  const clocks = Array.from({ length: n }, () => new GatedClock())
+  const workers = clocks.map((clock, i) => new SimWorker({ id: `sim-${i}`, index: i, sim, clock }))
+  fleet = {
+    urls: [],
+    workers,
+    close: async () => {
+      await Promise.all(workers.map((w) => w.close()))
+    },
+  }
+  for (const w of workers) await w.start()
+  fleet.urls = workers.map((w) => w.url)
+  router = await startRouter(fleet.urls)
+  return { fleet, router, open: () => clocks.forEach((c) => c.open()) }
 }
 
 const MODEL = 'sim-tiny'
@@ -102,7 +152,9 @@ describe('through the router to simulated vLLM workers', () => {
   })
 
   it('a reload that changes the strategy while 50 streams are open drops none of them', async () => {
-    const { router } = await setup(3, {}, { timeScale: 0.05 }) // slow the clock: streams stay open
+    // The workers hold every token until the reload is done: on a slowed clock instead, the first
+    // streams could finish before the last ones were sent whenever the machine was busy.
+    const { router, open } = await setupGated(3)
     const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 })
     const streams = Array.from({ length: 50 }, (_, i) =>
       (async () => {
@@ -112,15 +164,22 @@ describe('through the router to simulated vLLM workers', () => {
         return finish
       })(),
     )
-    await until(() => totalInFlight(router) === 50, 10_000, '50 open streams')
-    const before = router.endpoint(undefined)!.routing.strategy
-    const result = router.reload({ ...router.config, routing: { ...router.config.routing, strategy: 'least_outstanding_requests' } })
-    expect(result.restartRequired).toEqual([])
-    expect(before).toBe('prefix_aware')
-    expect(router.endpoint(undefined)!.routing.strategy).toBe('least_outstanding_requests')
-    const after = await post(`${router.url}/v1/chat/completions`, chat('after', { model: MODEL, max_tokens: 1 }))
-    expect(after.headers.get('x-prefix-router-decision')).toBe('least_outstanding_requests')
-    expect(await Promise.all(streams)).toEqual(Array(50).fill('length'))
+    try {
+      await until(() => totalInFlight(router) === 50, 50_000, '50 open streams')
+      const before = router.endpoint(undefined)!.routing.strategy
+      const result = router.reload({ ...router.config, routing: { ...router.config.routing, strategy: 'least_outstanding_requests' } })
+      expect(result.restartRequired).toEqual([])
+      expect(before).toBe('prefix_aware')
+      expect(router.endpoint(undefined)!.routing.strategy).toBe('least_outstanding_requests')
+      const after = post(`${router.url}/v1/chat/completions`, chat('after', { model: MODEL, max_tokens: 1 }))
+      // routed while all 50 are still open
+      await until(() => totalInFlight(router) === 51, 50_000, 'the request after the reload')
+      open()
+      expect((await after).headers.get('x-prefix-router-decision')).toBe('least_outstanding_requests')
+      expect(await Promise.all(streams)).toEqual(Array(50).fill('length'))
+    } finally {
+      open()
+    }
   }, 60_000)
 
   it('a client that disconnects drops the simulator’s running count', async () => {
