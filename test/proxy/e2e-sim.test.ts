@@ -207,16 +207,18 @@ describe('through the router to simulated vLLM workers', () => {
   it('metrics: requests by instance and status, TTFB, and each instance’s KV-cache hit ratio', async () => {
     const { router } = await setup(2, { discovery: { modelsIntervalMs: 0, metricsIntervalMs: 50 } })
     for (let i = 0; i < 3; i++) await post(`${router.url}/v1/chat/completions`, chat(longSystem, { model: MODEL, max_tokens: 2 }))
-    await new Promise((r) => setTimeout(r, 200))
-    const text = await (await fetch(`${router.adminUrl}/metrics`)).text()
+    // The hit ratio comes from the router's next scrape of the workers, 50 ms apart when the
+    // machine is idle and later when it is busy: wait for the one that saw all 3 requests
+    // (1 miss, 2 hits) rather than for a fixed time.
+    const hitRatio = (t: string) => Number(/prefix_router_instance_kv_cache_hit_ratio\{endpoint="default",instance="[^"]+"\} ([\d.]+)/.exec(t)?.[1] ?? 0)
+    let text = ''
+    await until(async () => hitRatio((text = await (await fetch(`${router.adminUrl}/metrics`)).text())) > 0.5, 30_000, 'a scrape that saw the 3 requests')
     expect(text).toMatch(/prefix_router_requests_total\{endpoint="default",instance="http:\/\/127\.0\.0\.1:\d+",strategy="prefix_aware",status="200"\} 3/)
     expect(text).toMatch(/prefix_router_upstream_ttfb_seconds_count\{instance="[^"]+"\} 3/)
     expect(text).toMatch(/prefix_router_routing_decision_seconds_count\{strategy="prefix_aware"\} 3/)
     expect(text).toMatch(/prefix_router_request_duration_seconds_count\{endpoint="default",status="200"\} 3/)
     expect(text).toMatch(/prefix_router_in_flight\{endpoint="default",instance="[^"]+"\} 0/)
-    const ratio = /prefix_router_instance_kv_cache_hit_ratio\{endpoint="default",instance="[^"]+"\} ([\d.]+)/.exec(text)
-    expect(ratio).not.toBeNull()
-    expect(Number(ratio![1])).toBeGreaterThan(0.5) // 2 of 3 identical long prompts hit
+    expect(hitRatio(text)).toBeGreaterThan(0.5) // 2 of 3 identical long prompts hit
     const report = (await (await fetch(`${router.adminUrl}/admin/instances`)).json()) as { endpoints: { instances: { requests: number; share: number; models: string[] }[] }[] }
     const insts = report.endpoints[0]!.instances
     expect(insts.reduce((n, i) => n + i.requests, 0)).toBe(3)
