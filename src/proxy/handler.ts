@@ -244,7 +244,10 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       } catch (err) {
         if (client.gone) return 499
         if (client.shutdown) throw shuttingDown()
-        ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
+        // The client's own failure (a streamed body that timed out) says nothing about the instance.
+        if (!(err instanceof ProxyError && err.status < 500)) {
+          ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
+        }
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
         ;(lease as LeaseWithError).error = err
         const reason = retryReason(err, retries.onReset)
