@@ -8,11 +8,14 @@ describe('prefix cache over HTTP', () => {
     const { urls } = await fleet({ timeScale: 0.2 })
     const body = { prompt: promptOf(2000, 'repeat'), max_tokens: 2, stream_options: { include_usage: true } }
     const first = await stream(urls[0]!, '/v1/completions', body)
-    const second = await stream(urls[0]!, '/v1/completions', body)
+    const again = []
+    for (let i = 0; i < 3; i++) again.push(await stream(urls[0]!, '/v1/completions', body))
     expect(first.usage.prompt_tokens).toBe(2000)
     expect(first.usage.prompt_tokens_details.cached_tokens).toBe(0)
-    expect(second.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(0.9 * 2000)
-    expect(second.ttftMs).toBeLessThan(first.ttftMs)
+    for (const r of again) expect(r.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(0.9 * 2000)
+    // A busy machine adds to any one TTFT, once 380 ms to a cached one; it never takes away, so
+    // the quickest of three cached requests shows what the cache saved.
+    expect(Math.min(...again.map((r) => r.ttftMs))).toBeLessThan(first.ttftMs)
   })
 
   it('turn 2 of a conversation hits the blocks of turn 1', async () => {
