@@ -66,13 +66,16 @@ describe('prefix cache over HTTP', () => {
   it('batching: 32 concurrent uncached requests take longer per request than one', async () => {
     const { urls } = await fleet()
     const one = (tag: string) => post(urls[0]!, '/v1/completions', { prompt: promptOf(2000, tag), max_tokens: 8 })
-    const alone = await one('alone')
+    // A busy machine can add more to one request alone than the batch adds to the model's ~40 ms:
+    // the quickest of three (each uncached) is the one request's time.
+    let alone = Infinity
+    for (let i = 0; i < 3; i++) alone = Math.min(alone, (await one(`alone${i}`)).ms)
     const batch = await Promise.all(Array.from({ length: 32 }, (_, i) => one(`batch${i}`)))
     expect(batch.every((r) => r.status === 200)).toBe(true)
     const mean = batch.reduce((s, r) => s + r.ms, 0) / batch.length
-    expect(mean).toBeGreaterThan(alone.ms)
+    expect(mean).toBeGreaterThan(alone)
     // the model says ~10x (64,000 prompt tokens through 4,096-token steps): ask for 2x
-    expect(mean).toBeGreaterThan(2 * alone.ms)
+    expect(mean).toBeGreaterThan(2 * alone)
   })
 
   it('keeps LoRA adapters and cache_salt values in separate cache namespaces', async () => {
