@@ -37,12 +37,19 @@ describe('SSE backpressure', () => {
 
 describe('high time scales', () => {
   it('runs steps shorter than the timer resolution at the requested speed', async () => {
-    const body = { prompt: promptOf(100, 'fast'), max_tokens: 300 } // tiny: ~600 simulated ms
-    const a = await post((await fleet({ timeScale: 5 })).urls[0]!, '/v1/completions', body)
-    const b = await post((await fleet({ timeScale: 500 })).urls[0]!, '/v1/completions', body)
+    const body = (tag: string) => ({ prompt: promptOf(100, tag), max_tokens: 300 }) // tiny: ~600 simulated ms
+    const a = await post((await fleet({ timeScale: 1 })).urls[0]!, '/v1/completions', body('fast'))
     expect(a.body.usage.completion_tokens).toBe(300)
-    expect(b.body.usage.completion_tokens).toBe(300)
-    // 100x faster in the model; one timer tick per step would make it ~no faster than 5x
-    expect(b.ms).toBeLessThan(a.ms / 5)
+    const fast = (await fleet({ timeScale: 500 })).urls[0]!
+    let b = Infinity
+    for (let i = 0; i < 3; i++) {
+      const r = await post(fast, '/v1/completions', body(`fast ${i}`))
+      expect(r.body.usage.completion_tokens).toBe(300)
+      b = Math.min(b, r.ms)
+    }
+    // 500x faster in the model (~1 ms), where one timer tick per step would take 300 ms or more.
+    // A busy machine adds tens of ms to any request: the slow one runs at scale 1 (600 ms) so a
+    // fifth of it stays well above that, and the quickest of three fast ones is compared.
+    expect(b).toBeLessThan(a.ms / 5)
   })
 })
