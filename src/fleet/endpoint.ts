@@ -104,7 +104,13 @@ export class Endpoint {
 
   #changed(inst: Instance, t: Transition): void {
     if (t === 'down') this.#log.warn({ instance: inst.id, reason: inst.lastError }, 'instance down')
-    else if (t === 'up') this.#log.info({ instance: inst.id }, 'instance up')
+    else if (t === 'up') {
+      // Down and back up (a restart): the failures that ejected it were its going down, not a
+      // fault that outlives it. One that never failed a probe stays ejected for its time.
+      const lifted = inst.outlier.ejected
+      if (lifted) inst.outlier.restore(Date.now())
+      this.#log.info({ instance: inst.id, ...(lifted && { ejectionLifted: true }) }, 'instance up')
+    }
   }
 
   /**

@@ -41,6 +41,10 @@ export interface ForwardRequest {
    * answer (the request is then rejected with an UpstreamStatusError and tried elsewhere).
    */
   retryStatus(status: number): boolean
+  /** The instance's answer started (headers passed on to the client) with this status. */
+  onResponse(status: number): void
+  /** The answer broke off after it started (not by the client or a shutdown). */
+  onCut(): void
   onFirstByte(): void
 }
 
@@ -132,6 +136,7 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
         }
         status = statusCode
         started = true
+        f.onResponse(statusCode)
         resume = resumeFn
         const headers = parseRaw(raw)
         sse = String(headers['content-type'] ?? '').startsWith('text/event-stream')
@@ -166,6 +171,7 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
           else res.destroy()
           return resolve(status)
         }
+        f.onCut()
         if (sse) {
           const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
           const message = `upstream stream ended early: ${upstreamError(err).message}`

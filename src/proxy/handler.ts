@@ -80,7 +80,8 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     if (!(err instanceof ProxyError)) core.log.error({ err }, 'request failed')
     out.status = e.status
     // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
-    send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : e.headers)
+    const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
+    send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
   } finally {
     core.requests.delete(client)
     const seconds = (performance.now() - started) / 1000
@@ -213,8 +214,17 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
       const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
       const sent = process.hrtime.bigint()
-      const canRetry = () => attempt < maxRetries && !client.gone && !client.shutdown && untried(ep, tries) && budgetAllows(core)
-      if (attempt > 0) core.traffic.retrying++
+      // A request that never reached an instance adds no load by being sent elsewhere: the
+      // budget, which stops retries from multiplying an overload, does not count it.
+      const canRetry = (reason?: string) =>
+        attempt < maxRetries && !client.gone && !client.shutdown && untried(ep, tries) && (reason === 'connect' || budgetAllows(core))
+      // A retry counts against the budget until its answer starts, not for a whole stream.
+      let retrying = attempt > 0
+      if (retrying) core.traffic.retrying++
+      const answered = () => {
+        if (retrying) core.traffic.retrying--
+        retrying = false
+      }
       try {
         const status = await forward(
           {
@@ -230,7 +240,14 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
             responseHeaders: core.config.debugHeaders
               ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
               : {},
-            retryStatus: canRetry,
+            retryStatus: () => canRetry(),
+            onResponse: (status) => {
+              answered()
+              // Counted when the answer starts, as Envoy does: a stream that runs for minutes
+              // must not leave an instance's quick failures looking consecutive.
+              ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
+            },
+            onCut: () => ep.recordTry(instance, 'gateway'),
             onFirstByte: () => {
               // The instance's prefill is over: longest_prefix stops counting it as queued there.
               lease.firstToken()
@@ -239,7 +256,6 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
           },
           res,
         )
-        if (status !== 499 && !client.shutdown) ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
         return status
       } catch (err) {
         if (client.gone) return 499
@@ -251,7 +267,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
         ;(lease as LeaseWithError).error = err
         const reason = retryReason(err, retries.onReset)
-        if (reason !== undefined && !res.headersSent && canRetry()) {
+        if (reason !== undefined && !res.headersSent && canRetry(reason)) {
           core.metrics.retries.inc({ instance: instance.id, reason })
           core.log.warn({ instance: instance.id, reason, attempt: attempt + 1, err: (err as Error).message }, 'try failed; retrying on another instance')
           continue
@@ -259,7 +275,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
         throw err instanceof ProxyError ? err : upstreamError(err)
       } finally {
-        if (attempt > 0) core.traffic.retrying--
+        answered()
         lease.release()
       }
     }

@@ -175,6 +175,15 @@ describe('retries', () => {
     expect(await metric(router, 'prefix_router_retries_total')).toEqual([])
   })
 
+  it('a refused connection is retried even with no budget left: it never reached an instance', async () => {
+    const { router } = await fleetOf([worker(ok('dead')), worker(ok('a'))], {
+      routing: { strategy: 'random' },
+      retries: { budgetPercent: 0, minRetryConcurrency: 0 },
+    })
+    await ctx.stubs[0]!.close()
+    for (let i = 0; i < 10; i++) expect((await post(`${router.url}/v1/chat/completions`, chat(`q${i}`))).status).toBe(200)
+  })
+
   it('retries.max bounds the tries: every instance failing gives the client one error after max + 1 tries', async () => {
     const { router } = await fleetOf([0, 1, 2, 3].map(() => worker(failWith(502))), { retries: { max: 2 }, outlier: { consecutiveGatewayFailure: 0, consecutive5xx: 0 } })
     const r = await post(`${router.url}/v1/chat/completions`, chat('one'))
@@ -200,7 +209,11 @@ describe('retries', () => {
       if (onReset) expect(failed).toEqual([])
       else {
         expect(failed).toHaveLength(resets)
-        for (const f of failed) expect([f.status, JSON.parse(f.text).error.code]).toEqual([502, 'upstream_reset'])
+        for (const f of failed) {
+          expect([f.status, JSON.parse(f.text).error.code]).toEqual([502, 'upstream_reset'])
+          // The router's own error answers name the instance too, with debugHeaders.
+          expect(f.headers.get('x-prefix-router-instance')).toBe(ctx.stubs[0]!.url)
+        }
       }
       await until(() => totalInFlight(router) === 0, 3000, 'in-flight back to 0')
       await router.close()
@@ -229,6 +242,55 @@ describe('retries', () => {
     expect(generations(ctx.stubs[0]!)).toBe(5)
     expect(await metric(router, 'prefix_router_ejections_total')).toEqual([{ labels: `{instance="${ctx.stubs[0]!.url}",reason="consecutive_gateway_failure"}`, value: 1 }])
     expect((await metric(router, 'prefix_router_retries_total'))[0]).toEqual({ labels: `{instance="${ctx.stubs[0]!.url}",reason="timeout"}`, value: 5 })
+  })
+})
+
+describe('outlier detection counts answers as they start', () => {
+  it('an instance whose long streams succeed between quick 503s is not ejected: each stream counts when it starts', async () => {
+    const held: http.ServerResponse[] = []
+    let n = 0
+    const alternating: Handler = (req, res, body) => {
+      if (n++ % 2 === 1) return failWith(503)(req, res, body)
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('data: {"choices":[]}\n\n')
+      held.push(res)
+    }
+    const { router } = await fleetOf([worker(alternating), worker(ok('a'))], {
+      routing: { strategy: 'least_outstanding_requests' },
+      retries: { max: 0 },
+      outlier: { consecutiveGatewayFailure: 3 },
+    })
+    const victim = ctx.stubs[0]!
+    // One request at a time; each client drops its stream once it has started, so a stream never
+    // reaches its end and only its start can count as a success.
+    for (let i = 0; generations(victim) < 12 && i < 500; i++) {
+      const r = await fetch(`${router.url}/v1/chat/completions`, { method: 'POST', body: chat(`q${i}`, { stream: true }), headers: { 'content-type': 'application/json' } })
+      void r.body?.cancel().catch(() => undefined)
+    }
+    expect(generations(victim)).toBe(12)
+    expect(await metric(router, 'prefix_router_ejections_total')).toEqual([])
+    for (const res of held.splice(0)) res.end('data: [DONE]\n\n')
+  })
+
+  it('an ejected instance that goes down and comes back up (a restart) returns without serving out its ejection', async () => {
+    let healthy = true
+    let failing = true
+    const flaky: Handler = (req, res, body) => (failing ? failWith(503) : ok('flaky'))(req, res, body)
+    const { router, lines } = await fleetOf([worker(flaky, () => (healthy ? 200 : 503)), worker(ok('a'))], {
+      routing: { strategy: 'random' },
+      health: { intervalMs: 20, timeoutMs: 2000, healthyThreshold: 2, unhealthyThreshold: 1 },
+      outlier: { baseEjectionTimeMs: 3_600_000 },
+    })
+    for (let i = 0; !lines.some((l) => l.msg === 'instance ejected') && i < 500; i++) await post(`${router.url}/v1/chat/completions`, chat(`q${i}`))
+    healthy = false
+    await until(() => lines.some((l) => l.msg === 'instance down'), 10_000, 'down')
+    failing = false
+    healthy = true
+    await until(() => lines.some((l) => l.msg === 'instance up'), 10_000, 'up')
+    expect(lines.find((l) => l.msg === 'instance up')).toMatchObject({ instance: ctx.stubs[0]!.url, ejectionLifted: true })
+    const seen = new Set<string>()
+    for (let i = 0; !seen.has(ctx.stubs[0]!.url) && i < 500; i++) seen.add((await post(`${router.url}/v1/chat/completions`, chat(`r${i}`))).headers.get('x-prefix-router-instance')!)
+    expect(seen.has(ctx.stubs[0]!.url)).toBe(true)
   })
 })
 
