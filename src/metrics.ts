@@ -1,6 +1,6 @@
 // The router's Prometheus metrics (prom-client), one registry per server so that several
 // servers in one process (tests, embedded gateways) do not share counters.
-import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import type { Endpoint } from './fleet/endpoint.js'
 
 export class ProxyMetrics {
@@ -15,6 +15,8 @@ export class ProxyMetrics {
 
   constructor(endpoints: () => Iterable<Endpoint>, front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined) {
     const registers = [this.registry]
+    // The process's own: resident memory, heap, event-loop lag, descriptors, GC time.
+    collectDefaultMetrics({ register: this.registry })
     this.requests = new Counter({
       name: 'prefix_router_requests_total',
       help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status.',

@@ -101,7 +101,6 @@ function parseRaw(raw: Buffer[] | string[]): Record<string, string | string[]> {
 
 const CLIENT_GONE = Object.assign(new Error('client closed the connection'), { code: 'PR_CLIENT_GONE' })
 export const SHUTDOWN = Object.assign(new Error('the router is shutting down'), { code: 'PR_SHUTDOWN' })
-const RETRY = new Error('discarded for a retry')
 
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
 export function forward(f: ForwardRequest, res: Res): Promise<number> {
@@ -131,8 +130,10 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
       onHeaders(statusCode: number, raw: Buffer[], resumeFn: () => void): boolean {
         if (statusCode < 200) return true // 1xx: informational, the real answer follows
         if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
+          // Read to its end and dropped (error bodies are small): aborting would close a
+          // keep-alive connection for every retried answer.
           retryWith = statusCode
-          throw RETRY // undici aborts the request with it: the answer is dropped unread
+          return true
         }
         status = statusCode
         started = true
@@ -144,6 +145,7 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
         return true
       },
       onData(chunk: Buffer): boolean {
+        if (retryWith !== 0) return true
         if (first) {
           f.onFirstByte()
           first = false
@@ -155,6 +157,7 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
       onComplete() {
         f.client.onGone = undefined
         f.client.onShutdown = undefined
+        if (retryWith !== 0) return reject(Object.assign(new UpstreamStatusError(retryWith), { requestSent: true }))
         if (first) f.onFirstByte()
         res.end()
         resolve(status)
