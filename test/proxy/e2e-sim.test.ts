@@ -5,7 +5,9 @@ import http2 from 'node:http2'
 import { promisify } from 'node:util'
 import OpenAI from 'openai'
 import { afterEach, describe, expect, it } from 'vitest'
+import { openAIRequest } from '../../src/prefix/openai-key.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
+import { Router } from '../../src/router.js'
 import { RealClock, resolveSim, SimWorker, startSimFleet, type Clock, type SimFleet, type TimerHandle } from '../../src/sim/index.js'
 import { chat, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
 
@@ -19,6 +21,27 @@ afterEach(async () => {
   router = undefined
   fleet = undefined
 })
+
+/**
+ * 24 documents, 6 of which the consistent hash places on `stuck` (dry runs of a router with the
+ * same instances; the ring depends on their URLs, whose ports are random), spread through the 24.
+ */
+function documents(urls: string[], stuck: string): string[] {
+  const dry = new Router({ instances: urls.map((id) => ({ id })), strategy: 'longest_prefix', placement: 'hash' })
+  const home: string[] = []
+  const elsewhere: string[] = []
+  for (let d = 0; (home.length < 6 || elsewhere.length < 18) && d < 10_000; d++) {
+    const body = chat(`document ${d}: ${'a paragraph of its own text. '.repeat(20)}${d}`, { model: MODEL, max_tokens: 2 })
+    const { text, anchor } = openAIRequest('chat', Buffer.from(body), 65_536)
+    const lease = dry.pick(text, anchor === undefined ? {} : { anchor })
+    lease.release()
+    if (lease.instance === stuck) {
+      if (home.length < 6) home.push(body)
+    } else if (elsewhere.length < 18) elsewhere.push(body)
+  }
+  dry.close()
+  return Array.from({ length: 24 }, (_, i) => (i % 4 === 1 ? home.shift()! : elsewhere.shift()!))
+}
 
 async function setup(n: number, overrides: Record<string, unknown> = {}, sim: Record<string, unknown> = {}) {
   fleet = await startSimFleet({ instances: n, profile: 'tiny', ...sim })
@@ -259,10 +282,10 @@ describe('through the router to simulated vLLM workers', () => {
       const stuckInFlight = () => [...router.endpoints()][0]!.router.instances().find((i) => i.id === stuck)!.inFlight
       const aborts: AbortController[] = []
       let toStuck = 0
-      for (let d = 0; d < 24; d++) {
+      for (const body of documents(fleet.urls, stuck)) {
+        const d = aborts.length
         const ac = new AbortController()
         aborts.push(ac)
-        const body = chat(`document ${d}: ${'a paragraph of its own text. '.repeat(20)}${d}`, { model: MODEL, max_tokens: 2 })
         let answered = false
         void fetch(`${router.url}/v1/chat/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, signal: ac.signal }).then(
           () => void (answered = true),
@@ -278,7 +301,8 @@ describe('through the router to simulated vLLM workers', () => {
       await fleet.close()
       return toStuck
     }
-    expect(await tryPlacement('hash')).toBeGreaterThan(2) // about a quarter of 24
+    // Six of the 24 documents hash to the stuck worker (chosen by a dry run on the same ring).
+    expect(await tryPlacement('hash')).toBeGreaterThan(2)
     expect(await tryPlacement('balanced')).toBeLessThanOrEqual(1) // at most the first, while all were idle
     router = undefined
     fleet = undefined
