@@ -4,12 +4,11 @@
 import { spawn } from 'node:child_process'
 import http from 'node:http'
 import http2 from 'node:http2'
-import { Writable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
-import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
+import { capturedLog } from './log-lines.js'
 import { chat, startStub, totalInFlight, until, type Stub } from '../proxy/helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
@@ -34,13 +33,7 @@ async function streamingStub(): Promise<{ stub: Stub; open: http.ServerResponse[
 }
 
 async function router(urls: string[]) {
-  const lines: Record<string, unknown>[] = []
-  const sink = new Writable({
-    write(chunk: Buffer, _e, cb) {
-      for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l) as Record<string, unknown>)
-      cb()
-    },
-  })
+  const { logger, lines } = capturedLog()
   const config = parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     admin: { host: '127.0.0.1', port: 0 },
@@ -48,7 +41,7 @@ async function router(urls: string[]) {
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
     endpoints: [{ name: 'default', instances: urls }],
   })
-  const p = await ProxyServer.start(config, { logger: pino({ level: 'info' }, sink) })
+  const p = await ProxyServer.start(config, { logger })
   return { p, lines }
 }
 

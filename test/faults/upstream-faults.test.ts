@@ -3,11 +3,10 @@
 // client sees, that ejection and retries are counted, and that every in-flight counter is
 // back to 0 (useStubFleet checks that after each test).
 import http from 'node:http'
-import { Writable } from 'node:stream'
-import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
+import { capturedLog } from './log-lines.js'
 import { chat, post, startStub, totalInFlight, until, useStubFleet, type Stub } from '../proxy/helpers.js'
 
 const ctx = useStubFleet()
@@ -41,13 +40,7 @@ const failWith = (status: number): Handler => (_req, res) => {
 /** A router in front of stubs with the given handlers, and a log whose lines the test can read. */
 async function fleetOf(handlers: Handler[], overrides: Record<string, unknown> = {}) {
   ctx.stubs = await Promise.all(handlers.map((h, i) => startStub(`s${i}`, h)))
-  const lines: Record<string, unknown>[] = []
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l) as Record<string, unknown>)
-      cb()
-    },
-  })
+  const { logger, lines } = capturedLog()
   const config = parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     admin: { host: '127.0.0.1', port: 0 },
@@ -58,7 +51,7 @@ async function fleetOf(handlers: Handler[], overrides: Record<string, unknown> =
     endpoints: [{ name: 'default', instances: ctx.stubs.map((s) => s.url), routing: (overrides.routing as object | undefined) ?? {} }],
     routing: undefined,
   })
-  ctx.router = await ProxyServer.start(config, { logger: pino({ level: 'info' }, sink) })
+  ctx.router = await ProxyServer.start(config, { logger })
   return { router: ctx.router, lines }
 }
 
