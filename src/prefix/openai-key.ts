@@ -2,8 +2,14 @@
 // independent of JSON formatting and of sampling parameters. Two requests whose text
 // begins the same way share a key, whatever else differs in their bodies.
 import { badRequest } from '../proxy/errors.js'
+import { embeddingsText } from './embeddings-key.js'
+import { messagesText, promptText, type MessagesText } from './prompt-text.js'
+import { responsesText } from './responses-key.js'
+import { rerankText, scoreText } from './score-key.js'
+import { detokenizeText, tokenizeText } from './tokenize-key.js'
 
-export type OpenAIApi = 'chat' | 'completions'
+/** The APIs whose JSON bodies the router reads for a routing key. */
+export type OpenAIApi = 'chat' | 'completions' | 'embeddings' | 'responses' | 'rerank' | 'score' | 'tokenize' | 'detokenize'
 
 export interface OpenAIRequest {
   model: string | undefined
@@ -20,38 +26,14 @@ export interface OpenAIRequest {
   stream: boolean
 }
 
-// Role markers keep "user: X" and "assistant: X" apart; the separators cannot occur in JSON
-// text unescaped only by accident, which is enough for a routing key.
-const ROLE_OPEN = '\u241e'
-const ROLE_CLOSE = '\u241f'
-
-function contentText(content: unknown, where: string): string {
-  if (content === null || content === undefined) return ''
-  if (typeof content === 'string') return content
-  if (!Array.isArray(content)) throw badRequest('invalid_content', `${where}.content must be a string or an array of content parts`)
-  let out = ''
-  for (const part of content) {
-    if (part === null || typeof part !== 'object') continue
-    const p = part as { type?: unknown; text?: unknown; image_url?: { url?: unknown } | string }
-    if (typeof p.text === 'string') out += p.text
-    else if (p.type === 'image_url') {
-      // The image is part of the prompt the cache sees; its URL (or data URL) stands for it.
-      const url = typeof p.image_url === 'string' ? p.image_url : p.image_url?.url
-      out += `[image:${typeof url === 'string' ? url : ''}]`
-    }
-  }
-  return out
-}
-
-function promptText(prompt: unknown): string | undefined {
-  if (typeof prompt === 'string') return prompt
-  if (Array.isArray(prompt) && prompt.length > 0) {
-    const first = prompt[0]
-    if (typeof first === 'string') return first // a batch routes by its first prompt
-    if (typeof first === 'number') return prompt.join(' ') // token ids
-    if (Array.isArray(first)) return first.join(' ')
-  }
-  return undefined
+// The other APIs' text, each from its own module; chat and completions stay below.
+const OTHER: Record<Exclude<OpenAIApi, 'chat' | 'completions'>, (b: Record<string, unknown>, cap: number) => MessagesText> = {
+  embeddings: embeddingsText,
+  responses: responsesText,
+  rerank: rerankText,
+  score: scoreText,
+  tokenize: tokenizeText,
+  detokenize: detokenizeText,
 }
 
 /**
@@ -76,18 +58,13 @@ export function openAIRequest(api: OpenAIApi, raw: Buffer, limit: number): OpenA
   let anchor: number | undefined
   if (api === 'chat') {
     if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest('missing_messages', "'messages' must be a non-empty array")
-    for (let i = 0; i < b.messages.length && text.length < cap; i++) {
-      const m = b.messages[i] as { role?: unknown; content?: unknown } | null
-      if (m === null || typeof m !== 'object' || typeof m.role !== 'string') {
-        throw badRequest('invalid_message', `messages[${i}] must be an object with a string 'role'`)
-      }
-      text += `${ROLE_OPEN}${m.role}${ROLE_CLOSE}${contentText(m.content, `messages[${i}]`)}`
-      if (anchor === undefined && m.role === 'user') anchor = text.length
-    }
-  } else {
+    ;({ text, anchor } = messagesText(b.messages, cap))
+  } else if (api === 'completions') {
     const p = promptText(b.prompt)
     if (p === undefined) throw badRequest('missing_prompt', "'prompt' must be a string or a non-empty array")
     text = p
+  } else {
+    ;({ text, anchor } = OTHER[api](b, cap))
   }
   return {
     model: b.model as string | undefined,

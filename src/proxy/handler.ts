@@ -12,7 +12,7 @@ import { bodyChunks } from './body.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
-import { matchRoute, type Route } from './routes.js'
+import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import type { Req, Res } from './types.js'
 
 export interface ProxyCore {
@@ -106,6 +106,11 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     const status = healthy > 0 ? 200 : 503
     send(req, res, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
     return status
+  }
+  if (route.kind === 'unsupported') {
+    // Refused rather than guessed at: an unknown API has no routing key, and vLLM's other /v1/
+    // paths include ones that change one instance's state (LoRA loading).
+    throw notFound('unsupported_route', `the router does not forward ${route.path}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
   }
   const ep = core.endpoint(route.endpoint)
   if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${route.endpoint ?? 'default'}'`)

@@ -1,14 +1,30 @@
-// Front routes. Endpoint-scoped forms map onto the instance's own
-// paths: /endpoints/{name}/invocations -> /invocations, /endpoints/{name}/openai/v1/... -> /v1/...
+// Front routes. Endpoint-scoped forms map onto the instance's own paths:
+// /endpoints/{name}/invocations -> /invocations,
+// /endpoints/{name}/openai/v1/... -> /v1/..., /endpoints/{name}/openai/tokenize -> /tokenize.
+import type { OpenAIApi } from '../prefix/openai-key.js'
 
 export type Route =
   | { kind: 'ping' }
   | { kind: 'health' }
   | { kind: 'models'; endpoint: string | undefined }
   | { kind: 'invoke'; endpoint: string | undefined; upstreamPath: string }
-  | { kind: 'openai'; api: 'chat' | 'completions'; endpoint: string | undefined; upstreamPath: string }
+  | { kind: 'openai'; api: OpenAIApi; endpoint: string | undefined; upstreamPath: string }
+  /** A path under /v1/ the router does not forward; answered 404 with the list below. */
+  | { kind: 'unsupported'; path: string }
 
-const OPENAI: Record<string, 'chat' | 'completions'> = { '/v1/chat/completions': 'chat', '/v1/completions': 'completions' }
+const OPENAI: Record<string, OpenAIApi> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completions',
+  '/v1/embeddings': 'embeddings',
+  '/v1/responses': 'responses',
+  '/v1/rerank': 'rerank',
+  '/v1/score': 'score',
+  '/tokenize': 'tokenize',
+  '/detokenize': 'detokenize',
+}
+
+/** The OpenAI-shaped routes, as an unsupported path's answer lists them. */
+export const OPENAI_ROUTES: readonly string[] = ['GET /v1/models', ...Object.keys(OPENAI).map((p) => `POST ${p}`)]
 
 /** The route for a path, and the methods it allows; undefined when no route matches. */
 export function matchRoute(url: string): { route: Route; method: 'GET' | 'POST' } | undefined {
@@ -36,5 +52,7 @@ export function matchRoute(url: string): { route: Route; method: 'GET' | 'POST' 
   if (rest === '/v1/models') return { route: { kind: 'models', endpoint }, method: 'GET' }
   const api = OPENAI[rest]
   if (api) return { route: { kind: 'openai', api, endpoint, upstreamPath: `${rest}${query}` }, method: 'POST' }
+  // Every OpenAI and vLLM API a client sends a prompt to is a POST.
+  if (rest.startsWith('/v1/')) return { route: { kind: 'unsupported', path }, method: 'POST' }
   return undefined
 }

@@ -13,7 +13,9 @@ import { handleGeneration, type Api, type GenerateContext } from './generate.js'
 import { destroy, parseJson, readBody, send, sendError, sendJson, type Req, type Res } from './http-util.js'
 import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.js'
 import { ModelRegistry } from './models.js'
+import { embeddingsAnswer } from './embeddings.js'
 import { ApiError } from './openai-shapes.js'
+import { responsesAnswer } from './responses.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
 
 export interface SimWorkerOptions {
@@ -156,6 +158,12 @@ export class SimWorker {
         case '/metrics':
           allow(method, 'GET')
           return send(res, 200, PROMETHEUS_CONTENT_TYPE, renderMetrics(this.engine, { modelName: this.models.base, engineIndex: 0 }))
+        case '/v1/embeddings':
+          allow(method, 'POST')
+          return sendJson(res, 200, embeddingsAnswer(parseJson(await readBody(req)), this.models))
+        case '/v1/responses':
+          allow(method, 'POST')
+          return sendJson(res, 200, responsesAnswer(parseJson(await readBody(req)), this.models))
         case '/version':
           allow(method, 'GET')
           return sendJson(res, 200, { version: 'prefix-router-sim' })
