@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
 import { LIMITS, parseStrategy, PLACEMENTS } from './router-options.js'
+import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -55,7 +56,7 @@ const upstreamUrl = z.string().refine((s) => {
   }
 }, 'must be an http:// or https:// URL')
 
-const Instance = z.union([
+export const Instance = z.union([
   upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined })),
   z
     .object({
@@ -72,10 +73,13 @@ const Instance = z.union([
 const Endpoint = z
   .object({
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'must be 1–63 letters, digits, . _ or -'),
-    instances: z.array(Instance).min(1, 'must list at least one instance'),
+    instances: z.array(Instance).default([]),
+    /** Where more instances come from (files, DNS, Kubernetes), merged with `instances`. */
+    discovery: z.array(DiscoverySourceSchema).optional(),
     routing: RoutingOverride.default({}),
   })
   .strict()
+  .refine((ep) => ep.instances.length > 0 || (ep.discovery?.length ?? 0) > 0, { message: 'must list at least one instance, or discovery sources', path: ['instances'] })
 
 const Listen = (port: number, host: string) =>
   z.object({ host: z.string().min(1).default(host), port: int(0, 65535).default(port) }).strict()

@@ -6,6 +6,8 @@ import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig }
 import { noHealthyInstance, notFound } from '../proxy/errors.js'
 import { NoInstanceError, Router, type Lease } from '../router.js'
 import { defaultThreshold, type RoutingParams } from '../router-options.js'
+import type { InstanceEntry } from './discovery/source.js'
+import { closeWhenDrained } from './drain.js'
 import type { Transition } from './health.js'
 import { Instance } from './instance.js'
 import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
@@ -34,6 +36,14 @@ export class Endpoint {
   #returns = new Set<NodeJS.Timeout>()
   #membership = ''
   #log: Logger
+  /** Instances the configuration lists, and each discovery source's latest list. */
+  #static: InstanceEntry[]
+  #discovered = new Map<string, InstanceEntry[]>()
+  /** Discovered instances waiting for their first probe before they take traffic. */
+  #joining = new Map<string, Instance>()
+  /** Removed by discovery, waiting for their requests in flight to finish before closing. */
+  #retiring = new Set<Instance>()
+  #closed = false
   #events: EndpointEvents
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
@@ -42,8 +52,13 @@ export class Endpoint {
     this.#events = events
     this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
     this.routing = endpointRouting(config, ep)
+    this.#static = ep.instances
     for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
-    this.router = new Router({ ...routerParams(this.routing), instances: this.#members() })
+    // A router cannot be empty: an endpoint whose instances are all still to be discovered
+    // starts with a stand-in, never picked (pick() needs a healthy instance) and replaced by
+    // the first sync().
+    const members = this.#members()
+    this.router = new Router({ ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] })
   }
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
@@ -51,27 +66,74 @@ export class Endpoint {
     this.#config = config
     this.routing = endpointRouting(config, ep)
     this.router.configure(routerParams(this.routing))
-    const removed: Instance[] = []
-    const wanted = new Map(ep.instances.map((i) => [i.url.replace(/\/+$/, ''), i]))
-    for (const [id, inst] of this.instances) {
-      if (!wanted.has(id)) {
-        this.instances.delete(id)
-        removed.push(inst)
+    this.#static = ep.instances
+    const { removed } = this.#setInstances(false)
+    if (this.#timers.length > 0) this.startProbes()
+    return removed // the caller closes them once their requests have drained
+  }
+
+  /**
+   * A discovery source's current list (undefined: the source was removed). Instances that
+   * left are out of routing at once and closed when their requests have finished; new ones
+   * take traffic after their first probe (`joined` resolves then). Returns the ids that
+   * joined or left the endpoint: an id another source or `instances` still lists stays.
+   */
+  setDiscovered(source: string, list: InstanceEntry[] | undefined): { added: string[]; removed: string[]; joined: Promise<void> } {
+    if (list === undefined) this.#discovered.delete(source)
+    else this.#discovered.set(source, list)
+    const { added, removed, joined } = this.#setInstances(true)
+    for (const inst of removed) {
+      this.#retiring.add(inst)
+      void closeWhenDrained(this, inst).finally(() => this.#retiring.delete(inst))
+    }
+    return { added, removed: removed.map((i) => i.id), joined }
+  }
+
+  /** Makes the membership static ∪ discovered (the first listing of an id wins); `probeFirst`: new instances join once probed. */
+  #setInstances(probeFirst: boolean): { added: string[]; removed: Instance[]; joined: Promise<void> } {
+    const wanted = new Map<string, InstanceEntry>()
+    for (const list of [this.#static, ...this.#discovered.values()]) {
+      for (const i of list) {
+        const id = i.url.replace(/\/+$/, '')
+        if (!wanted.has(id)) wanted.set(id, i)
       }
     }
+    const removed: Instance[] = []
+    for (const set of [this.instances, this.#joining]) {
+      for (const [id, inst] of set) {
+        if (!wanted.has(id)) {
+          set.delete(id)
+          removed.push(inst)
+        }
+      }
+    }
+    const added: string[] = []
+    const joins: Promise<void>[] = []
     for (const [id, i] of wanted) {
-      const cur = this.instances.get(id)
+      const cur = this.instances.get(id) ?? this.#joining.get(id)
       if (cur) {
         cur.weight = i.weight
         cur.declaredModels = i.models
         cur.indexBlocks = i.indexBlocks
-      } else {
-        this.instances.set(id, new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
+        continue
       }
+      const inst = new Instance(i.url, i.weight, i.models, this.#config.upstream, i.indexBlocks)
+      added.push(id)
+      if (probeFirst) {
+        this.#joining.set(id, inst)
+        joins.push(this.#join(inst))
+      } else this.instances.set(id, inst)
     }
     this.sync()
-    if (this.#timers.length > 0) this.startProbes()
-    return removed // the caller closes them once their requests have drained
+    return { added, removed, joined: Promise.all(joins).then(() => undefined) }
+  }
+
+  async #join(inst: Instance): Promise<void> {
+    await this.#probeOne(inst)
+    if (this.#closed || this.#joining.get(inst.id) !== inst) return
+    this.#joining.delete(inst.id)
+    this.instances.set(inst.id, inst)
+    this.sync()
   }
 
   /** Instances the router may choose: healthy and not ejected. */
@@ -179,16 +241,16 @@ export class Endpoint {
 
   /** One round of probes: health, models, metrics. Resolves when all have answered. */
   async probe(): Promise<void> {
-    const { health, discovery } = this.#config
-    await Promise.all(
-      [...this.instances.values()].map(async (inst) => {
-        const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
-        this.#changed(inst, inst.health.probe(r.ok, r.error, health))
-        if (models) inst.setDiscoveredModels(models)
-        if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
-      }),
-    )
+    await Promise.all([...this.instances.values()].map((inst) => this.#probeOne(inst)))
     this.sync()
+  }
+
+  async #probeOne(inst: Instance): Promise<void> {
+    const { health, discovery } = this.#config
+    const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
+    this.#changed(inst, inst.health.probe(r.ok, r.error, health))
+    if (models) inst.setDiscoveredModels(models)
+    if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
   }
 
   startProbes(): void {
@@ -236,10 +298,11 @@ export class Endpoint {
   }
 
   async close(): Promise<void> {
+    this.#closed = true
     this.stopProbes()
     for (const t of this.#returns) clearTimeout(t)
     this.#returns.clear()
-    await Promise.all([...this.instances.values()].map((i) => i.close()))
+    await Promise.all([...this.instances.values(), ...this.#joining.values(), ...this.#retiring].map((i) => i.close()))
     this.router.close()
   }
 }

@@ -3,6 +3,8 @@
 import type { AddressInfo } from 'node:net'
 import { pino, type Logger } from 'pino'
 import type { Config } from '../config.js'
+import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
+import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { listenAdmin, type AdminServer } from './admin.js'
@@ -36,6 +38,7 @@ export class ProxyServer implements ProxyCore {
   #wake: (() => void) | undefined
   #closing = false
   #endpoints = new Map<string, Endpoint>()
+  #discovery = new Map<string, EndpointDiscovery>()
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
   #opts: ProxyOptions
@@ -61,6 +64,9 @@ export class ProxyServer implements ProxyCore {
     try {
       if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
       for (const ep of p.#endpoints.values()) ep.startProbes()
+      // Discovered instances are there before the first request, unless a source is slow to answer.
+      const discovered = p.#applyDiscovery(config)
+      if (opts.probeFirst !== false) await discovered
       p.#front = await listenFront(config, (req, res) => void handle(p, req, res))
       p.#admin = await listenAdmin(p, config.admin)
     } catch (err) {
@@ -108,13 +114,15 @@ export class ProxyServer implements ProxyCore {
     for (const [name, ep] of this.#endpoints) {
       if (!names.has(name)) {
         this.#endpoints.delete(name)
+        void this.#discovery.get(name)?.stop()
+        this.#discovery.delete(name)
         retired.push(drainThen(ep, () => ep.close()))
       }
     }
     for (const epc of config.endpoints) {
       const cur = this.#endpoints.get(epc.name)
       if (cur) {
-        for (const inst of cur.update(config, epc)) retired.push(drainThen(cur, () => inst.close()))
+        for (const inst of cur.update(config, epc)) retired.push(closeWhenDrained(cur, inst))
       } else {
         const ep = new Endpoint(config, epc, this.#endpointEvents())
         this.#endpoints.set(epc.name, ep)
@@ -124,9 +132,24 @@ export class ProxyServer implements ProxyCore {
     }
     this.config = { ...config, listen: this.config.listen, admin: this.config.admin, tls: this.config.tls, limits: this.config.limits, upstream: this.config.upstream }
     this.log.level = config.log.level
+    void this.#applyDiscovery(config)
     this.log.info({ endpoints: [...names], restartRequired }, 'configuration reloaded')
     void Promise.all(retired)
     return { endpoints: [...names], restartRequired }
+  }
+
+  /** Starts, stops or keeps each endpoint's discovery sources as the configuration lists them. */
+  #applyDiscovery(config: Config): Promise<void> {
+    const started: Promise<void>[] = []
+    for (const epc of config.endpoints) {
+      const ep = this.#endpoints.get(epc.name)
+      if (ep === undefined || this.#closing) continue
+      let d = this.#discovery.get(epc.name)
+      if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
+      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep, this.log)))
+      started.push(d.apply(epc.discovery ?? []))
+    }
+    return Promise.all(started).then(() => undefined)
   }
 
   /**
@@ -180,16 +203,9 @@ export class ProxyServer implements ProxyCore {
     this.#wake?.()
     await this.#front?.close()
     await this.#admin?.close()
+    await Promise.all([...this.#discovery.values()].map((d) => d.stop()))
+    this.#discovery.clear()
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
     this.#endpoints.clear()
   }
-}
-
-/** Waits (up to 10 minutes) until nothing is in flight on the endpoint, then runs fn. */
-async function drainThen(ep: Endpoint, fn: () => Promise<void>): Promise<void> {
-  const deadline = Date.now() + 600_000
-  while (Date.now() < deadline && ep.router.instances().some((i) => i.inFlight > 0)) {
-    await new Promise((r) => setTimeout(r, 500).unref())
-  }
-  await fn()
 }

@@ -1,0 +1,88 @@
+// Instances from a YAML or JSON file, re-read when it changes. The directory is watched,
+// not the file: editors save by writing a new file and renaming it over the old one (and
+// Kubernetes swaps a ConfigMap volume's symlink), which a watch on the old inode misses.
+import { watch, type FSWatcher } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import { dirname, resolve } from 'node:path'
+import { parse as parseYaml } from 'yaml'
+import { Instance } from '../../config.js'
+import type { FileSourceConfig } from './schema.js'
+import type { DiscoverySource, InstanceEntry } from './source.js'
+
+/** Parses the file's text: the list, or an error that says where it is wrong. */
+export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
+  let raw: unknown
+  try {
+    raw = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text)
+  } catch (err) {
+    throw new Error(`'${path}' is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`)
+  }
+  const what = `'${path}' must hold a list of instances (URLs or {url, weight, models})`
+  if (!Array.isArray(raw)) throw new Error(`${what}; got ${raw === null ? 'nothing' : typeof raw}`)
+  const problems: string[] = []
+  const list: InstanceEntry[] = []
+  raw.forEach((item: unknown, i) => {
+    // Each entry against the form it has (a URL, or an object), for a message about that form.
+    const form = typeof item === 'string' ? Instance.options[0] : Instance.options[1]
+    const r = form.safeParse(item)
+    if (r.success) list.push(r.data)
+    else {
+      for (const issue of r.error.issues) {
+        const at = issue.path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${String(k)}`)).join('')
+        const got = issue.path.reduce<unknown>((v, k) => (v !== null && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[k] : undefined), item)
+        const shown = got === undefined || typeof got === 'object' || issue.message.includes('; got ') ? '' : `; got ${JSON.stringify(got)}`
+        problems.push(`[${i}]${at}: ${issue.message}${shown}`)
+      }
+    }
+  })
+  if (problems.length > 0) throw new Error(`${what}: ${problems.join('; ')}`)
+  return list
+}
+
+export class FileSource implements DiscoverySource {
+  readonly #path: string
+  #watcher: FSWatcher | undefined
+  #timer: NodeJS.Timeout | undefined
+  #last: string | undefined
+  #stopped = false
+
+  constructor(cfg: FileSourceConfig) {
+    this.#path = resolve(cfg.path)
+  }
+
+  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
+    const read = async () => {
+      let text: string
+      try {
+        text = await readFile(this.#path, 'utf8')
+      } catch (err) {
+        return onError(new Error(`cannot read '${this.#path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
+      }
+      if (this.#stopped || text === this.#last) return
+      try {
+        const list = parseInstanceFile(this.#path, text)
+        this.#last = text
+        onChange(list)
+      } catch (err) {
+        onError(err as Error)
+      }
+    }
+    try {
+      this.#watcher = watch(dirname(this.#path), { persistent: false }, () => {
+        // A save is several events (create, write, rename): read once they have settled.
+        clearTimeout(this.#timer)
+        this.#timer = setTimeout(() => void read(), 50)
+      })
+      this.#watcher.on('error', (err) => onError(new Error(`watching '${dirname(this.#path)}' failed: ${err.message}`)))
+    } catch (err) {
+      onError(new Error(`cannot watch '${dirname(this.#path)}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
+    }
+    void read()
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true
+    clearTimeout(this.#timer)
+    this.#watcher?.close()
+  }
+}

@@ -1,0 +1,118 @@
+// Instances from Kubernetes: the EndpointSlices of a Service (or of a label selector),
+// listed and then watched through the API server, each ready address an instance. The
+// client library is loaded only when such a source is configured: it is large.
+import { existsSync } from 'node:fs'
+import { homedir } from 'node:os'
+import { join } from 'node:path'
+import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
+import type { KubernetesSourceConfig } from './schema.js'
+import { entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
+
+const SERVICE_ACCOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
+/** After a failed list or watch, the next try waits this long, doubling up to the cap. */
+const RETRY_MS = { first: 1000, max: 30_000 }
+
+type Informer = { start(): Promise<void>; stop(): Promise<void>; list(): readonly V1EndpointSlice[] }
+
+/** The selector that finds the slices: the Service's own label, and the one given. */
+export function selectorOf(cfg: KubernetesSourceConfig): string {
+  return [cfg.service !== undefined ? `kubernetes.io/service-name=${cfg.service}` : undefined, cfg.labelSelector].filter(Boolean).join(',')
+}
+
+/** Instance URLs of the ready endpoints in the slices, on the port chosen by `cfg.port`. */
+export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesSourceConfig): InstanceEntry[] {
+  const urls = new Set<string>()
+  for (const s of slices) {
+    const port =
+      typeof cfg.port === 'number' ? cfg.port : cfg.port === undefined ? s.ports?.find((p) => p.port !== undefined)?.port : s.ports?.find((p) => p.name === cfg.port)?.port
+    if (port === undefined) continue
+    for (const ep of s.endpoints ?? []) {
+      // An unset condition means ready (the API's own reading of it).
+      if (ep.conditions?.ready === false) continue
+      for (const a of ep.addresses) urls.add(`${cfg.scheme}://${hostPort(a, port)}`)
+    }
+  }
+  return [...urls].sort().map(entry)
+}
+
+/** In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config). */
+function loadKubeConfig(kc: KubeConfig): void {
+  if (process.env.KUBERNETES_SERVICE_HOST && existsSync(join(SERVICE_ACCOUNT, 'token'))) return kc.loadFromCluster()
+  const file = process.env.KUBECONFIG?.split(':').find(Boolean) ?? join(homedir(), '.kube', 'config')
+  if (!existsSync(file)) throw new Error(`no in-cluster credentials and no kubeconfig: '${file}' does not exist`)
+  kc.loadFromDefault()
+}
+
+export class KubernetesSource implements DiscoverySource {
+  readonly #cfg: KubernetesSourceConfig
+  #informer: Informer | undefined
+  #retry: NodeJS.Timeout | undefined
+  #stopped = false
+
+  constructor(cfg: KubernetesSourceConfig) {
+    this.#cfg = cfg
+  }
+
+  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
+    void this.#start(onChange, onError).catch((err: Error) => onError(new Error(`kubernetes discovery cannot start: ${err.message}`)))
+  }
+
+  async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
+    const k8s = await import('@kubernetes/client-node')
+    const kc = new k8s.KubeConfig()
+    loadKubeConfig(kc)
+    const namespace = this.#cfg.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default'
+    const labelSelector = selectorOf(this.#cfg)
+    const api = kc.makeApiClient(k8s.DiscoveryV1Api)
+    // One report per burst: a list applies its slices one event at a time, and a list in
+    // between would be half old, half new.
+    let pending = false
+    let delay = RETRY_MS.first
+    const report = () => {
+      if (pending) return
+      pending = true
+      setImmediate(() => {
+        pending = false
+        if (!this.#stopped) onChange(instancesOf(informer.list(), this.#cfg))
+      })
+    }
+    const list = async () => {
+      const l = await api.listNamespacedEndpointSlice({ namespace, labelSelector })
+      delay = RETRY_MS.first
+      report() // also when the list is empty or unchanged, which fires no event
+      return l
+    }
+    const informer = k8s.makeInformer(kc, `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices`, list, labelSelector)
+    this.#informer = informer
+    informer.on('add', report)
+    informer.on('update', report)
+    informer.on('delete', report)
+    informer.on('error', (err: unknown) => {
+      if (this.#stopped) return
+      onError(new Error(`EndpointSlices in '${namespace}' (${labelSelector}): ${describeError(err)}`))
+      // The informer stops on an error; it lists again (keeping what it has) after a pause.
+      clearTimeout(this.#retry)
+      this.#retry = setTimeout(() => {
+        if (!this.#stopped) void informer.start()
+      }, delay)
+      this.#retry.unref()
+      delay = Math.min(delay * 2, RETRY_MS.max)
+    })
+    if (this.#stopped) return
+    await informer.start()
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true
+    clearTimeout(this.#retry)
+    await this.#informer?.stop()
+  }
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) {
+    const e = err as Error & { code?: unknown; statusCode?: unknown }
+    return [e.statusCode ?? e.code, e.message].filter((x) => x !== undefined && x !== '').join(' ')
+  }
+  return String(err)
+}

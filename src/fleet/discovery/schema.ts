@@ -1,0 +1,77 @@
+// The `discovery` sources an endpoint may list: where its instances come from besides
+// `instances`. Validated with the rest of the configuration.
+import { isIP } from 'node:net'
+import { z } from 'zod'
+
+function parsedUrl(s: string): URL | undefined {
+  try {
+    return new URL(s)
+  } catch {
+    return undefined
+  }
+}
+
+const httpScheme = (u: URL | undefined) => u !== undefined && (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== ''
+
+/** http://NAME:PORT/path: the name is resolved, the rest applies to every address. */
+export const dnsUrl = z.string().refine((s) => httpScheme(parsedUrl(s)), 'must be an http:// or https:// URL naming the host to resolve (http://NAME:PORT)')
+
+/** A resolver's address, HOST:PORT with HOST an IP address ([v6]:PORT for IPv6); node:dns talks to it directly. */
+export const dnsServer = z.string().refine((s) => {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(s)
+  if (!m) return false
+  const host = m[1] ?? m[2]!
+  const port = Number(m[3])
+  return isIP(host) !== 0 && port >= 1 && port <= 65535
+}, 'must be IP:PORT (an address, not a name: [v6]:PORT for IPv6)')
+
+const FileSource = z
+  .object({
+    type: z.literal('file'),
+    /** YAML or JSON list of instances, in the form of `instances`; watched for changes. */
+    path: z.string().min(1),
+  })
+  .strict()
+
+const DnsSource = z
+  .object({
+    type: z.literal('dns'),
+    url: dnsUrl,
+    intervalMs: z.number().int().min(100).max(24 * 3600 * 1000).default(5000),
+    server: dnsServer.optional(),
+    /** The name is an SRV name: its records give each target's host and port. */
+    srv: z.boolean().default(false),
+  })
+  .strict()
+
+const KubernetesSource = z
+  .object({
+    type: z.literal('kubernetes'),
+    service: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a Service name (lower-case letters, digits and -)').optional(),
+    labelSelector: z.string().min(1).optional(),
+    namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name (lower-case letters, digits and -)').optional(),
+    /** A port's name in the EndpointSlice, or a number to use as it is; unset: the slice's first port. */
+    port: z.union([z.number().int().min(1).max(65535), z.string().min(1)]).optional(),
+    scheme: z.enum(['http', 'https']).default('http'),
+  })
+  .strict()
+  .refine((s) => s.service !== undefined || s.labelSelector !== undefined, { message: 'needs service or labelSelector', path: ['service'] })
+
+export const DiscoverySourceSchema = z.discriminatedUnion('type', [FileSource, DnsSource, KubernetesSource])
+
+export type DiscoverySourceConfig = z.infer<typeof DiscoverySourceSchema>
+export type FileSourceConfig = z.infer<typeof FileSource>
+export type DnsSourceConfig = z.infer<typeof DnsSource>
+export type KubernetesSourceConfig = z.infer<typeof KubernetesSource>
+
+/** How a source is named in the logs. */
+export function describeSource(s: DiscoverySourceConfig): string {
+  switch (s.type) {
+    case 'file':
+      return `file ${s.path}`
+    case 'dns':
+      return `dns ${s.srv ? 'srv ' : ''}${s.url}${s.server ? ` @${s.server}` : ''}`
+    case 'kubernetes':
+      return `kubernetes ${s.namespace ?? '(default namespace)'}/${s.service ?? s.labelSelector}`
+  }
+}

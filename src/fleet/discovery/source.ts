@@ -1,0 +1,22 @@
+// What every discovery source is: something that reports the full list of instances it
+// currently sees, again each time that list may have changed, until it is stopped.
+import type { EndpointConfig } from '../../config.js'
+
+/** One instance as `instances` lists it (after validation). */
+export type InstanceEntry = EndpointConfig['instances'][number]
+
+export interface DiscoverySource {
+  /**
+   * Begins watching. `onChange` gets the whole current list (possibly unchanged); `onError`
+   * a failure to read it (the caller keeps the last list: a hiccup must not empty an endpoint).
+   */
+  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void
+  stop(): Promise<void>
+}
+
+/** An address and port as a URL authority: IPv6 addresses in brackets. */
+export function hostPort(host: string, port: number | string): string {
+  return `${host.includes(':') ? `[${host}]` : host}:${port}`
+}
+
+export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined })

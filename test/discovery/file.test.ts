@@ -1,0 +1,120 @@
+// Discovery from a file of instances: edits (an editor's rename-on-save, an in-place write)
+// move instances in and out of routing; a bad or missing file keeps the last list; a request
+// in flight on an instance that left finishes before its connections are closed.
+import { mkdtempSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Pool } from 'undici'
+import { afterEach, describe, expect, it } from 'vitest'
+import type { ProxyServer } from '../../src/proxy/proxy.js'
+import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { GatedClock, MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+
+const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-file-'))
+let fleet: SimFleet | undefined
+let router: ProxyServer | undefined
+const extra: SimWorker[] = []
+afterEach(async () => {
+  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
+  await router?.close()
+  await fleet?.close()
+  await Promise.all(extra.splice(0).map((w) => w.close()))
+  router = undefined
+  fleet = undefined
+})
+
+/** Saves as editors do: a new file renamed over the old one (a new inode). */
+function saveByRename(path: string, text: string): void {
+  writeFileSync(`${path}.tmp`, text)
+  renameSync(`${path}.tmp`, path)
+}
+
+describe('file discovery', () => {
+  it('instances join and leave as the file is edited; a bad or missing file keeps the last list', async () => {
+    fleet = await startSimFleet({ instances: 3, profile: 'tiny' })
+    const [w0, w1, w2] = fleet.urls as [string, string, string]
+    const path = join(dir, 'fleet.yaml')
+    writeFileSync(path, `- ${w0}\n`)
+    const s = await startDiscoveryRouter([{ type: 'file', path }])
+    router = s.router
+    // start() waited for the file's first reading and the probe of what it listed.
+    expect(members(router)).toEqual([w0])
+    expect(await reached(router, 5)).toEqual(new Set([w0]))
+
+    const before = s.lines.length
+    saveByRename(path, `- ${w0}\n- url: ${w1}\n  weight: 2\n- ${w2}\n`)
+    await untilMembers(router, [w0, w1, w2])
+    const joined = await untilLog(s.lines, membershipChange, 'the membership change logged', before)
+    expect(joined).toMatchObject({ level: 30, endpoint: 'default', source: `file ${path}`, removed: [] })
+    expect((joined.added as string[]).sort()).toEqual([w1, w2].sort())
+    expect(s.endpoint.instances.get(w1)!.weight).toBe(2)
+    expect(await reached(router, 60)).toEqual(new Set([w0, w1, w2]))
+
+    const mark = s.lines.length
+    writeFileSync(path, `- ${w0}\n- ${w1}\n`) // in place this time
+    await untilMembers(router, [w0, w1])
+    expect(await untilLog(s.lines, membershipChange, 'the removal logged', mark)).toMatchObject({ added: [], removed: [w2] })
+    expect((await reached(router, 30)).has(w2)).toBe(false)
+
+    // A half-written or wrong file is a warning, not an empty fleet.
+    let from = s.lines.length
+    saveByRename(path, `- ${w0}\n- not a url\n`)
+    const bad = await untilLog(s.lines, sourceFailed, 'the bad file reported', from)
+    expect(bad).toMatchObject({ level: 40, source: `file ${path}` })
+    expect(bad.err).toMatch(/fleet\.yaml' must hold a list of instances .*: \[1\]: .*; got "not a url"/)
+    from = s.lines.length
+    unlinkSync(path)
+    expect((await untilLog(s.lines, sourceFailed, 'the missing file reported', from)).err).toMatch(/cannot read .*fleet\.yaml': ENOENT/)
+    expect(members(router)).toEqual([w0, w1].sort())
+    expect(await reached(router, 30)).toEqual(new Set([w0, w1]))
+
+    // And when it is back, it counts again.
+    saveByRename(path, `- ${w2}\n`)
+    await untilMembers(router, [w2])
+    expect(s.lines.filter((l) => l.msg === 'discovery source answers again')).toHaveLength(1)
+  })
+
+  it('a request in flight on an instance that leaves finishes there; its connections close after', async () => {
+    // The gated worker answers a stream's headers and then holds every token until opened.
+    const clock = new GatedClock()
+    const gated = new SimWorker({ id: 'gated', index: 0, sim: resolveSim({ profile: 'tiny' }), clock })
+    extra.push(gated)
+    await gated.start()
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    const other = fleet.urls[0]!
+    const path = join(dir, 'fleet.json')
+    writeFileSync(path, JSON.stringify([gated.url]))
+    const s = await startDiscoveryRouter([{ type: 'file', path }])
+    router = s.router
+    const inst = s.endpoint.instances.get(gated.url)!
+
+    const answer = fetch(`${router.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chat('a long answer', { model: MODEL, max_tokens: 8, stream: true }),
+    })
+    await until(() => s.endpoint.router.inFlight(gated.url) === 1, 10_000, 'the stream open on the gated worker')
+
+    saveByRename(path, JSON.stringify([{ url: other }]))
+    await untilMembers(router, [other])
+    await untilLog(s.lines, (l) => membershipChange(l) && (l.removed as string[]).includes(gated.url), 'the removal logged')
+    // Out of routing at once: new requests go to the instance that stays.
+    const r = await post(`${router.url}/v1/chat/completions`, chat('a new conversation', { model: MODEL, max_tokens: 1 }))
+    expect(r.status).toBe(200)
+    expect(r.headers.get('x-prefix-router-instance')).toBe(other)
+    // Still open: its stream has not finished.
+    expect((inst.dispatcher as Pool).closed).toBe(false)
+
+    clock.open()
+    const res = await answer
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-prefix-router-instance')).toBe(gated.url)
+    const text = await res.text()
+    expect(text).toMatch(/data: \[DONE\]\s*$/)
+    expect(text).not.toMatch(/"error"/)
+    await until(() => (inst.dispatcher as Pool).closed, 10_000, 'the removed instance closed')
+  })
+})
+
+process.on('exit', () => rmSync(dir, { recursive: true, force: true }))

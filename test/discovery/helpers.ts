@@ -1,0 +1,87 @@
+// Shared set-up for discovery tests: a router whose first endpoint finds its instances
+// through the given sources, a log to read back, and simulated workers to be found.
+import { parseConfig } from '../../src/config.js'
+import { ProxyServer } from '../../src/proxy/proxy.js'
+import { RealClock, type Clock, type TimerHandle } from '../../src/sim/index.js'
+import { capturedLog } from '../faults/log-lines.js'
+import { chat, post, until } from '../proxy/helpers.js'
+
+export const MODEL = 'sim-tiny'
+
+export async function startDiscoveryRouter(discovery: unknown[], opts: { instances?: string[]; config?: Record<string, unknown> } = {}) {
+  const { logger, lines } = capturedLog()
+  const config = parseConfig({
+    listen: { host: '127.0.0.1', port: 0 },
+    admin: { host: '127.0.0.1', port: 0 },
+    health: { intervalMs: 0, timeoutMs: 2000 },
+    discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
+    debugHeaders: true,
+    ...opts.config,
+    endpoints: [{ name: 'default', instances: opts.instances ?? [], discovery }],
+  })
+  const router = await ProxyServer.start(config, { logger })
+  return { router, lines, endpoint: router.endpoint(undefined)! }
+}
+
+/** Ids of the instances the default endpoint routes to, sorted. */
+export function members(router: ProxyServer): string[] {
+  return [...router.endpoint(undefined)!.healthy()].map((i) => i.id).sort()
+}
+
+/** Waits until the default endpoint routes to exactly `ids`. */
+export async function untilMembers(router: ProxyServer, ids: string[], what = `members ${ids.join(', ')}`): Promise<void> {
+  const want = [...ids].sort().join(' ')
+  await until(() => members(router).join(' ') === want, 20_000, `${what} (now ${members(router).join(', ') || 'none'})`)
+}
+
+/** The instances that `n` requests with different prompts reached. */
+export async function reached(router: ProxyServer, n: number): Promise<Set<string>> {
+  const seen = new Set<string>()
+  for (let i = 0; i < n; i++) {
+    const r = await post(`${router.url}/v1/chat/completions`, chat(`conversation ${i} ${Math.random()}`, { model: MODEL, max_tokens: 1 }))
+    if (r.status !== 200) throw new Error(`request ${i} answered ${r.status}: ${r.text}`)
+    seen.add(r.headers.get('x-prefix-router-instance')!)
+  }
+  return seen
+}
+
+/** Waits for a log line matching `pred` (beyond the first `from` lines). */
+export async function untilLog(lines: Record<string, unknown>[], pred: (l: Record<string, unknown>) => boolean, what: string, from = 0): Promise<Record<string, unknown>> {
+  await until(() => lines.slice(from).some(pred), 20_000, what)
+  return lines.slice(from).find(pred)!
+}
+
+export const membershipChange = (l: Record<string, unknown>) => l.msg === 'discovery: membership changed'
+export const sourceFailed = (l: Record<string, unknown>) => l.msg === 'discovery source failed; keeping its last list'
+
+/**
+ * A real clock whose events are held back until open() is called: the engines it drives
+ * accept requests and send stream headers, but produce no token before then.
+ */
+export class GatedClock implements Clock {
+  private readonly inner = new RealClock()
+  private held: { handle: TimerHandle; fn: (at: number) => void }[] | null = []
+  private readonly forwarded = new WeakMap<TimerHandle, TimerHandle>()
+
+  now(): number {
+    return this.inner.now()
+  }
+
+  schedule(at: number, fn: (at: number) => void): TimerHandle {
+    if (this.held === null) return this.inner.schedule(at, fn)
+    const handle = { at }
+    this.held.push({ handle, fn })
+    return handle
+  }
+
+  cancel(handle: TimerHandle): void {
+    const i = this.held?.findIndex((h) => h.handle === handle) ?? -1
+    if (i >= 0) this.held!.splice(i, 1)
+    else this.inner.cancel(this.forwarded.get(handle) ?? handle)
+  }
+
+  open(): void {
+    for (const { handle, fn } of this.held ?? []) this.forwarded.set(handle, this.inner.schedule(handle.at, fn))
+    this.held = null
+  }
+}
