@@ -3,7 +3,10 @@
 import { readFileSync } from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
+import { knownKeysAt } from './config-keys.js'
 import { LIMITS, parseStrategy, PLACEMENTS } from './router-options.js'
+import { didYouMean } from './suggest.js'
+import { upstreamUrlProblem } from './upstream-url.js'
 import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
@@ -47,14 +50,10 @@ const Routing = z
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
 
-const upstreamUrl = z.string().refine((s) => {
-  try {
-    const u = new URL(s)
-    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== ''
-  } catch {
-    return false
-  }
-}, 'must be an http:// or https:// URL')
+const upstreamUrl = z.string().superRefine((s, ctx) => {
+  const p = upstreamUrlProblem(s)
+  if (p !== undefined) ctx.addIssue({ code: 'custom', message: `${p.problem}; got ${JSON.stringify(s)}${p.meant ? ` (did you mean ${JSON.stringify(p.meant)}?)` : ''}` })
+})
 
 export const Instance = z.union([
   upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined })),
@@ -199,7 +198,6 @@ function keyPath(path: readonly PropertyKey[]): string {
   return path.reduce<string>((acc, p) => (typeof p === 'number' ? `${acc}[${p}]` : acc ? `${acc}.${String(p)}` : String(p)), '')
 }
 
-/** Validates raw config; throws ConfigError listing every bad key (`key: problem`). */
 /** The value at `path` in the raw input, so that an error can show what it was given. */
 function valueAt(raw: unknown, path: readonly PropertyKey[]): unknown {
   let v = raw
@@ -210,15 +208,41 @@ function valueAt(raw: unknown, path: readonly PropertyKey[]): unknown {
   return v
 }
 
-export function parseConfig(raw: unknown, source = 'config'): Config {
+type Issue = z.core.$ZodIssue
+
+/**
+ * An instance is a URL string or an object, and zod reports a bad one as the union's bare
+ * "Invalid input". The branch whose type fits (a string for a string) says what is wrong.
+ */
+function unionFit(issues: readonly Issue[], prefix: readonly PropertyKey[] = []): Issue[] {
+  return issues.flatMap((i) => {
+    const path = [...prefix, ...i.path]
+    if (i.code === 'invalid_union') {
+      const fits = i.errors.filter((b) => !b.some((e) => e.code === 'invalid_type' && e.path.length === 0))
+      if (fits.length === 1) return unionFit(fits[0]!, path)
+    }
+    return [{ ...i, path }]
+  })
+}
+
+/**
+ * Validates raw config; throws ConfigError listing every bad key (`key: problem`). `originOf`
+ * names the flag or environment variable that set a key, so the line says what was typed.
+ */
+export function parseConfig(raw: unknown, source = 'config', originOf?: (keyPath: string) => string | undefined): Config {
   const r = ConfigSchema.safeParse(raw ?? {})
   if (r.success) return r.data
-  const lines = r.error.issues.map((i) => {
+  const lines = unionFit(r.error.issues).map((i) => {
     const at = keyPath(i.path)
-    if (i.code === 'unrecognized_keys') return `${at ? `${at}: ` : ''}unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `'${k}'`).join(', ')}`
+    if (i.code === 'unrecognized_keys') {
+      const known = knownKeysAt(ConfigSchema, i.path)
+      const keys = i.keys.map((k) => `'${k}'${didYouMean(k, known, (s) => `'${s}'`).replace(/^;/, ',')}`)
+      return `${at ? `${at}: ` : ''}unknown key${i.keys.length > 1 ? 's' : ''} ${keys.join('; ')}`
+    }
     const got = valueAt(raw, i.path)
     const shown = got === undefined || (typeof got === 'object' && got !== null) || /; got /.test(i.message) ? '' : `; got ${JSON.stringify(got)}`
-    return `${at || '(top level)'}: ${i.message}${shown}`
+    const origin = originOf?.(at)
+    return `${at || '(top level)'}: ${i.message}${shown}${origin ? ` (from ${origin})` : ''}`
   })
   throw new ConfigError(`invalid ${source}:\n  ${lines.join('\n  ')}`)
 }
