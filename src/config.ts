@@ -176,9 +176,11 @@ export const ConfigSchema = z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
         prompts: z.boolean().default(false),
+        /** One `info` line per request (the access log); false leaves it out whatever the level. */
+        accessLog: z.boolean().default(true),
       })
       .strict()
-      .default({ level: 'info', prompts: false }),
+      .default({ level: 'info', prompts: false, accessLog: true }),
     endpoints: z
       .array(Endpoint)
       .default([])

@@ -10,6 +10,7 @@ import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { upstreamFailed } from './errors.js'
 import { endToEnd } from './hop-headers.js'
+import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
 
 /** Whether the client went away, and what to do when it does (set by forward). */
@@ -28,6 +29,10 @@ export interface ForwardRequest {
   /** Path and query, as the upstream should see them (before the instance's base path). */
   path: string
   headers: IncomingHttpHeaders
+  /** Sent as X-Request-Id in place of whatever the client sent. */
+  requestId: string
+  /** Adds the trace context headers (traceparent) of the try, when a propagator is registered. */
+  traceHeaders?(headers: Record<string, string | string[]>): void
   body: Buffer | AsyncIterable<Buffer>
   clientAddress: string | undefined
   secure: boolean
@@ -84,6 +89,8 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
   h['x-forwarded-proto'] = f.secure ? 'https' : 'http'
   const host = f.headers.host ?? f.headers[':authority']
   if (typeof host === 'string') h['x-forwarded-host'] = host
+  h[REQUEST_ID_HEADER] = f.requestId
+  f.traceHeaders?.(h)
   return h
 }
 

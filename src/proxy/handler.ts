@@ -8,11 +8,14 @@ import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../router.js'
 import { readInvokePrefix } from '../prefix/invoke-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
+import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
+import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
+import { ATTR, endSpan, injectInto, startChild, startRequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
 
 export interface ProxyCore {
@@ -27,15 +30,6 @@ export interface ProxyCore {
   readonly requests: Set<ClientState>
   /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
   readonly draining: boolean
-}
-
-interface Outcome {
-  endpoint: string
-  instance: string
-  strategy: string
-  status: number
-  /** Tries after the first. */
-  retries: number
 }
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
@@ -68,7 +62,10 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     client.onGone?.()
   })
   core.requests.add(client)
-  const out: Outcome = { endpoint: '', instance: '', strategy: '', status: 0, retries: 0 }
+  const rid = requestIdOf(req.headers[REQUEST_ID_HEADER])
+  const out = newOutcome(rid.id, rid.replaced)
+  // Set before anything is written: every answer carries it, the router's own and the instance's.
+  ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(REQUEST_ID_HEADER, rid.id)
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
@@ -84,11 +81,12 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
   } finally {
     core.requests.delete(client)
-    const seconds = (performance.now() - started) / 1000
+    const ended = performance.now()
+    const seconds = (ended - started) / 1000
     const status = client.gone ? 499 : out.status
     core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
     if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
-    core.log.info({ method: req.method, url: req.url, status, endpoint: out.endpoint || undefined, instance: out.instance || undefined, retries: out.retries || undefined, ...(client.shutdown && { outcome: 'shutdown' }), ms: Math.round(seconds * 1000) }, 'request')
+    if (core.config.log.accessLog && core.log.isLevelEnabled('info')) core.log.info(accessLine(req, out, status, started, ended, client.shutdown), 'request')
   }
 }
 
@@ -197,14 +195,21 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   // whole answers send them only at the end, so only the dispatcher's long timeout fits.
   const headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
   const tries: Lease[] = []
+  out.model = o.model
+  out.tenant = o.tenant
+  out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
+  const span = startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: ep.routing.strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  let failure: unknown
   core.traffic.active++
   try {
     for (let attempt = 0; ; attempt++) {
+      const pickSpan = startChild(span, 'prefix_router.pick', { [ATTR.requestId]: out.requestId, [ATTR.retries]: attempt })
       const t0 = process.hrtime.bigint()
       let pick: Pick
       try {
         pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
       } catch (err) {
+        endSpan(pickSpan, undefined, err)
         if (attempt > 0) throw err instanceof ProxyError && err.code === 'no_healthy_instance' ? lastError(tries) : err
         throw err
       }
@@ -218,6 +223,10 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       // Strategies with a target of their own say whether they kept it; the others name themselves.
       const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
       const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+      out.decision = decision
+      if (pickSpan.isRecording()) pickSpan.setAttributes({ [ATTR.instance]: instance.id, [ATTR.decision]: decision })
+      endSpan(pickSpan, undefined)
+      const fwdSpan = startChild(span, 'prefix_router.forward', { [ATTR.requestId]: out.requestId, [ATTR.instance]: instance.id, [ATTR.decision]: decision, [ATTR.retries]: attempt })
       const sent = process.hrtime.bigint()
       // A request that never reached an instance adds no load by being sent elsewhere: the
       // budget, which stops retries from multiplying an overload, does not count it.
@@ -237,14 +246,17 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
             method: req.method ?? 'POST',
             path: o.path,
             headers: req.headers,
+            requestId: out.requestId,
+            traceHeaders: (h) => injectInto(span, fwdSpan, h),
             body: o.body,
             clientAddress: req.socket?.remoteAddress,
             secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
             client,
             headersTimeoutMs,
+            // The request id again: it wins over one the instance echoes.
             responseHeaders: core.config.debugHeaders
-              ? { 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
-              : {},
+              ? { [REQUEST_ID_HEADER]: out.requestId, 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
+              : { [REQUEST_ID_HEADER]: out.requestId },
             retryStatus: () => canRetry(),
             onResponse: (status) => {
               answered()
@@ -256,13 +268,17 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
             onFirstByte: () => {
               // The instance's prefill is over: longest_prefix stops counting it as queued there.
               lease.firstToken()
+              out.firstByteAt = performance.now()
               core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9)
             },
           },
           res,
         )
+        endSpan(fwdSpan, status)
+        out.status = status
         return status
       } catch (err) {
+        endSpan(fwdSpan, err instanceof UpstreamStatusError || err instanceof ProxyError ? err.status : undefined, client.gone ? undefined : err)
         if (client.gone) return 499
         if (client.shutdown) throw shuttingDown()
         // The client's own failure (a streamed body that timed out) says nothing about the instance.
@@ -284,8 +300,14 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         lease.release()
       }
     }
+  } catch (err) {
+    failure = err
+    throw err
   } finally {
     core.traffic.active--
+    if (span.span.isRecording() && out.decision !== undefined) span.span.setAttributes({ [ATTR.instance]: out.instance, [ATTR.decision]: out.decision, [ATTR.retries]: out.retries })
+    const status = failure === undefined ? (client.gone ? 499 : out.status) : failure instanceof ProxyError ? failure.status : upstreamError(failure).status
+    endSpan(span.span, status, failure)
   }
 }
 
