@@ -11,7 +11,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
   info: { summary: 'build information: SIMD path, native sources hash, binary in use', load: () => import('./commands/info.js') },
   sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
-  serve: { summary: 'run the router in front of a fleet (an embedded simulated one if none is given)', load: () => import('./commands/serve.js') },
+  serve: { summary: 'run the router in front of your instances (--demo: an embedded simulated fleet)', load: () => import('./commands/serve.js') },
   route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
   replay: { summary: 'replay a workload or trace through the virtual fleet with each strategy', load: () => import('./commands/replay.js') },
   'make-trace': { summary: 'write a production-shaped hash-id trace (chat, mixed) for replay', load: () => import('./commands/make-trace.js') },
@@ -19,7 +19,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
 
 function usage(): string {
   const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`)
-  return `usage: prefix-router <command> [options]\n\ncommands:\n${rows.join('\n')}\n\nRun prefix-router <command> --help for its options.\n`
+  return `usage: prefix-router <command> [options]\n       prefix-router --version\n\ncommands:\n${rows.join('\n')}\n\nRun prefix-router <command> --help for its options.\n`
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -28,9 +28,15 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(usage())
     return name === undefined ? 2 : 0
   }
+  if (name === '--version' || name === '-v') {
+    const { version } = await import('./commands/version.js')
+    process.stdout.write(`${version()}\n`)
+    return 0
+  }
   const cmd = COMMANDS[name]
   if (cmd === undefined) {
-    process.stderr.write(`prefix-router: unknown command '${name}'\n\n${usage()}`)
+    const { didYouMean } = await import('./suggest.js')
+    process.stderr.write(`prefix-router: unknown command '${name}'${didYouMean(name, Object.keys(COMMANDS))}\n\n${usage()}`)
     return 2
   }
   return (await cmd.load()).run(rest)
@@ -43,7 +49,7 @@ main(process.argv.slice(2)).then(
   (err: unknown) => {
     if (err instanceof CliError) {
       process.stderr.write(`prefix-router: ${err.message}\n`)
-      process.exitCode = 2
+      process.exitCode = err.exitCode
     } else {
       process.stderr.write(`prefix-router: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
       process.exitCode = 1

@@ -48,7 +48,8 @@ describe('prefix-router', () => {
     expect(run(['--help']).stdout).toMatch(/usage: prefix-router <command>/)
     const bad = run(['frobnicate'])
     expect(bad.status).toBe(2)
-    expect(bad.stderr).toMatch(/unknown command 'frobnicate'/)
+    expect(bad.stderr).toMatch(/unknown command 'frobnicate'\n/)
+    expect(run(['serv']).stderr).toMatch(/^prefix-router: unknown command 'serv'; did you mean serve\?\n/)
   })
 
   it('info reports the SIMD path and the sources hash', () => {
@@ -71,10 +72,19 @@ describe('the bin', () => {
     expect(r.stdout).toContain('simd')
   })
 
-  it('npm start passes the same V8 flags', () => {
+  it('npm start passes the same V8 flags, and --demo: a first run needs no fleet of its own', () => {
     const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../package.json', import.meta.url)), 'utf8')) as { scripts: Record<string, string> }
     const flags = shebang.split(' ').filter((a) => a.startsWith('--'))
     expect(flags.length).toBeGreaterThan(0)
-    expect(pkg.scripts.start).toBe(`node ${flags.join(' ')} dist/cli.js serve`)
+    expect(pkg.scripts.start).toBe(`node ${flags.join(' ')} dist/cli.js serve --demo`)
+  })
+
+  it('--version and -v print the package version, for the CLI and for serve', () => {
+    const { version } = JSON.parse(readFileSync(fileURLToPath(new URL('../package.json', import.meta.url)), 'utf8')) as { version: string }
+    for (const args of [['--version'], ['-v'], ['serve', '--version'], ['serve', '-v']]) {
+      const r = run(args)
+      expect(r.status, args.join(' ')).toBe(0)
+      expect(r.stdout).toBe(`${version}\n`)
+    }
   })
 })

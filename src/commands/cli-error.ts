@@ -1,11 +1,22 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { didYouMean } from '../suggest.js'
 
-/** A usage error: printed as one line naming the bad value, exit code 2. */
-export class CliError extends Error {}
+/**
+ * An error the user can act on: printed as one line (no stack trace). Exit status 2 for a
+ * usage error (a bad flag, value or file), 1 for a failure to run (a port already in use).
+ */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 2,
+  ) {
+    super(message)
+  }
+}
 
 type Options = NonNullable<ParseArgsConfig['options']>
 
-/** node:util parseArgs (strict) with its errors turned into CliError. */
+/** node:util parseArgs (strict) with its errors turned into CliError, an unknown flag with a suggestion. */
 export function parseFlags<T extends Options>(
   argv: string[],
   options: T,
@@ -14,6 +25,13 @@ export function parseFlags<T extends Options>(
   try {
     return parseArgs({ args: argv, options, allowPositionals, strict: true })
   } catch (err) {
-    throw new CliError((err as Error).message)
+    const e = err as Error & { code?: string }
+    const unknown = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /Unknown option '(-{1,2})([^'=]+)/.exec(e.message) : null
+    if (unknown) {
+      const [, dashes, name] = unknown
+      const hint = didYouMean(name!, Object.keys(options), (s) => `--${s}`)
+      throw new CliError(`unknown option '${dashes}${name}'${hint || '; see --help'}`)
+    }
+    throw new CliError(e.message)
   }
 }

@@ -9,17 +9,27 @@ import { openAIRequest } from '../prefix/openai-key.js'
 import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'
 import { CliError, parseFlags } from './cli-error.js'
-import { buildConfig, SERVE_FLAGS, type ServeFlags } from './serve-config.js'
+import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
+import { buildConfig, type ServeFlags } from './serve-config.js'
 
-const HELP = `usage: prefix-router route (--config FILE | --upstream URL ...) --api openai|invoke [options] < body
+// A dry run starts no fleet: the flags that size or start one are serve's alone.
+const ROUTE_FLAGS = FLAGS.filter((f) => !f.serveOnly)
 
-  --api openai|invoke     how to read the body: an OpenAI chat/completions JSON body, or raw invoke bytes
-  --completions           with --api openai: the body is for /v1/completions (default: chat)
+const HELP = `usage: prefix-router route (--config FILE | --upstream URL ...) [options] < body
+
+  --api API               how to read the body: chat or completions (OpenAI JSON; openai: either, from the
+                          body), or invoke (raw bytes). Default: from the body, a JSON object with
+                          'messages' is chat, with 'prompt' completions, anything else invoke bytes
+  --completions           the same as --api completions
   --tenant ID             the X-Amzn-SageMaker-Prefix-Aware-Id header to assume
   --endpoint NAME         endpoint to route in (default: the first)
-  --json                  print JSON instead of text
-  plus the routing flags of 'serve' (--strategy, --prefix-length, --concurrency-threshold, ...)
+  --json                  print JSON: { instance, reason, key, ... }, machine values, prose in 'note'
+
+The routing and fleet flags of 'serve', each with its environment twin in brackets:
+${helpLines(ROUTE_FLAGS)}
 `
+
+type Api = 'chat' | 'completions' | 'invoke'
 
 async function readStdin(): Promise<Buffer> {
   const chunks: Buffer[] = []
@@ -27,9 +37,32 @@ async function readStdin(): Promise<Buffer> {
   return Buffer.concat(chunks)
 }
 
+/** The API a body is for, as the proxy's routes would receive it: chat, completions or invoke bytes. */
+function apiOfBody(body: Buffer): Api {
+  let v: unknown
+  try {
+    v = JSON.parse(body.toString('utf8'))
+  } catch {
+    return 'invoke'
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return 'invoke'
+  if ('messages' in v) return 'chat'
+  if ('prompt' in v) return 'completions'
+  return 'invoke'
+}
+
+function apiOf(flag: string | undefined, completions: boolean, body: Buffer): { api: Api; from: 'flag' | 'body' } {
+  if (completions) return { api: 'completions', from: 'flag' }
+  if (flag === undefined) return { api: apiOfBody(body), from: 'body' }
+  if (flag === 'chat' || flag === 'completions' || flag === 'invoke') return { api: flag, from: 'flag' }
+  // `openai`: either OpenAI route; the body says which, and chat when it says neither.
+  if (flag === 'openai') return { api: apiOfBody(body) === 'completions' ? 'completions' : 'chat', from: 'flag' }
+  throw new CliError(`--api must be chat, completions, openai or invoke; got '${flag}'`)
+}
+
 export async function run(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
-    ...SERVE_FLAGS,
+    ...parseArgsOptions(ROUTE_FLAGS),
     api: { type: 'string' },
     completions: { type: 'boolean' },
     tenant: { type: 'string' },
@@ -37,15 +70,21 @@ export async function run(argv: string[]): Promise<number> {
     json: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   })
-  if (values.help) {
+  const { api: apiFlag, completions, tenant: tenantFlag, endpoint: epName, json, help, ...flags } = values as ServeFlags & {
+    api?: string
+    completions?: boolean
+    tenant?: string
+    endpoint?: string
+    json?: boolean
+    help?: boolean
+  }
+  if (help) {
     process.stdout.write(HELP)
     return 0
   }
-  const { api, completions, tenant: tenantFlag, endpoint: epName, json, help: _h, ...flags } = values
-  if (api !== 'openai' && api !== 'invoke') throw new CliError(`--api must be openai or invoke; got '${api ?? ''}'`)
   let config
   try {
-    const built = buildConfig(flags as ServeFlags)
+    const built = buildConfig(flags)
     if (!built.hasUpstreams) throw new CliError('no instances: give --config FILE or --upstream URL')
     config = built.config
   } catch (err) {
@@ -57,50 +96,62 @@ export async function run(argv: string[]): Promise<number> {
   const ep = new Endpoint(config, epc)
   try {
     const body = await readStdin()
+    const { api, from: apiFrom } = apiOf(apiFlag, completions === true, body)
     const routing = ep.routing
     let key: Uint8Array | string
     let model: string | undefined
     let tenant: string | undefined
     let anchor: number | undefined
-    let keyInfo: string
+    let keyInfo: { unit: 'bytes' | 'code_points'; length: number; total: number; totalIsLowerBound: boolean }
     if (api === 'invoke') {
       tenant = tenantOf(tenantFlag)
       key = body.subarray(0, routing.prefixLength)
-      keyInfo = `first ${key.length} of ${body.length} body bytes`
+      keyInfo = { unit: 'bytes', length: key.length, total: body.length, totalIsLowerBound: false }
     } else {
-      const req = openAIRequest(completions ? 'completions' : 'chat', body, routing.prefixLength)
+      const req = openAIRequest(api, body, routing.prefixLength)
       tenant = tenantOf(tenantFlag, req.promptCacheKey)
       model = req.model
       anchor = req.anchor
       const cps = [...req.text].length
       key = req.text
-      keyInfo = `first ${Math.min(cps, routing.prefixLength)} code points of the ${completions ? 'prompt' : 'messages'} text${cps > routing.prefixLength ? ` (of at least ${cps})` : ''}`
+      // The extraction stops a little past the prefix: a longer text is known only to be longer.
+      keyInfo = { unit: 'code_points', length: Math.min(cps, routing.prefixLength), total: cps, totalIsLowerBound: cps > routing.prefixLength }
     }
     const { lease, instance } = ep.pick(key, tenant, model, anchor)
     lease.release()
-    const result = {
-      endpoint: ep.name,
-      instance: instance.id,
-      strategy: routing.strategy,
-      decision: decisionOf(routing.strategy, routing.placement),
-      key: keyInfo,
-      keyHash: (typeof key === 'string'
+    const targeted = routing.strategy === 'prefix_aware' || routing.strategy === 'longest_prefix'
+    const hash = (
+      typeof key === 'string'
         ? routingKey(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
         : xxh3(key, tenant === undefined ? 0n : xxh3(tenant))
-      )
-        .toString(16)
-        .padStart(16, '0'),
+    )
+      .toString(16)
+      .padStart(16, '0')
+    const result = {
+      instance: instance.id,
+      // What the running router's x-prefix-router-decision header would say.
+      reason: targeted ? (lease.overflow ? 'overflow' : 'target') : routing.strategy,
+      key: { xxh3: hash, ...keyInfo },
+      endpoint: ep.name,
+      strategy: routing.strategy,
+      ...(routing.strategy === 'longest_prefix' && { placement: routing.placement }),
+      api,
+      apiFrom,
       tenant: tenant ?? null,
       model: model ?? null,
       candidates: model === undefined ? ep.healthy().length : ep.healthy().filter((i) => !i.knowsModels() || i.serves(model)).length,
+      note: noteOf(routing.strategy, routing.placement),
     }
     if (json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`)
     else {
-      process.stdout.write(`${result.instance}\n`)
+      const k = result.key
+      const what = k.unit === 'bytes' ? `first ${k.length} of ${k.total} body bytes` : `first ${k.length} code points of the ${api === 'chat' ? 'messages' : 'prompt'} text${k.totalIsLowerBound ? ` (of at least ${k.total})` : ''}`
       process.stdout.write(
-        `  endpoint ${result.endpoint}, strategy ${result.strategy}, decision ${result.decision}\n` +
-          `  key: ${result.key}, xxh3 ${result.keyHash}${tenant !== undefined ? `, tenant '${tenant}'` : ''}\n` +
-          `  model: ${result.model ?? '(none: any instance)'}, ${result.candidates} candidate instance(s); in-flight counts are not known to a dry run\n`,
+        `${result.instance}\n` +
+          `  endpoint ${result.endpoint}, strategy ${result.strategy}, reason ${result.reason}, api ${api}${apiFrom === 'body' ? ' (from the body)' : ''}\n` +
+          `  key: ${what}, xxh3 ${k.xxh3}${tenant !== undefined ? `, tenant '${tenant}'` : ''}\n` +
+          `  model: ${result.model ?? '(none: any instance)'}, ${result.candidates} candidate instance(s)\n` +
+          `  note: ${result.note}\n`,
       )
     }
     return 0
@@ -112,13 +163,13 @@ export async function run(argv: string[]): Promise<number> {
   }
 }
 
-/** What a dry run's answer means: it knows no in-flight counts and no longest_prefix index. */
-function decisionOf(strategy: string, placement: string): string {
-  if (strategy === 'prefix_aware') return 'target'
+/** What a dry run cannot know: no in-flight counts, and no longest_prefix index. */
+function noteOf(strategy: string, placement: string): string {
+  if (strategy === 'prefix_aware') return 'with every instance idle; the running router overflows past the target once it holds concurrencyThreshold requests in flight'
   if (strategy === 'longest_prefix') {
     return placement === 'hash'
-      ? 'target (where the hash places a prompt no instance holds; the running router also weighs its index of what it sent where and the prefill queued on each instance)'
-      : 'target with all instances idle (balanced placement also weighs the prefill queued on each instance, which a dry run does not have)'
+      ? 'where the hash places a prompt no instance holds; the running router also weighs its index of what it sent where and the prefill queued on each instance'
+      : 'with every instance idle; balanced placement also weighs the prefill queued on each instance, and the running router its index of what it sent where, which a dry run does not have'
   }
-  return `${strategy} (another run may pick differently)`
+  return 'another run may pick differently'
 }

@@ -1,79 +1,110 @@
-// `prefix-router serve`: the router in front of a fleet. With no upstream configured it
-// starts an embedded simulated fleet (what `npm start` runs) and says so.
+// `prefix-router serve`: the router in front of a fleet. It needs instances to route to; with
+// --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
 import { ConfigError, type Config } from '../config.js'
 import { ProxyServer } from '../proxy/proxy.js'
+import { healthReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
-import { buildConfig, ENV, SERVE_FLAGS, type ServeFlags } from './serve-config.js'
+import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
+import { baseUrlWarnings } from './hints.js'
+import { listenError } from './listen-error.js'
+import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { version } from './version.js'
 
-const HELP = `usage: prefix-router serve [options]
+const HELP = `usage: prefix-router serve (--upstream URL ... | --config FILE | --demo) [options]
 
 Routes OpenAI-API and SageMaker-invoke requests to a fleet of vLLM (or OpenAI-compatible)
 servers, sending requests that share a prefix to the same instance.
 
-  --config FILE                 YAML or JSON configuration (see README: Configuration)
-  --upstream URL                an instance, e.g. http://10.0.0.5:8000 (repeat for each)
-  --strategy NAME               prefix_aware (default), longest_prefix, least_outstanding_requests, random
-  --prefix-length N             routing prefix: bytes (invoke) or code points (OpenAI), 1024-65536 (default 4096)
-  --concurrency-threshold N     in-flight requests at an instance before overflow, 1-1024 (default 10;
-                                longest_prefix: none, it bounds load itself; a value given is a hard cap)
-  --placement P                 longest_prefix: where a prompt no instance holds goes: balanced (default;
-                                the least queued of a few; one router) or hash (router replicas agree)
-  --load-factor F               longest_prefix: an instance is full above F x the fleet's mean in flight (default 3)
-  --prefill-weight W            longest_prefix: a block to compute here, against one queued here (default 6)
-  --match-length N              longest_prefix: code points of the prompt it matches, 1024-262144 (default 65536)
-  --host H / --port N           front address (default 0.0.0.0:8080)
-  --admin-host H / --admin-port N   admin address: /metrics, /admin/instances, /admin/reload (default 127.0.0.1:9090)
-  --tls-cert FILE --tls-key FILE    serve TLS with ALPN h2 and http/1.1
-  --upstream-protocol P         http1 (default), h2c (prior knowledge) or h2 (TLS upstreams)
-  --max-body-bytes N            request body limit (default 16777216)
-  --drain-delay-ms N            on SIGTERM: /health answers 503 and connections are still accepted for N ms (default 5000)
-  --drain-timeout-ms N          then requests in flight get up to N ms to finish (default 30000); a second signal exits at once
-  --debug-headers               add x-prefix-router-instance, -decision and -retries to responses
-  --log-level L                 fatal, error, warn, info (default), debug, trace, silent
-  --log-prompts                 log routing text (off by default: prompts are never logged otherwise)
-  --sim-instances N             with no upstream: size of the embedded simulated fleet (default 4)
+${helpLines(FLAGS, [
+  { usage: '--help, -h', help: 'this text' },
+  { usage: '--version, -v', help: 'the version of prefix-router' },
+])}
 
-Environment: ${Object.keys(ENV).join(', ')}.
+Every flag but --help and --version has the environment variable in brackets as its twin;
+any other ${ENV_PREFIX}* variable is refused. Precedence: defaults < config file < environment < flags.
 SIGHUP or POST /admin/reload re-reads the configuration for new requests.
 `
 
-export async function run(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { ...SERVE_FLAGS, 'sim-instances': { type: 'string' }, help: { type: 'boolean', short: 'h' } })
-  if (values.help) {
-    process.stdout.write(HELP)
-    return 0
-  }
-  const { 'sim-instances': simFlag, help: _help, ...flags } = values
-  let built: { config: Config; hasUpstreams: boolean }
+const NO_UPSTREAM = `no upstream to route to. Give your vLLM instances with one of:
+  --upstream http://HOST:8000                       (repeat for each instance)
+  PREFIX_ROUTER_UPSTREAMS=http://HOST1:8000,http://HOST2:8000
+  --config FILE                                     with endpoints: [{ name: default, instances: [http://HOST:8000] }]
+or pass --demo to try the router on an embedded fleet of simulated vLLM workers (npm start does).`
+
+function build(flags: ServeFlags): BuiltConfig {
   try {
-    built = buildConfig(flags as ServeFlags)
+    return buildConfig(flags)
   } catch (err) {
     if (err instanceof ConfigError) throw new CliError(err.message)
     throw err
   }
+}
+
+/** Refuses what cannot work before anything is started. */
+function check(built: BuiltConfig): void {
+  const { demoFrom, upstreamsFrom, hasUpstreams, simInstances, config } = built
+  if (demoFrom !== undefined && hasUpstreams) {
+    throw new CliError(`${demoFrom} and ${upstreamsFrom} both given: ${demoFrom} routes to an embedded simulated fleet instead of your instances; drop one of them`)
+  }
+  if (demoFrom === undefined && !hasUpstreams) throw new CliError(NO_UPSTREAM)
+  if (demoFrom === undefined && simInstances.from !== undefined) throw new CliError(`${simInstances.from} sizes the --demo fleet; without --demo it has nothing to size`)
+  if (config.listen.port !== 0 && config.listen.port === config.admin.port) {
+    throw new CliError(`the front port and the admin port are both ${config.listen.port}; give --admin-port another`)
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, { ...parseArgsOptions(FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
+  const { help, version: showVersion, ...flags } = values
+  if (help) {
+    process.stdout.write(HELP)
+    return 0
+  }
+  if (showVersion) {
+    process.stdout.write(`${version()}\n`)
+    return 0
+  }
+  const built = build(flags)
+  check(built)
   let { config } = built
+  for (const w of baseUrlWarnings(config)) process.stderr.write(`prefix-router: warning: ${w}\n`)
+
   let closeSim = async (): Promise<void> => undefined
-  if (!built.hasUpstreams) {
-    const n = simFlag === undefined ? 4 : Number(simFlag)
-    if (!Number.isInteger(n) || n < 1 || n > 64) throw new CliError(`--sim-instances must be an integer from 1 to 64; got '${simFlag}'`)
+  if (built.demoFrom !== undefined) {
+    const n = built.simInstances.n
     const { startSimFleet } = await import('../sim/index.js')
     const fleet = await startSimFleet({ instances: n })
     closeSim = fleet.close
     config = { ...config, endpoints: [{ name: 'default', instances: fleet.urls.map((url) => ({ url, weight: 1, models: [] })), routing: {} }] }
-    process.stderr.write(`prefix-router: no upstream configured; started an embedded simulated fleet of ${n} workers:\n  ${fleet.urls.join('\n  ')}\n`)
+    process.stderr.write(`prefix-router: ${built.demoFrom}: started an embedded fleet of ${n} SIMULATED vLLM workers:\n  ${fleet.urls.join('\n  ')}\n`)
   }
 
   const reloadConfig = (): Config => {
-    const next = buildConfig(flags as ServeFlags).config
+    let next: Config
+    try {
+      next = buildConfig(flags).config
+    } catch (err) {
+      // To POST /admin/reload a bad value is the configuration's fault (400), not the router's.
+      throw err instanceof CliError ? new ConfigError(err.message) : err
+    }
     // The embedded fleet stays the fleet: a reload changes routing, not membership.
-    return built.hasUpstreams ? next : { ...next, endpoints: config.endpoints }
+    return built.demoFrom === undefined ? next : { ...next, endpoints: config.endpoints }
   }
-  const proxy = await ProxyServer.start(config, { reloadConfig })
-  const ep = config.endpoints[0]!
+  let proxy: ProxyServer
+  try {
+    proxy = await ProxyServer.start(config, { reloadConfig })
+  } catch (err) {
+    await closeSim()
+    throw listenError(err, config) ?? err
+  }
+  const ep = proxy.endpoint(undefined)!
   process.stderr.write(
-    `prefix-router: routing ${config.endpoints.reduce((n, e) => n + e.instances.length, 0)} instance(s) with ${proxy.endpoint(ep.name)!.routing.strategy} on ${proxy.url} (admin ${proxy.adminUrl})\n` +
-      `try:\n  curl -s ${proxy.url}/v1/chat/completions -H 'content-type: application/json' \\\n` +
-      `    -d '{"model":"${proxy.endpoint(ep.name)!.models()[0]?.id ?? 'MODEL'}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'\n`,
+    `prefix-router: routing ${config.endpoints.reduce((n, e) => n + e.instances.length, 0)} instance(s) with ${ep.routing.strategy} on ${proxy.url} (admin ${proxy.adminUrl})\n` +
+      healthReport(proxy, config) +
+      tryIt(proxy) +
+      (built.demoFrom === undefined
+        ? ''
+        : 'prefix-router: DEMO: answers are SIMULATED (a prefix cache and a latency model, no language model). Give --upstream URL to route to your vLLM servers.\n'),
   )
 
   process.on('SIGHUP', () => {

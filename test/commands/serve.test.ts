@@ -67,9 +67,9 @@ describe('prefix-router serve', () => {
     expect(code).toBe(0)
   })
 
-  it('with no upstream starts an embedded simulated fleet and prints a curl command that works (npm start)', async () => {
-    const s = await serve([])
-    expect(s.stderr()).toMatch(/no upstream configured; started an embedded simulated fleet of 4 workers/)
+  it('--demo starts an embedded simulated fleet and prints a curl command that works (npm start)', async () => {
+    const s = await serve(['--demo'])
+    expect(s.stderr()).toMatch(/--demo: started an embedded fleet of 4 SIMULATED vLLM workers/)
     const m = /curl -s (\S+) -H 'content-type: application\/json' \\\n\s+-d '(.+)'/.exec(s.stderr())
     expect(m).not.toBeNull()
     const r = await post(m![1]!, m![2]!)
@@ -108,10 +108,10 @@ describe('prefix-router serve', () => {
   it('a bad flag exits 2 naming it', () => {
     const r = spawnSync(process.execPath, [cli, 'serve', '--prefix-length', '12', '--upstream', 'http://127.0.0.1:1'], { encoding: 'utf8' })
     expect(r.status).toBe(2)
-    expect(r.stderr).toMatch(/routing\.prefixLength: Too small: expected number to be >=1024/)
+    expect(r.stderr).toMatch(/routing\.prefixLength: Too small: expected number to be >=1024; got 12 \(from --prefix-length\)/)
     const u = spawnSync(process.execPath, [cli, 'serve', '--bogus'], { encoding: 'utf8' })
     expect(u.status).toBe(2)
-    expect(u.stderr).toMatch(/Unknown option '--bogus'/)
+    expect(u.stderr).toMatch(/unknown option '--bogus'/)
   })
 })
 
@@ -124,8 +124,8 @@ describe('prefix-router route (dry run)', () => {
       const body = chat(`dry run ${i} `.repeat(30), { model: 'sim-tiny', max_tokens: 1 })
       const dry = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'openai', '--json'], { input: body, encoding: 'utf8' })
       expect(dry.status, dry.stderr).toBe(0)
-      const out = JSON.parse(dry.stdout) as { instance: string; decision: string; strategy: string }
-      expect(out).toMatchObject({ decision: 'target', strategy: 'prefix_aware' })
+      const out = JSON.parse(dry.stdout) as { instance: string; reason: string; strategy: string }
+      expect(out).toMatchObject({ reason: 'target', strategy: 'prefix_aware' })
       const live = await post(`${s.url}/v1/chat/completions`, body)
       expect(live.headers.get('x-prefix-router-instance')).toBe(out.instance)
     }
@@ -136,12 +136,13 @@ describe('prefix-router route (dry run)', () => {
     writeFileSync(file, `endpoints:\n  - name: default\n    instances: [http://10.1.0.1:8000, http://10.1.0.2:8000, http://10.1.0.3:8000]\n`)
     const a = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'invoke', '--tenant', 'acme'], { input: 'x'.repeat(5000), encoding: 'utf8' })
     expect(a.status, a.stderr).toBe(0)
-    expect(a.stdout).toMatch(/^http:\/\/10\.1\.0\.\d:8000\n  endpoint default, strategy prefix_aware, decision target\n  key: first 4096 of 5000 body bytes, xxh3 [0-9a-f]{16}, tenant 'acme'/)
+    expect(a.stdout).toMatch(/^http:\/\/10\.1\.0\.\d:8000\n  endpoint default, strategy prefix_aware, reason target, api invoke\n  key: first 4096 of 5000 body bytes, xxh3 [0-9a-f]{16}, tenant 'acme'/)
     const bad = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'openai'], { input: '{"model":"m"}', encoding: 'utf8' })
     expect(bad.status).toBe(2)
     expect(bad.stderr).toMatch(/missing_messages: 'messages' must be a non-empty array/)
-    const noApi = spawnSync(process.execPath, [cli, 'route', '--config', file], { input: '', encoding: 'utf8' })
-    expect(noApi.stderr).toMatch(/--api must be openai or invoke/)
+    const badApi = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'grpc'], { input: '', encoding: 'utf8' })
+    expect(badApi.status).toBe(2)
+    expect(badApi.stderr).toMatch(/--api must be chat, completions, openai or invoke; got 'grpc'/)
   })
 
   it('longest_prefix: the dry run says what it cannot know, for either placement', () => {
@@ -151,10 +152,10 @@ describe('prefix-router route (dry run)', () => {
       writeFileSync(file, `routing: { strategy: longest_prefix, placement: ${placement} }\nendpoints:\n  - name: default\n    instances: [http://10.1.0.1:8000, http://10.1.0.2:8000, http://10.1.0.3:8000]\n`)
       const r = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'openai', '--json'], { input: body, encoding: 'utf8' })
       expect(r.status, r.stderr).toBe(0)
-      return JSON.parse(r.stdout) as { instance: string; decision: string; strategy: string }
+      return JSON.parse(r.stdout) as { instance: string; reason: string; placement: string; note: string }
     })
-    expect(answers[0]!.decision).toMatch(/^target \(where the hash places a prompt no instance holds/)
-    expect(answers[1]!.decision).toMatch(/^target with all instances idle \(balanced placement/)
+    expect(answers[0]).toMatchObject({ reason: 'target', placement: 'hash', note: expect.stringMatching(/^where the hash places a prompt no instance holds/) })
+    expect(answers[1]).toMatchObject({ reason: 'target', placement: 'balanced', note: expect.stringMatching(/^with every instance idle; balanced placement/) })
     expect(answers[1]!.instance).toBe(answers[0]!.instance) // idle instances: balanced keeps the hash's choice
   })
 })

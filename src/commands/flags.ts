@@ -1,0 +1,95 @@
+// Every `serve` setting in one table: its flag, its environment twin, the configuration key it
+// sets and its help line. The parseArgs options, the environment mapping, the configuration
+// built from them (serve-config.ts) and `--help` all come from here, so they cannot disagree.
+
+export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list'
+
+export interface FlagSpec {
+  /** The flag without its dashes. */
+  name: string
+  /** Its environment twin. */
+  env: string
+  kind: FlagKind
+  /** The configuration key it sets; none for flags serve-config.ts handles by name. */
+  key?: readonly string[]
+  /** The value's placeholder in --help, e.g. N. */
+  arg?: string
+  help: string
+  /** Only `serve` takes it (`route` is a dry run: no fleet to start). */
+  serveOnly?: boolean
+}
+
+export const FLAGS: readonly FlagSpec[] = [
+  { name: 'config', env: 'PREFIX_ROUTER_CONFIG', kind: 'string', arg: 'FILE', help: 'YAML or JSON configuration (see README: Configuration); flags override it' },
+  { name: 'upstream', env: 'PREFIX_ROUTER_UPSTREAMS', kind: 'list', arg: 'URL', help: 'an instance, e.g. http://10.0.0.5:8000 (repeat for each; the variable takes a comma- or space-separated list)' },
+  { name: 'demo', env: 'PREFIX_ROUTER_DEMO', kind: 'boolean', serveOnly: true, help: 'no instances of your own: start an embedded fleet of simulated vLLM workers (answers are simulated)' },
+  { name: 'sim-instances', env: 'PREFIX_ROUTER_SIM_INSTANCES', kind: 'int', arg: 'N', serveOnly: true, help: 'with --demo: workers in the simulated fleet, 1-64 (default 4)' },
+  { name: 'strategy', env: 'PREFIX_ROUTER_STRATEGY', kind: 'string', key: ['routing', 'strategy'], arg: 'NAME', help: 'prefix_aware (default), longest_prefix, least_outstanding_requests, random' },
+  { name: 'prefix-length', env: 'PREFIX_ROUTER_PREFIX_LENGTH', kind: 'int', key: ['routing', 'prefixLength'], arg: 'N', help: 'routing prefix: bytes (invoke) or code points (OpenAI), 1024-65536 (default 4096)' },
+  {
+    name: 'concurrency-threshold',
+    env: 'PREFIX_ROUTER_CONCURRENCY_THRESHOLD',
+    kind: 'int',
+    key: ['routing', 'concurrencyThreshold'],
+    arg: 'N',
+    help: 'in-flight requests at an instance before overflow, 1-1024 (default 10; longest_prefix: none, it bounds load itself; a value given is a hard cap)',
+  },
+  {
+    name: 'placement',
+    env: 'PREFIX_ROUTER_PLACEMENT',
+    kind: 'string',
+    key: ['routing', 'placement'],
+    arg: 'P',
+    help: 'longest_prefix: where a prompt no instance holds goes: balanced (default; the least queued of a few; one router) or hash (router replicas agree)',
+  },
+  { name: 'load-factor', env: 'PREFIX_ROUTER_LOAD_FACTOR', kind: 'number', key: ['routing', 'loadFactor'], arg: 'F', help: "longest_prefix: an instance is full above F x the fleet's mean in flight (default 3)" },
+  { name: 'prefill-weight', env: 'PREFIX_ROUTER_PREFILL_WEIGHT', kind: 'number', key: ['routing', 'prefillWeight'], arg: 'W', help: 'longest_prefix: a block to compute here, against one queued here (default 6)' },
+  { name: 'match-length', env: 'PREFIX_ROUTER_MATCH_LENGTH', kind: 'int', key: ['routing', 'matchLength'], arg: 'N', help: 'longest_prefix: code points of the prompt it matches, 1024-262144 (default 65536)' },
+  { name: 'host', env: 'PREFIX_ROUTER_HOST', kind: 'string', key: ['listen', 'host'], arg: 'H', help: 'front address (default 0.0.0.0)' },
+  { name: 'port', env: 'PREFIX_ROUTER_PORT', kind: 'int', key: ['listen', 'port'], arg: 'N', help: 'front port (default 8080; 0: any free port)' },
+  { name: 'admin-host', env: 'PREFIX_ROUTER_ADMIN_HOST', kind: 'string', key: ['admin', 'host'], arg: 'H', help: 'admin address: /metrics, /admin/instances, /admin/reload (default 127.0.0.1)' },
+  { name: 'admin-port', env: 'PREFIX_ROUTER_ADMIN_PORT', kind: 'int', key: ['admin', 'port'], arg: 'N', help: 'admin port (default 9090; 0: any free port)' },
+  { name: 'tls-cert', env: 'PREFIX_ROUTER_TLS_CERT', kind: 'string', key: ['tls', 'cert'], arg: 'FILE', help: 'with --tls-key: serve TLS with ALPN h2 and http/1.1 (PEM)' },
+  { name: 'tls-key', env: 'PREFIX_ROUTER_TLS_KEY', kind: 'string', key: ['tls', 'key'], arg: 'FILE', help: "the TLS certificate's private key (PEM)" },
+  { name: 'upstream-protocol', env: 'PREFIX_ROUTER_UPSTREAM_PROTOCOL', kind: 'string', key: ['upstream', 'protocol'], arg: 'P', help: 'http1 (default), h2c (HTTP/2 prior knowledge) or h2 (TLS upstreams)' },
+  { name: 'max-body-bytes', env: 'PREFIX_ROUTER_MAX_BODY_BYTES', kind: 'int', key: ['limits', 'maxBodyBytes'], arg: 'N', help: 'request body limit (default 16777216)' },
+  { name: 'drain-delay-ms', env: 'PREFIX_ROUTER_DRAIN_DELAY_MS', kind: 'int', key: ['drain', 'delayMs'], arg: 'N', help: 'on SIGTERM: /health answers 503 and connections are still accepted for N ms (default 5000)' },
+  { name: 'drain-timeout-ms', env: 'PREFIX_ROUTER_DRAIN_TIMEOUT_MS', kind: 'int', key: ['drain', 'timeoutMs'], arg: 'N', help: 'then requests in flight get up to N ms to finish (default 30000); a second signal exits at once' },
+  { name: 'debug-headers', env: 'PREFIX_ROUTER_DEBUG_HEADERS', kind: 'boolean', key: ['debugHeaders'], help: 'add x-prefix-router-instance, -decision and -retries to responses' },
+  { name: 'log-level', env: 'PREFIX_ROUTER_LOG_LEVEL', kind: 'string', key: ['log', 'level'], arg: 'L', help: 'fatal, error, warn, info (default), debug, trace, silent' },
+  { name: 'log-prompts', env: 'PREFIX_ROUTER_LOG_PROMPTS', kind: 'boolean', key: ['log', 'prompts'], help: 'log routing text (off by default: prompts are never logged otherwise)' },
+]
+
+/** The environment variables' common prefix: any other variable with it is a mistake. */
+export const ENV_PREFIX = 'PREFIX_ROUTER_'
+
+type Option = { type: 'string'; multiple?: boolean } | { type: 'boolean' }
+
+/** node:util parseArgs options for the given flags. */
+export function parseArgsOptions(flags: readonly FlagSpec[]): Record<string, Option> {
+  return Object.fromEntries(
+    flags.map((f) => [f.name, f.kind === 'boolean' ? { type: 'boolean' } : f.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' }]),
+  )
+}
+
+/** The flags' --help lines, each with its environment twin in brackets, wrapped under a column. */
+export function helpLines(flags: readonly FlagSpec[], extra: readonly { usage: string; help: string }[] = []): string {
+  const rows = [...flags.map((f) => ({ usage: `--${f.name}${f.arg ? ` ${f.arg}` : ''}`, help: `${f.help} [${f.env}]` })), ...extra]
+  const col = Math.max(...rows.map((r) => r.usage.length)) + 4
+  const width = Math.max(60, 100 - col)
+  return rows
+    .map((r) => {
+      const words = r.help.split(' ')
+      const lines: string[] = []
+      let line = ''
+      for (const w of words) {
+        if (line && line.length + 1 + w.length > width) {
+          lines.push(line)
+          line = w
+        } else line = line ? `${line} ${w}` : w
+      }
+      lines.push(line)
+      return lines.map((l, i) => `${i === 0 ? `  ${r.usage}`.padEnd(col + 2) : ' '.repeat(col + 2)}${l}`).join('\n')
+    })
+    .join('\n')
+}
