@@ -58,6 +58,15 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: 'debug-headers', env: 'PREFIX_ROUTER_DEBUG_HEADERS', kind: 'boolean', key: ['debugHeaders'], help: 'add x-prefix-router-instance, -decision and -retries to responses' },
   { name: 'log-level', env: 'PREFIX_ROUTER_LOG_LEVEL', kind: 'string', key: ['log', 'level'], arg: 'L', help: 'fatal, error, warn, info (default), debug, trace, silent' },
   { name: 'log-prompts', env: 'PREFIX_ROUTER_LOG_PROMPTS', kind: 'boolean', key: ['log', 'prompts'], help: 'log routing text (off by default: prompts are never logged otherwise)' },
+  {
+    name: 'upstream-dns',
+    env: 'PREFIX_ROUTER_UPSTREAM_DNS',
+    kind: 'list',
+    arg: 'URL',
+    serveOnly: true,
+    help: 'instances from DNS: each A/AAAA address of NAME in http://NAME:PORT is one, re-resolved every 5 s (repeat for more names; adds to --upstream)',
+  },
+  { name: 'dns-server', env: 'PREFIX_ROUTER_DNS_SERVER', kind: 'string', arg: 'IP:PORT', serveOnly: true, help: 'with --upstream-dns: the resolver to ask instead of the system one' },
 ]
 
 /** The environment variables' common prefix: any other variable with it is a mistake. */

@@ -2,6 +2,7 @@
 // each setting read as the table in flags.ts says. Errors name what the user typed: the flag,
 // the environment variable, or (from config.ts) the file's key.
 import { ConfigError, parseConfig, readConfigFile, type Config } from '../config.js'
+import { dnsServer, dnsUrl } from '../fleet/discovery/schema.js'
 import { didYouMean } from '../suggest.js'
 import { upstreamUrlProblem } from '../upstream-url.js'
 import { CliError } from './cli-error.js'
@@ -95,6 +96,22 @@ function upstreams(g: Given): string[] {
   return list
 }
 
+/** DNS discovery sources from --upstream-dns, each asking --dns-server when given. */
+function upstreamDns(given: Map<string, Given>): Record<string, unknown>[] {
+  const names = given.get('upstream-dns')
+  const server = given.get('dns-server')
+  if (names === undefined) {
+    if (server !== undefined) throw new CliError(`${server.from} is the resolver for --upstream-dns names; give --upstream-dns too (got only ${server.from} '${String(server.value)}')`)
+    return []
+  }
+  if (server !== undefined && !dnsServer.safeParse(server.value).success) throw new CliError(`${server.from} must be IP:PORT, the resolver's address ([v6]:PORT for IPv6); got '${String(server.value)}'`)
+  const list = Array.isArray(names.value) ? names.value : [String(names.value)]
+  return list.map((url) => {
+    if (!dnsUrl.safeParse(url).success) throw new CliError(`${names.from} must be http://NAME:PORT (or https://), the name to resolve; got '${url}'`)
+    return { type: 'dns', url, ...(server !== undefined && { server: String(server.value) }) }
+  })
+}
+
 /**
  * The configuration from the file (flag or env), the environment and the flags. Upstreams
  * given by flag or env replace the instances of the first endpoint (or make `default`).
@@ -126,6 +143,14 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     r.endpoints = eps
     upstreamsFrom = ups.from
     origins.set('endpoints[0].instances', ups.from)
+  }
+  const dns = upstreamDns(given)
+  if (dns.length > 0) {
+    const eps = Array.isArray(r.endpoints) ? (r.endpoints as Record<string, unknown>[]) : []
+    if (eps.length === 0) eps.push({ name: 'default' })
+    eps[0]!.discovery = [...(Array.isArray(eps[0]!.discovery) ? eps[0]!.discovery : []), ...dns]
+    r.endpoints = eps
+    upstreamsFrom ??= given.get('upstream-dns')!.from
   }
   const hasUpstreams = Array.isArray(r.endpoints) && r.endpoints.length > 0
   if (hasUpstreams && upstreamsFrom === undefined) upstreamsFrom = `the endpoints in config file '${String(file?.value)}'`

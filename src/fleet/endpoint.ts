@@ -76,21 +76,31 @@ export class Endpoint {
    * A discovery source's current list (undefined: the source was removed). Instances that
    * left are out of routing at once and closed when their requests have finished; new ones
    * take traffic after their first probe (`joined` resolves then). Returns the ids that
-   * joined or left the endpoint: an id another source or `instances` still lists stays.
+   * join or leave the endpoint: an id another source or `instances` still lists stays.
    */
   setDiscovered(source: string, list: InstanceEntry[] | undefined): { added: string[]; removed: string[]; joined: Promise<void> } {
     if (list === undefined) this.#discovered.delete(source)
     else this.#discovered.set(source, list)
-    const { added, removed, joined } = this.#setInstances(true)
+    const wanted = this.#wanted()
+    const leaving = [...this.instances.keys(), ...this.#joining.keys()].filter((id) => !wanted.has(id))
+    // A fleet replaced whole (every address new at once) would answer nothing while the
+    // newcomers are probed: then the old instances stay until the probes are done.
+    const bridge = ![...this.instances.values()].some((i) => i.inRotation && wanted.has(i.id))
+    const { added, removed, joined } = this.#setInstances(true, !bridge)
+    this.#retire(removed)
+    if (bridge) void joined.then(() => this.#closed || this.#retire(this.#setInstances(true).removed))
+    return { added, removed: leaving, joined }
+  }
+
+  #retire(removed: Instance[]): void {
     for (const inst of removed) {
       this.#retiring.add(inst)
       void closeWhenDrained(this, inst).finally(() => this.#retiring.delete(inst))
     }
-    return { added, removed: removed.map((i) => i.id), joined }
   }
 
-  /** Makes the membership static ∪ discovered (the first listing of an id wins); `probeFirst`: new instances join once probed. */
-  #setInstances(probeFirst: boolean): { added: string[]; removed: Instance[]; joined: Promise<void> } {
+  /** Static and discovered instances together, by id (the first listing of an id wins). */
+  #wanted(): Map<string, InstanceEntry> {
     const wanted = new Map<string, InstanceEntry>()
     for (const list of [this.#static, ...this.#discovered.values()]) {
       for (const i of list) {
@@ -98,8 +108,14 @@ export class Endpoint {
         if (!wanted.has(id)) wanted.set(id, i)
       }
     }
+    return wanted
+  }
+
+  /** Makes the membership what is wanted; `probeFirst`: new instances join once probed; `remove`: false keeps the ones that left, for now. */
+  #setInstances(probeFirst: boolean, remove = true): { added: string[]; removed: Instance[]; joined: Promise<void> } {
+    const wanted = this.#wanted()
     const removed: Instance[] = []
-    for (const set of [this.instances, this.#joining]) {
+    for (const set of remove ? [this.instances, this.#joining] : []) {
       for (const [id, inst] of set) {
         if (!wanted.has(id)) {
           set.delete(id)

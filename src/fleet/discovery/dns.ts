@@ -48,12 +48,15 @@ export class DnsSource implements DiscoverySource {
       const all = await lookup(name, { all: true })
       return all.map((a) => a.address)
     }
-    const [v4, v6] = await Promise.allSettled([this.#resolver.resolve4(name), this.#resolver.resolve6(name)])
-    if (v4.status === 'rejected' && v6.status === 'rejected') {
-      // A name with records of one family only answers "no data" for the other.
-      throw (v4.reason as NodeJS.ErrnoException).code === 'ENODATA' ? v6.reason : v4.reason
-    }
-    return [...(v4.status === 'fulfilled' ? v4.value : []), ...(v6.status === 'fulfilled' ? v6.value : [])]
+    const answers = await Promise.allSettled([this.#resolver.resolve4(name), this.#resolver.resolve6(name)])
+    // "No such name" or "no records of this family" is an answer (a name with only A records
+    // has no AAAA); anything else (a timeout, a refusal) is a failure, and fails the whole
+    // resolution rather than drop the family it hit.
+    const absent = (r: PromiseSettledResult<string[]>) => r.status === 'rejected' && ['ENODATA', 'ENOTFOUND'].includes((r.reason as NodeJS.ErrnoException).code ?? '')
+    for (const r of answers) if (r.status === 'rejected' && !absent(r)) throw r.reason
+    const all = answers.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))
+    if (all.length === 0) throw (answers[0] as PromiseRejectedResult).reason
+    return all
   }
 
   async resolve(): Promise<InstanceEntry[]> {

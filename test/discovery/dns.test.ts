@@ -1,0 +1,220 @@
+// Discovery from DNS against a real resolver: dnsmasq, started here, answering from a hosts
+// file that each test rewrites (SIGHUP makes it read the file again). The instances are
+// simulator workers on 127.0.0.x, which all reach this host on Linux.
+import { spawn, type ChildProcess } from 'node:child_process'
+import dgram from 'node:dgram'
+import { Resolver } from 'node:dns/promises'
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { ProxyServer } from '../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+
+const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-dns-'))
+chmodSync(dir, 0o755) // dnsmasq started as root reads the file as nobody
+const hosts = join(dir, 'hosts')
+let dnsmasq: ChildProcess
+let dnsPort: number
+/** Workers on 127.0.0.1, .2 and .3, all on one port (an A record carries no port). */
+let port: number
+const fleets: SimFleet[] = []
+/** Two workers found through SRV records, on ports of their own. */
+let srv: { a: SimFleet; b: SimFleet }
+let router: ProxyServer | undefined
+
+const url = (n: number) => `http://127.0.0.${n}:${port}`
+
+/** The hosts file dnsmasq answers from: vllm.test at the given 127.0.0.x, and the SRV targets. */
+async function records(...addresses: number[]): Promise<void> {
+  writeHosts(addresses)
+  dnsmasq.kill('SIGHUP')
+  await answering(addresses)
+}
+
+function writeHosts(addresses: number[]): void {
+  const lines = [...addresses.map((n) => `127.0.0.${n} vllm.test`), '127.0.0.4 srv-a.test', '127.0.0.5 srv-b.test']
+  writeFileSync(hosts, `${lines.join('\n')}\n`, { mode: 0o644 })
+}
+
+async function answering(addresses: number[]): Promise<void> {
+  // Read back through the resolver: the router's next look will see these records.
+  const r = new Resolver({ timeout: 1000, tries: 1 })
+  r.setServers([`127.0.0.1:${dnsPort}`])
+  const want = addresses.map((n) => `127.0.0.${n}`).sort().join(' ')
+  await until(async () => (await r.resolve4('vllm.test').catch(() => [] as string[])).sort().join(' ') === want, 20_000, `dnsmasq answering ${want || 'nothing'}`)
+}
+
+async function freeUdpPort(): Promise<number> {
+  const s = dgram.createSocket('udp4')
+  await new Promise<void>((r) => s.bind(0, '127.0.0.1', r))
+  const p = s.address().port
+  await new Promise<void>((r) => s.close(() => r()))
+  return p
+}
+
+beforeAll(async () => {
+  const first = await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.1' })
+  fleets.push(first)
+  port = first.workers[0]!.port
+  for (const n of [2, 3]) fleets.push(await startSimFleet({ instances: 1, profile: 'tiny', host: `127.0.0.${n}`, port }))
+  srv = { a: await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.4' }), b: await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.5' }) }
+  dnsPort = await freeUdpPort()
+  writeHosts([1])
+  const args = [
+    '--no-daemon',
+    `--port=${dnsPort}`,
+    '--listen-address=127.0.0.1',
+    '--bind-interfaces',
+    '--no-resolv',
+    '--no-hosts',
+    `--addn-hosts=${hosts}`,
+    // Names under test. are ours: one without an AAAA record answers "no data", not "refused".
+    '--local=/test/',
+    `--srv-host=_vllm._tcp.test,srv-a.test,${srv.a.workers[0]!.port}`,
+    `--srv-host=_vllm._tcp.test,srv-b.test,${srv.b.workers[0]!.port}`,
+    '--pid-file=',
+  ]
+  dnsmasq = spawn('dnsmasq', args, { stdio: ['ignore', 'ignore', 'pipe'] })
+  let err = ''
+  dnsmasq.stderr!.on('data', (d: Buffer) => (err += d.toString()))
+  const failed = new Promise<never>((_, reject) => {
+    dnsmasq.once('error', (e) => reject(new Error(`cannot run dnsmasq (apt-get install dnsmasq-base): ${e.message}`)))
+    dnsmasq.once('exit', (code) => reject(new Error(`dnsmasq exited with ${code}: ${err}`)))
+  })
+  await Promise.race([answering([1]), failed])
+}, 60_000)
+
+afterEach(async () => {
+  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
+  await router?.close()
+  router = undefined
+})
+
+afterAll(async () => {
+  dnsmasq?.kill()
+  await Promise.all([...fleets, srv?.a, srv?.b].map((f) => f?.close()))
+  rmSync(dir, { recursive: true, force: true })
+})
+
+const server = () => `127.0.0.1:${dnsPort}`
+
+describe('DNS discovery', () => {
+  it('each address of the name is an instance; instances follow the records; a failed lookup keeps the last list', async () => {
+    const s = await startDiscoveryRouter([{ type: 'dns', url: `http://vllm.test:${port}`, server: server(), intervalMs: 100 }])
+    router = s.router
+    expect(members(router)).toEqual([url(1)])
+
+    let from = s.lines.length
+    await records(1, 2, 3)
+    await untilMembers(router, [url(1), url(2), url(3)])
+    const added = await untilLog(s.lines, membershipChange, 'the additions logged', from)
+    expect(added).toMatchObject({ level: 30, source: `dns http://vllm.test:${port} @${server()}`, removed: [] })
+    expect((added.added as string[]).sort()).toEqual([url(2), url(3)])
+    expect(await reached(router, 60)).toEqual(new Set([url(1), url(2), url(3)]))
+
+    from = s.lines.length
+    await records(2, 3)
+    await untilMembers(router, [url(2), url(3)])
+    expect(await untilLog(s.lines, membershipChange, 'the removal logged', from)).toMatchObject({ added: [], removed: [url(1)] })
+    expect((await reached(router, 30)).has(url(1))).toBe(false)
+
+    // The name gone from the resolver: a warning, and the fleet stays as it was.
+    from = s.lines.length
+    await records()
+    const failed = await untilLog(s.lines, sourceFailed, 'the failed lookup reported', from)
+    expect(failed).toMatchObject({ level: 40, source: `dns http://vllm.test:${port} @${server()}` })
+    expect(failed.err).toMatch(/resolving 'vllm\.test' at 127\.0\.0\.1:\d+ failed: ENOTFOUND/)
+    expect(members(router)).toEqual([url(2), url(3)])
+    expect(await reached(router, 30)).toEqual(new Set([url(2), url(3)]))
+    expect(s.lines.slice(from).filter(membershipChange)).toEqual([])
+
+    await records(3)
+    await untilMembers(router, [url(3)])
+    expect(s.lines.some((l) => l.msg === 'discovery source answers again')).toBe(true)
+  })
+
+  it('static instances and DNS together: the union, and a static one stays when its address leaves DNS', async () => {
+    await records(1, 2)
+    const s = await startDiscoveryRouter([{ type: 'dns', url: `http://vllm.test:${port}`, server: server(), intervalMs: 100 }], { instances: [url(1), url(3)] })
+    router = s.router
+    expect(members(router)).toEqual([url(1), url(2), url(3)])
+    const from = s.lines.length
+    await records(2)
+    // 127.0.0.1 is listed statically too: the endpoint keeps it, and no change is logged for it.
+    await records(3)
+    await untilMembers(router, [url(1), url(3)])
+    const changes = s.lines.slice(from).filter(membershipChange)
+    expect(changes.flatMap((l) => l.removed as string[])).toEqual([url(2)])
+    expect(changes.flatMap((l) => l.added as string[])).toEqual([])
+  })
+
+  it('SRV records give each target its host and port', async () => {
+    const s = await startDiscoveryRouter([{ type: 'dns', url: 'http://_vllm._tcp.test', srv: true, server: server() }])
+    router = s.router
+    const a = `http://127.0.0.4:${srv.a.workers[0]!.port}`
+    const b = `http://127.0.0.5:${srv.b.workers[0]!.port}`
+    expect(members(router)).toEqual([a, b].sort())
+    expect(await reached(router, 40)).toEqual(new Set([a, b]))
+  })
+
+  it('without a server, the system resolver (here /etc/hosts: localhost)', async () => {
+    const s = await startDiscoveryRouter([{ type: 'dns', url: `http://localhost:${port}/` }])
+    router = s.router
+    expect([...s.endpoint.instances.keys()]).toContain(url(1))
+    expect(members(router)).toEqual([url(1)]) // ::1, if listed, has no worker: probed down
+  })
+
+  it('prefix-router serve --upstream-dns --dns-server follows the records', async () => {
+    await records(1)
+    const child = spawn(process.execPath, [cli, 'serve', '--upstream-dns', `http://vllm.test:${port}`, '--dns-server', server(), '--port', '0', '--admin-port', '0', '--debug-headers', '--drain-delay-ms', '0'])
+    let out = ''
+    let err = ''
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()))
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()))
+    try {
+      await until(() => /on (http:\/\/[\d.:]+) \(admin/.test(err) || child.exitCode !== null, 30_000, 'serve to start')
+      const front = /on (http:\/\/[\d.:]+) \(admin/.exec(err)?.[1]
+      if (front === undefined) throw new Error(`serve did not start:\n${err}`)
+      const ask = async () => {
+        const r = await post(`${front}/v1/chat/completions`, chat(`question ${Math.random()}`, { model: MODEL, max_tokens: 1 }))
+        expect(r.status).toBe(200)
+        return r.headers.get('x-prefix-router-instance')
+      }
+      expect(await ask()).toBe(url(1))
+      await records(2)
+      // Its own interval (5 s by default) passes before it looks again.
+      await until(async () => (await ask()) === url(2), 30_000, 'a request to reach the new worker')
+      for (let i = 0; i < 10; i++) expect(await ask()).toBe(url(2))
+      expect(out).toMatch(/"msg":"discovery: membership changed"/)
+      const change = out.split('\n').filter((l) => l.includes('discovery: membership changed')).map((l) => JSON.parse(l) as Record<string, unknown>)
+      expect(change.at(-1)).toMatchObject({ added: [url(2)], removed: [url(1)] })
+    } finally {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await new Promise((r) => child.once('exit', r))
+    }
+  }, 60_000)
+})
+
+describe('--upstream-dns and --dns-server refuse bad values', () => {
+  const run = (args: string[]) =>
+    new Promise<{ code: number | null; err: string }>((resolve) => {
+      const c = spawn(process.execPath, [cli, 'serve', ...args])
+      let err = ''
+      c.stderr.on('data', (d: Buffer) => (err += d.toString()))
+      c.once('exit', (code) => resolve({ code, err }))
+    })
+  it.each([
+    [['--upstream-dns', 'vllm.test:8000'], /--upstream-dns must be http:\/\/NAME:PORT .*; got 'vllm\.test:8000'/],
+    [['--upstream-dns', 'http://vllm.test:8000', '--dns-server', 'dns.local:53'], /--dns-server must be IP:PORT.*; got 'dns\.local:53'/],
+    [['--dns-server', '127.0.0.1:53'], /--dns-server is the resolver for --upstream-dns names; give --upstream-dns too/],
+  ])('%j', async (args, message) => {
+    const r = await run(args)
+    expect(r.code).toBe(2)
+    expect(r.err).toMatch(message)
+  })
+})
