@@ -8,6 +8,8 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
+import { withoutAwsCredentials } from './aws-credentials.js'
+import { isFramed } from './broken-stream.js'
 import { upstreamFailed } from './errors.js'
 import { endToEnd } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
@@ -83,7 +85,7 @@ export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
 }
 
 function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
-  const h = endToEnd(f.headers, ['host'])
+  const h = withoutAwsCredentials(endToEnd(f.headers, ['host']))
   const prior = f.headers['x-forwarded-for']
   if (f.clientAddress) h['x-forwarded-for'] = prior ? `${String(prior)}, ${f.clientAddress}` : f.clientAddress
   h['x-forwarded-proto'] = f.secure ? 'https' : 'http'
@@ -177,18 +179,18 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
         if (!started) return reject(Object.assign(err, { requestSent: sent }))
         if (err === SHUTDOWN) {
           // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
-          if (sse) res.end(`data: ${JSON.stringify({ error: { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' } })}\n\n`)
+          const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
+          if (isFramed(res)) res.fail(shutdown)
+          else if (sse) res.end(`data: ${JSON.stringify({ error: shutdown })}\n\n`)
           else res.destroy()
           return resolve(status)
         }
         f.onCut()
-        if (sse) {
-          const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
-          const message = `upstream stream ended early: ${upstreamError(err).message}`
-          res.end(`data: ${JSON.stringify({ error: { message, type: 'upstream_error', code } })}\n\n`)
-        } else {
-          res.destroy(err)
-        }
+        const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
+        const message = `upstream stream ended early: ${upstreamError(err).message}`
+        if (isFramed(res)) res.fail({ message, type: 'upstream_error', code })
+        else if (sse) res.end(`data: ${JSON.stringify({ error: { message, type: 'upstream_error', code } })}\n\n`)
+        else res.destroy(err)
         resolve(502)
       },
     }

@@ -10,11 +10,13 @@ import { readInvokePrefix } from '../prefix/invoke-key.js'
 import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
+import { EventStreamResponse } from './event-stream-response.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
+import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
 import { ATTR, endSpan, injectInto, startChild, startRequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
 
@@ -131,8 +133,15 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   let model: string | undefined
   let anchor: number | undefined
   let stream = false
+  let answer = res
   if (route.kind === 'invoke') {
     tenant = tenantOf(header)
+    model = inferenceComponentOf(req.headers[INFERENCE_COMPONENT_HEADER])
+    ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(VARIANT_HEADER, VARIANT)
+    if (route.eventStream) {
+      answer = new EventStreamResponse(res)
+      stream = true
+    }
     const inv = await readInvokePrefix(bodyChunks(req, core.config.limits.bodyTimeoutMs), routing.prefixLength, limit)
     key = inv.prefix
     body = inv.complete ? Buffer.from(inv.prefix) : inv.body
@@ -149,7 +158,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     body = raw
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
   }
-  return proxyTo(core, ep, req, res, client, out, { key, body, tenant, model, anchor, stream, path: route.upstreamPath })
+  return proxyTo(core, ep, req, answer, client, out, { key, body, tenant, model, anchor, stream, path: route.upstreamPath })
 }
 
 interface Outbound {

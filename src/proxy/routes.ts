@@ -1,5 +1,5 @@
 // Front routes. Endpoint-scoped forms map onto the instance's own paths:
-// /endpoints/{name}/invocations -> /invocations,
+// /endpoints/{name}/invocations (and SageMaker's -response-stream form) -> /invocations,
 // /endpoints/{name}/openai/v1/... -> /v1/..., /endpoints/{name}/openai/tokenize -> /tokenize.
 import type { OpenAIApi } from '../prefix/openai-key.js'
 
@@ -7,7 +7,8 @@ export type Route =
   | { kind: 'ping' }
   | { kind: 'health' }
   | { kind: 'models'; endpoint: string | undefined }
-  | { kind: 'invoke'; endpoint: string | undefined; upstreamPath: string }
+  /** eventStream: SageMaker's InvokeEndpointWithResponseStream, the answer framed as an AWS event stream. */
+  | { kind: 'invoke'; endpoint: string | undefined; upstreamPath: string; eventStream: boolean }
   | { kind: 'openai'; api: OpenAIApi; endpoint: string | undefined; upstreamPath: string }
   /** A path under /v1/ the router does not forward; answered 404 with the list below. */
   | { kind: 'unsupported'; path: string }
@@ -41,13 +42,16 @@ export function matchRoute(url: string): { route: Route; method: 'GET' | 'POST' 
       return undefined // a malformed escape names no endpoint
     }
     rest = m[2]!
-    if (rest === '/invocations') return { route: { kind: 'invoke', endpoint, upstreamPath: `/invocations${query}` }, method: 'POST' }
+    if (rest === '/invocations' || rest === '/invocations-response-stream') {
+      // A SageMaker container answers both on /invocations; the stream form only frames the answer.
+      return { route: { kind: 'invoke', endpoint, upstreamPath: `/invocations${query}`, eventStream: rest !== '/invocations' }, method: 'POST' }
+    }
     if (!rest.startsWith('/openai/')) return undefined
     rest = rest.slice('/openai'.length)
   } else {
     if (path === '/ping') return { route: { kind: 'ping' }, method: 'GET' }
     if (path === '/health') return { route: { kind: 'health' }, method: 'GET' }
-    if (path === '/invocations') return { route: { kind: 'invoke', endpoint, upstreamPath: `/invocations${query}` }, method: 'POST' }
+    if (path === '/invocations') return { route: { kind: 'invoke', endpoint, upstreamPath: `/invocations${query}`, eventStream: false }, method: 'POST' }
   }
   if (rest === '/v1/models') return { route: { kind: 'models', endpoint }, method: 'GET' }
   const api = OPENAI[rest]

@@ -94,7 +94,7 @@ describe('routing keys and forwarding, stub instances behind the router', () => 
     expect(used.size).toBeGreaterThan(1)
   })
 
-  it('forwards the body byte for byte to the same path on the instance, from the default and a named endpoint', async () => {
+  it('forwards the body byte for byte, and a bearer token, to the same path on the instance, from the default and a named endpoint', async () => {
     await ctx.fleet(1)
     const stub = ctx.stubs[0]!
     ctx.router = await startRouter([], { endpoints: [{ name: 'default', instances: [stub.url] }, { name: 'pool', instances: [stub.url] }] })
@@ -109,11 +109,13 @@ describe('routing keys and forwarding, stub instances behind the router', () => 
     for (const [path, body] of Object.entries(bodies)) {
       for (const front of [path, `/endpoints/pool/openai${path}`]) {
         const before = stub.seen.length
-        const r = await post(`${ctx.router.url}${front}?trace=1`, body)
+        const r = await post(`${ctx.router.url}${front}?trace=1`, body, { authorization: 'Bearer sk-for-vllm' })
         expect(r.status, front).toBe(200)
         const got = stub.seen.slice(before).filter((s) => !probes.has(s.url))
         expect(got.map((s) => [s.method, s.url]), front).toEqual([['POST', `${path}?trace=1`]])
         expect(got[0]!.body.toString('utf8')).toBe(body)
+        // vLLM's --api-key: a bearer token is the instance's to check, unlike a SigV4 signature.
+        expect(got[0]!.headers.authorization).toBe('Bearer sk-for-vllm')
       }
     }
   })
