@@ -73,12 +73,12 @@ export class KubernetesSource implements DiscoverySource {
       pending = true
       setImmediate(() => {
         pending = false
+        delay = RETRY_MS.first // it answers: the next failure starts the back-off afresh
         if (!this.#stopped) onChange(instancesOf(informer.list(), this.#cfg))
       })
     }
     const list = async () => {
       const l = await api.listNamespacedEndpointSlice({ namespace, labelSelector })
-      delay = RETRY_MS.first
       report() // also when the list is empty or unchanged, which fires no event
       return l
     }
@@ -90,10 +90,11 @@ export class KubernetesSource implements DiscoverySource {
     informer.on('error', (err: unknown) => {
       if (this.#stopped) return
       onError(new Error(`EndpointSlices in '${namespace}' (${labelSelector}): ${describeError(err)}`))
-      // The informer stops on an error; it lists again (keeping what it has) after a pause.
+      // The informer stops on an error. After a pause it watches again from the last
+      // resourceVersion it saw (or lists again, if it never listed), keeping what it has.
       clearTimeout(this.#retry)
       this.#retry = setTimeout(() => {
-        if (!this.#stopped) void informer.start()
+        if (!this.#stopped) informer.start().catch((e: unknown) => onError(new Error(`EndpointSlices in '${namespace}': ${describeError(e)}`)))
       }, delay)
       this.#retry.unref()
       delay = Math.min(delay * 2, RETRY_MS.max)

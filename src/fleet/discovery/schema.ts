@@ -72,6 +72,6 @@ export function describeSource(s: DiscoverySourceConfig): string {
     case 'dns':
       return `dns ${s.srv ? 'srv ' : ''}${s.url}${s.server ? ` @${s.server}` : ''}`
     case 'kubernetes':
-      return `kubernetes ${s.namespace ?? '(default namespace)'}/${s.service ?? s.labelSelector}`
+      return `kubernetes ${s.namespace !== undefined ? `${s.namespace}/` : ''}${s.service ?? s.labelSelector}`
   }
 }
