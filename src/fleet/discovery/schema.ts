@@ -55,7 +55,7 @@ const KubernetesSource = z
     scheme: z.enum(['http', 'https']).default('http'),
   })
   .strict()
-  .refine((s) => s.service !== undefined || s.labelSelector !== undefined, { message: 'needs service or labelSelector', path: ['service'] })
+  .refine((s) => s.service !== undefined || s.labelSelector !== undefined, { message: "give service (a Service's name) or labelSelector", path: ['service'] })
 
 export const DiscoverySourceSchema = z.discriminatedUnion('type', [FileSource, DnsSource, KubernetesSource])
 
