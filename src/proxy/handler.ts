@@ -71,7 +71,8 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
-    if (req.method !== m.method) throw methodNotAllowed(m.method)
+    // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
+    if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
     out.status = await dispatch(core, m.route, req, res, client, out)
   } catch (err) {
     if (client.gone) return void (out.status = 499)

@@ -79,7 +79,7 @@ describe('logs', () => {
   it('logs each request as JSON, and never the prompt unless asked', async () => {
     const quiet = await logsOf(false)
     const line = quiet.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'request')
-    expect(line).toMatchObject({ method: 'POST', url: '/v1/chat/completions', status: 200, endpoint: 'default' })
+    expect(line).toMatchObject({ method: 'POST', path: '/v1/chat/completions', status: 200, endpoint: 'default' })
     expect(quiet).not.toContain('TOP-SECRET-PROMPT-TEXT')
     expect(await logsOf(true)).toContain('TOP-SECRET-PROMPT-TEXT')
   })

@@ -183,6 +183,10 @@ describe('routing keys and forwarding, stub instances behind the router', () => 
     const get = await fetch(`${ctx.router!.url}/v1/embeddings`)
     expect(get.status).toBe(405)
     expect(get.headers.get('allow')).toBe('POST')
+    // An unknown path is a 404 whatever the method: no Allow names a route that is not there.
+    const unknown = await fetch(`${ctx.router!.url}/v1/audio/speech`)
+    expect(unknown.status).toBe(404)
+    expect(JSON.parse(await unknown.text()).error.code).toBe('unsupported_route')
     const cases: [string, string, string][] = [
       ['/v1/embeddings', '{"model":"m"}', 'missing_input'],
       ['/v1/responses', '{"input":42}', 'invalid_input'],
