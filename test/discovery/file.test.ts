@@ -75,6 +75,42 @@ describe('file discovery', () => {
     expect(s.lines.filter((l) => l.msg === 'discovery source answers again')).toHaveLength(1)
   })
 
+  it('a reload starts, stops or keeps each source: a changed one takes its instances with it', async () => {
+    fleet = await startSimFleet({ instances: 3, profile: 'tiny' })
+    const [w0, w1, w2] = fleet.urls as [string, string, string]
+    const a = join(dir, 'a.yaml')
+    const b = join(dir, 'b.yaml')
+    writeFileSync(a, `- ${w0}\n`)
+    writeFileSync(b, `- ${w1}\n`)
+    const s = await startDiscoveryRouter([{ type: 'file', path: a }])
+    router = s.router
+    expect(members(router)).toEqual([w0])
+    const reload = (endpoint: Record<string, unknown>) => router!.reload({ ...router!.config, endpoints: [{ name: 'default', instances: [], routing: {}, ...endpoint }] as never })
+
+    let from = s.lines.length
+    reload({ discovery: [{ type: 'file', path: b }] })
+    await untilMembers(router, [w1])
+    const changes = s.lines.slice(from).filter(membershipChange)
+    expect(changes).toEqual(expect.arrayContaining([expect.objectContaining({ source: `file ${a}`, removed: [w0] }), expect.objectContaining({ source: `file ${b}`, added: [w1] })]))
+    // The old source is stopped: its file no longer counts. Two edits of b, each seen, made
+    // after a's edit in the same directory, give a live watcher of a time to act on it.
+    saveByRename(a, `- ${w2}\n`)
+    saveByRename(b, `- ${w1}\n- ${w0}\n`)
+    await untilMembers(router, [w0, w1])
+    saveByRename(b, `- ${w1}\n`)
+    await untilMembers(router, [w1])
+    expect(s.lines.filter(membershipChange).some((l) => (l.added as string[]).includes(w2))).toBe(false)
+
+    // Static instances with the same source: the source keeps running, its list stays.
+    from = s.lines.length
+    reload({ instances: [{ url: w0, weight: 1, models: [] }], discovery: [{ type: 'file', path: b }] })
+    await untilMembers(router, [w0, w1])
+    expect(s.lines.slice(from).filter(membershipChange)).toEqual([])
+    // No sources at all: only the static instance.
+    reload({ instances: [{ url: w0, weight: 1, models: [] }] })
+    await untilMembers(router, [w0])
+  })
+
   it('a request in flight on an instance that leaves finishes there; its connections close after', async () => {
     // The gated worker answers a stream's headers and then holds every token until opened.
     const clock = new GatedClock()
