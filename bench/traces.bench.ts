@@ -1,4 +1,4 @@
-// Production-shaped traces: the replay tables of the README's "Production-shaped traces",
+// Production-shaped traces: the replay tables of docs/replay.md's "Production-shaped traces",
 // and a check of longest_prefix against its targets on them, from commands a user can run.
 //
 // For each shape (a chat service in two 10-minute windows, and mixed public-dataset

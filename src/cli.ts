@@ -1,7 +1,7 @@
 #!/usr/bin/env -S node --initial-old-space-size=128
 // The V8 flag: a proxy allocates a few KB per request, and with V8's default initial old-space
 // limit a full collection ran every ~0.5 s at 1,000 req/s, each stalling requests 10-20 ms
-// (bench/proxy.bench.ts, README "Router overhead"); 128 MB spaces them ~4 s apart. Not allowed
+// (bench/proxy.bench.ts, docs/benchmarks.md "Router overhead"); 128 MB spaces them ~4 s apart. Not allowed
 // in NODE_OPTIONS, hence the shebang; `npm start` and the benchmarks pass it too.
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
