@@ -8,7 +8,7 @@
 //   question   uniform in [½, 1½] × `question-tokens`, unique per request
 //   output     `output-tokens` (max_tokens)
 //
-// Why these defaults (docs/replay.md has the derivation). With the llama-3.1-70b-p5
+// Why these defaults (docs/replay.md, "long-context", has the derivation). With the llama-3.1-70b-p5
 // profile an instance caches 80,000 blocks of 16 tokens, about 155 documents once the
 // running requests' blocks are set aside; 7 instances hold about 1,090. Under `random`
 // every instance sees every document, so its cache holds only the ~155 most recent of
