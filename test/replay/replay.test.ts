@@ -175,7 +175,7 @@ describe('prefix-router replay flags', () => {
     bad(['--instances', '1', '--remove-instance-at', '1m'], /would leave no instance/)
     bad(['--workload', 'tenants', '--trace', 'x.jsonl'], /give --workload or --trace, not both/)
     bad(['--profile', 'gpt-9'], /--profile must be one of/)
-    bad(['--bogus'], /Unknown option '--bogus'/)
+    bad(['--bogus'], /unknown option '--bogus'/)
     bad(['--clients', '0'], /--clients must be an integer from 1 to 100000; got '0'/)
     bad(['--trace-format', 'csv', '--trace', 'x.jsonl'], /--trace-format must be openai or hash-ids; got 'csv'/)
     bad(['--trace-format', 'hash-ids'], /--trace-format needs --trace/)

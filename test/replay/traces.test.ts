@@ -197,7 +197,7 @@ describe('prefix-router make-trace', () => {
     bad(['--shape', 'mixed', '--chat-share', '0.7', '--doc-share', '0.5'], /--chat-share and --doc-share must add up to at most 1 .* got 0\.7 \+ 0\.5/)
     bad(['--shape', 'mixed', '--zipf', '5'], /--zipf must be a number from 0 to 4; got '5'/)
     bad(['--out', join(dir, 'no', 'such', 'dir', 't.jsonl')], /--out cannot write/)
-    bad(['--bogus'], /Unknown option '--bogus'/)
+    bad(['--bogus'], /unknown option '--bogus'/)
   })
 
   it('documents every shape knob in --help', () => {
