@@ -99,7 +99,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const ep = proxy.endpoint(undefined)!
   process.stderr.write(
-    `prefix-router: routing ${config.endpoints.reduce((n, e) => n + e.instances.length, 0)} instance(s) with ${ep.routing.strategy} on ${proxy.url} (admin ${proxy.adminUrl})\n` +
+    `prefix-router: routing ${[...proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy} on ${proxy.url} (admin ${proxy.adminUrl})\n` +
       healthReport(proxy, config) +
       tryIt(proxy) +
       (built.demoFrom === undefined

@@ -180,6 +180,8 @@ describe('DNS discovery', () => {
       await until(() => /on (http:\/\/[\d.:]+) \(admin/.test(err) || child.exitCode !== null, 30_000, 'serve to start')
       const front = /on (http:\/\/[\d.:]+) \(admin/.exec(err)?.[1]
       if (front === undefined) throw new Error(`serve did not start:\n${err}`)
+      // The banner counts what discovery found, not the (empty) static list.
+      expect(err).toMatch(/routing 1 instance\(s\)/)
       const ask = async () => {
         const r = await post(`${front}/v1/chat/completions`, chat(`question ${Math.random()}`, { model: MODEL, max_tokens: 1 }))
         expect(r.status).toBe(200)
