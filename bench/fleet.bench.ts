@@ -14,7 +14,7 @@ import { runReplay } from '../src/replay/run.js'
 import { resolveStrategies } from '../src/replay/strategies.js'
 import { resolveParams, type TimedRequest } from '../src/replay/types.js'
 import { WORKLOADS } from '../src/replay/workloads/index.js'
-import { LIMITS } from '../src/router-options.js'
+import { LIMITS } from '../src/core/options.js'
 
 const WORKLOAD = process.env.WORKLOAD ?? 'long-context'
 const DURATION_MS = parseDuration(process.env.DURATION ?? '6m')

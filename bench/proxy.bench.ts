@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url'
 import * as hdr from 'hdr-histogram-js'
 import { Client } from 'undici'
 import { openAIRequest } from '../src/prefix/openai-key.js'
-import { Router } from '../src/router.js'
+import { Router } from '../src/core/router.js'
 import { startCProxies } from './peers/c-proxies.js'
 
 const RATE = Number(process.env.RATE ?? 1000)

@@ -179,7 +179,7 @@ type Mode = 'prepared' | 'inline' | 'worker'
 
 async function virtual(mode: Mode): Promise<VirtualRun> {
   const { VirtualFleet, cacheSeed } = await import('../src/sim/index.js')
-  const { bindingPath } = await import('../src/native.js')
+  const { bindingPath } = await import('../src/core/native.js')
   const fleet = new VirtualFleet({ instances: WORKERS })
   const ready = mode === 'prepared' ? Array.from({ length: VIRTUAL_N }, (_, i) => fleet.prepare({ text: text(i) })) : []
   let rng = 7

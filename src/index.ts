@@ -1,6 +1,6 @@
-export { xxh3, xxh3Blocks } from './hash.js'
+export { xxh3, xxh3Blocks } from './core/hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
-export { Router, Lease, NoInstanceError, type PickOptions } from './router.js'
+export { Router, Lease, NoInstanceError, type PickOptions } from './core/router.js'
 export {
   STRATEGIES,
   PLACEMENTS,
@@ -12,5 +12,5 @@ export {
   type RouterOptions,
   type RoutingParams,
   type ResolvedParams,
-} from './router-options.js'
-export { InvalidArgTypeError, OutOfRangeError } from './errors.js'
+} from './core/options.js'
+export { InvalidArgTypeError, OutOfRangeError } from './core/errors.js'

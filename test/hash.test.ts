@@ -6,8 +6,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { xxh3 } from '../src/hash.js'
-import { native } from '../src/native.js'
+import { xxh3 } from '../src/core/hash.js'
+import { native } from '../src/core/native.js'
 import { buildInfo } from '../src/build-info.js'
 
 const hex = (h: bigint) => h.toString(16).padStart(16, '0')

@@ -4,8 +4,8 @@ import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import type { NativeBinding } from '../src/native.js'
-import { native } from '../src/native.js'
+import type { NativeBinding } from '../src/core/native.js'
+import { native } from '../src/core/native.js'
 
 const require = createRequire(import.meta.url)
 const root = fileURLToPath(new URL('..', import.meta.url))

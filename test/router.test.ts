@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { Router, type Lease } from '../src/router.js'
+import { Router, type Lease } from '../src/core/router.js'
 import { ids, randomKeys } from './helpers/keys.js'
 
 const routers: Router[] = []

@@ -2,7 +2,7 @@
 // the main thread swaps membership; every counter ends at 0 and nothing crashes.
 import { Worker } from 'node:worker_threads'
 import { describe, expect, it } from 'vitest'
-import { Router } from '../src/router.js'
+import { Router } from '../src/core/router.js'
 import { ids } from './helpers/keys.js'
 
 const workerUrl = new URL('./fixtures/router-thread.mjs', import.meta.url)

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises'
-import { xxh3 } from '../hash.js'
+import { xxh3 } from '../core/hash.js'
 import { CliError, parseFlags } from './cli-error.js'
 
 const HELP = `usage: prefix-router hash [--seed N] [FILE ...]

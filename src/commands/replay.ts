@@ -4,7 +4,7 @@
 // src/replay/run.ts.
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { LIMITS } from '../router-options.js'
+import { LIMITS } from '../core/options.js'
 import { resolveSim, type SimOptions } from '../sim/config.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'

@@ -3,7 +3,7 @@
 // instance is probed (models are those declared in the config; all instances count as up).
 import { ConfigError } from '../config.js'
 import { Endpoint } from '../fleet/endpoint.js'
-import { xxh3 } from '../hash.js'
+import { xxh3 } from '../core/hash.js'
 import { ProxyError } from '../proxy/errors.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { routingKey } from '../prefix/routing-key.js'

@@ -1,4 +1,4 @@
-import { OutOfRangeError } from '../errors.js'
+import { OutOfRangeError } from '../core/errors.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { parseFaults } from '../sim/faults.js'
 import { ApiError } from '../sim/openai-shapes.js'

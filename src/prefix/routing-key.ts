@@ -2,7 +2,7 @@
 // dry run, and for replay's bookkeeping): XXH3-64 of the first prefixLength code points as
 // UTF-8, seeded by the tenant id's hash. For longest_prefix with an anchor, only the text up
 // to the anchor (a chat's opening) is hashed.
-import { xxh3 } from '../hash.js'
+import { xxh3 } from '../core/hash.js'
 
 /** The first n code points of s (a surrogate pair counts as one). */
 export function codePointPrefix(s: string, n: number): string {

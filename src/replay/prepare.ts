@@ -3,7 +3,7 @@
 // simulator keys it (token count and block hashes). Hashing the prompt is the main cost of
 // a replay (docs/simulator.md: ~0.15 µs per 64-byte block through N-API), so it is done
 // once per request, not once per strategy.
-import { xxh3 } from '../hash.js'
+import { xxh3 } from '../core/hash.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'

@@ -1,5 +1,5 @@
 // The replay's outputs besides the charts: a Markdown table (stdout) and the JSON file.
-import { LIMITS } from '../router-options.js'
+import { LIMITS } from '../core/options.js'
 import { formatDuration } from './duration.js'
 import type { ReplayResult, StrategyResult } from './result.js'
 

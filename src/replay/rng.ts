@@ -1,7 +1,7 @@
 // Seeded randomness for the workload generators: every draw comes from a named stream
 // derived from (seed, name), so a run is reproducible from its seed and changing one knob
 // (say, the question length) does not reshuffle unrelated draws (the arrival times).
-import { xxh3 } from '../hash.js'
+import { xxh3 } from '../core/hash.js'
 
 /** sfc32 (Chris Doty-Humphrey's Small Fast Counter): 128-bit state, passes PractRand to 2^40+. */
 export class Rng {

@@ -2,8 +2,8 @@
 // strategy in STRATEGIES, so a strategy added to the core shows up here by itself) and
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
 import type { SimEngine } from '../sim/engine.js'
-import { Router } from '../router.js'
-import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../router-options.js'
+import { Router } from '../core/router.js'
+import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../core/options.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
 

@@ -4,8 +4,8 @@
 // tokenizer, a little-endian token id under `o200k` and for token-id prompts), so a block
 // of `blockSize` tokens is `blockSize * 4` bytes, and block i is hashed with block i-1's
 // hash as the XXH3 seed: the work per request is one native call (xxh3_chain).
-import { xxh3, xxh3Blocks } from '../hash.js'
-import { native } from '../native.js'
+import { xxh3, xxh3Blocks } from '../core/hash.js'
+import { native } from '../core/native.js'
 import { BYTES_PER_TOKEN, tokenCount } from './tokenizer.js'
 
 export interface PreparedPrompt {

@@ -1,6 +1,6 @@
 // Simulator options, shared by the CLI, startSimFleet and the virtual fleet: defaults come
 // from the profile; every number is range-checked with an error naming the option.
-import { OutOfRangeError } from '../errors.js'
+import { OutOfRangeError } from '../core/errors.js'
 import { engineConfig, type EngineConfig } from './engine.js'
 import type { LoraSpec } from './models.js'
 import { DEFAULT_PROFILE, PROFILES, type Profile } from './profiles.js'

@@ -7,7 +7,7 @@ import OpenAI from 'openai'
 import { afterEach, describe, expect, it } from 'vitest'
 import { openAIRequest } from '../../src/prefix/openai-key.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { Router } from '../../src/router.js'
+import { Router } from '../../src/core/router.js'
 import { RealClock, resolveSim, SimWorker, startSimFleet, type Clock, type SimFleet, type TimerHandle } from '../../src/sim/index.js'
 import { chat, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
 

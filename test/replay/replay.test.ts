@@ -9,7 +9,7 @@ import { runReplay, type ReplayOptions } from '../../src/replay/run.js'
 import { resolveStrategies } from '../../src/replay/strategies.js'
 import { resolveParams } from '../../src/replay/types.js'
 import { WORKLOADS } from '../../src/replay/workloads/index.js'
-import { STRATEGIES } from '../../src/router-options.js'
+import { STRATEGIES } from '../../src/core/options.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-replay-'))

@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
-import { xxh3 } from '../../src/hash.js'
+import { xxh3 } from '../../src/core/hash.js'
 import { openAIRequest } from '../../src/prefix/openai-key.js'
 import { formatDuration, parseDuration } from '../../src/replay/duration.js'
 import { SharedRequests } from '../../src/replay/closed-loop.js'
@@ -11,7 +11,7 @@ import { ReplicatedRouter, type Placement, type ReplayRouter } from '../../src/r
 import { resolveStrategies, strategyNames } from '../../src/replay/strategies.js'
 import { resolveParams } from '../../src/replay/types.js'
 import { WORKLOADS } from '../../src/replay/workloads/index.js'
-import { STRATEGIES } from '../../src/router-options.js'
+import { STRATEGIES } from '../../src/core/options.js'
 import { VirtualFleet } from '../../src/sim/index.js'
 
 describe('prepareRequest', () => {

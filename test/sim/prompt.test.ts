@@ -1,6 +1,6 @@
 // Tokenizer, chat template and block hashing: the properties the cache relies on.
 import { describe, expect, it } from 'vitest'
-import { xxh3 } from '../../src/hash.js'
+import { xxh3 } from '../../src/core/hash.js'
 import { blockKey, cacheSeed, hashBlocks, preparePrompt } from '../../src/sim/block-hash.js'
 import { preparePromptText } from '../../src/sim/block-hash.js'
 import { GENERATION_PROMPT, renderChat } from '../../src/sim/chat-template.js'

@@ -19,8 +19,8 @@
 // cespare/xxhash for block hashes (any good 64-bit hash routes the same); ties among the
 // top scores are broken by a seeded draw; flow control and saturation detection (admission
 // queues in front of the picker) are not modelled. No `overflow` notion: `null`.
-import { xxh3 } from '../../hash.js'
-import { native } from '../../native.js'
+import { xxh3 } from '../../core/hash.js'
+import { native } from '../../core/native.js'
 import type { PreparedRequest } from '../prepare.js'
 import { Rng } from '../rng.js'
 import type { Placement, ReplayRouter, RouterContext, RouterFactory } from '../routers.js'

@@ -18,7 +18,7 @@
 // workloads); and each chunk's key is a chained XXH3 (our native one, one call for the whole
 // text, 53 bits kept) rather than its own xxh64 — a trie path of chained hashes names the
 // same prefixes as a path of chunk hashes, so it routes the same. No `overflow` notion: `null`.
-import { xxh3, xxh3Blocks } from '../../hash.js'
+import { xxh3, xxh3Blocks } from '../../core/hash.js'
 import type { PreparedRequest } from '../prepare.js'
 import { Rng } from '../rng.js'
 import type { Placement, ReplayRouter, RouterContext, RouterFactory } from '../routers.js'

@@ -51,7 +51,7 @@ export interface NativeBinding {
 
 const require = createRequire(import.meta.url)
 const nodeGypBuild = require('node-gyp-build') as { resolve(dir: string): string }
-const packageRoot = fileURLToPath(new URL('..', import.meta.url))
+const packageRoot = fileURLToPath(new URL('../..', import.meta.url))
 
 /** Absolute path of the binary in use. */
 export const bindingPath: string = nodeGypBuild.resolve(packageRoot)

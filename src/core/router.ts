@@ -13,7 +13,7 @@ import {
   type ResolvedParams,
   type RouterOptions,
   type RoutingParams,
-} from './router-options.js'
+} from './options.js'
 
 const SLOT_CAPACITY = 8192
 
