@@ -8,6 +8,7 @@ import { LIMITS, parseStrategy, PLACEMENTS } from './core/options.js'
 import { didYouMean } from './suggest.js'
 import { upstreamUrlProblem } from './upstream-url.js'
 import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
+import { PrefixRouterError } from './core/errors.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -192,8 +193,12 @@ export type Config = z.infer<typeof ConfigSchema>
 export type EndpointConfig = Config['endpoints'][number]
 export type RoutingConfig = Config['routing']
 
-export class ConfigError extends Error {
-  readonly code = 'ERR_CONFIG'
+export class ConfigError extends PrefixRouterError {
+  declare readonly code: 'ERR_CONFIG'
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super('ERR_CONFIG', message, options)
+    this.name = 'ConfigError'
+  }
 }
 
 function keyPath(path: readonly PropertyKey[]): string {

@@ -1,6 +1,6 @@
 export { xxh3, xxh3Blocks } from './core/hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
-export { Router, Lease, NoInstanceError, type PickOptions } from './core/router.js'
+export { Router, Lease, type PickOptions } from './core/router.js'
 export {
   STRATEGIES,
   PLACEMENTS,
@@ -13,4 +13,12 @@ export {
   type RoutingParams,
   type ResolvedParams,
 } from './core/options.js'
-export { InvalidArgTypeError, OutOfRangeError } from './core/errors.js'
+export {
+  PrefixRouterError,
+  InvalidArgTypeError,
+  OutOfRangeError,
+  NoInstanceError,
+  RouterClosedError,
+  RequestError,
+  type PrefixRouterErrorOptions,
+} from './core/errors.js'

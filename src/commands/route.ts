@@ -4,7 +4,7 @@
 import { ConfigError } from '../config.js'
 import { Endpoint } from '../fleet/endpoint.js'
 import { xxh3 } from '../core/hash.js'
-import { ProxyError } from '../proxy/errors.js'
+import { RequestError } from '../core/errors.js'
 import { openAIRequest } from '../prefix/openai-key.js'
 import { routingKey } from '../prefix/routing-key.js'
 import { tenantOf } from '../prefix/tenant.js'
@@ -156,7 +156,7 @@ export async function run(argv: string[]): Promise<number> {
     }
     return 0
   } catch (err) {
-    if (err instanceof ProxyError) throw new CliError(`${err.code}: ${err.message}`)
+    if (err instanceof RequestError) throw new CliError(`${err.code}: ${err.message}`)
     throw err
   } finally {
     await ep.close()

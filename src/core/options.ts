@@ -181,7 +181,7 @@ export interface ResolvedInstances { ids: string[]; weights: number[]; groups: s
 
 export function resolveInstances(list: unknown, vnodes: number): ResolvedInstances {
   if (!Array.isArray(list)) throw new InvalidArgTypeError('instances', 'an array of { id, weight? }', list)
-  if (list.length === 0) throw new RangeError('instances must list at least one instance; got an empty array')
+  if (list.length === 0) throw new OutOfRangeError('instances', 'a non-empty array', list, 'instances must list at least one instance; got an empty array')
   if (list.length > LIMITS.instances.max) {
     throw new OutOfRangeError('instances', `at most ${LIMITS.instances.max} entries`, list)
   }
@@ -199,7 +199,7 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
     if (id.length === 0 || id.length > LIMITS.idLength.max) {
       throw new OutOfRangeError(`${key}.id`, `a string of 1 to ${LIMITS.idLength.max} characters`, id)
     }
-    if (seen.has(id)) throw new RangeError(`${key}.id must be unique; ${JSON.stringify(id)} appears more than once`)
+    if (seen.has(id)) throw new OutOfRangeError(`${key}.id`, 'unique', id, `${key}.id must be unique; ${JSON.stringify(id)} appears more than once`)
     seen.add(id)
     const w = LIMITS.weight
     let wt: number = w.default
@@ -220,7 +220,10 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
     indexBlocks.push(ib === undefined ? 0 : checkInt(`${key}.indexBlocks`, ib, 1, LIMITS.indexBlocks.max))
   })
   if (points > LIMITS.ringPoints.max) {
-    throw new RangeError(
+    throw new OutOfRangeError(
+      'vnodes',
+      `at most ${LIMITS.ringPoints.max} ring points`,
+      points,
       `instances × weight × vnodes make ${points} ring points, above the limit of ${LIMITS.ringPoints.max}; lower vnodes`,
     )
   }

@@ -1,6 +1,6 @@
 // Router: a thin class over one native handle. Validation lives here; the native side
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
-import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
+import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError } from './errors.js'
 import { native, type NativeHandle, type NativeInstance, type NativeStats } from './native.js'
 import {
   checkInt,
@@ -14,6 +14,9 @@ import {
   type RouterOptions,
   type RoutingParams,
 } from './options.js'
+
+// Re-exported: NoInstanceError was declared here before the errors had a module of their own.
+export { NoInstanceError }
 
 const SLOT_CAPACITY = 8192
 
@@ -32,17 +35,6 @@ export interface PickOptions {
    * strategy gives its next choice. At most 8 are honoured.
    */
   avoid?: readonly Lease[]
-}
-
-/** Thrown by pick() when no instance can take the request; `code` says why. */
-export class NoInstanceError extends Error {
-  constructor(
-    readonly code: 'ROUTER_NO_INSTANCES' | 'ROUTER_NO_GROUP',
-    message: string,
-  ) {
-    super(message)
-    this.name = 'NoInstanceError'
-  }
 }
 
 /**
@@ -239,7 +231,7 @@ export class Router {
   }
 
   #h(): NativeHandle {
-    if (this.#handle === null) throw Object.assign(new Error('router is closed'), { code: 'ROUTER_CLOSED' })
+    if (this.#handle === null) throw new RouterClosedError()
     return this.#handle
   }
 }

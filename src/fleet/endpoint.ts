@@ -3,7 +3,7 @@
 // request for model M is routed among the instances serving M only.
 import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
-import { noHealthyInstance, notFound } from '../proxy/errors.js'
+import { noHealthyInstance, RequestError } from '../core/errors.js'
 import { NoInstanceError, Router, type Lease } from '../core/router.js'
 import { defaultThreshold, type RoutingParams } from '../core/options.js'
 import type { InstanceEntry } from './discovery/source.js'
@@ -237,7 +237,7 @@ export class Endpoint {
       else if (healthy.some((i) => !i.knowsModels())) group = ANY_MODEL
       else if ([...this.instances.values()].some((i) => i.serves(model))) {
         throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
-      } else throw notFound('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`)
+      } else throw new RequestError('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`, 404)
     }
     try {
       const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }), ...(anchor !== undefined && { anchor }), ...(avoid !== undefined && avoid.length > 0 && { avoid }) })

@@ -1,7 +1,7 @@
 // The invoke API routes on raw bytes: read until prefixLength bytes have arrived (or the
 // body ended), route, then stream those bytes and the rest upstream, so a large body is
 // never held whole in memory just to route it.
-import { tooLarge } from '../proxy/errors.js'
+import { requestTooLarge } from '../core/errors.js'
 
 export interface InvokeBody {
   prefix: Buffer
@@ -24,7 +24,7 @@ export async function readInvokePrefix(req: AsyncIterable<Buffer>, prefixLength:
     }
     head.push(r.value)
     size += r.value.length
-    if (size > maxBytes) throw tooLarge(maxBytes)
+    if (size > maxBytes) throw requestTooLarge(maxBytes)
   }
   const first = Buffer.concat(head, size)
   async function* body(): AsyncGenerator<Buffer> {
@@ -35,7 +35,7 @@ export async function readInvokePrefix(req: AsyncIterable<Buffer>, prefixLength:
       const r = await it.next()
       if (r.done) return
       total += r.value.length
-      if (total > maxBytes) throw tooLarge(maxBytes)
+      if (total > maxBytes) throw requestTooLarge(maxBytes)
       yield r.value
     }
   }

@@ -1,7 +1,7 @@
 // The routing text of an OpenAI request: the prompt as the model will see it, in order,
 // independent of JSON formatting and of sampling parameters. Two requests whose text
 // begins the same way share a key, whatever else differs in their bodies.
-import { badRequest } from '../proxy/errors.js'
+import { RequestError } from '../core/errors.js'
 import { embeddingsText } from './embeddings-key.js'
 import { messagesText, promptText, type MessagesText } from './prompt-text.js'
 import { responsesText } from './responses-key.js'
@@ -45,23 +45,23 @@ export function openAIRequest(api: OpenAIApi, raw: Buffer, limit: number): OpenA
   try {
     body = JSON.parse(raw.toString('utf8'))
   } catch (err) {
-    throw badRequest('invalid_json', `request body is not valid JSON: ${(err as Error).message}`)
+    throw new RequestError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`)
   }
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('invalid_body', 'request body must be a JSON object')
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new RequestError('invalid_body', 'request body must be a JSON object')
   const b = body as Record<string, unknown>
-  if (b.model !== undefined && typeof b.model !== 'string') throw badRequest('invalid_model', "'model' must be a string")
+  if (b.model !== undefined && typeof b.model !== 'string') throw new RequestError('invalid_model', "'model' must be a string")
   if (b.prompt_cache_key !== undefined && typeof b.prompt_cache_key !== 'string') {
-    throw badRequest('invalid_prompt_cache_key', "'prompt_cache_key' must be a string")
+    throw new RequestError('invalid_prompt_cache_key', "'prompt_cache_key' must be a string")
   }
   const cap = limit * 2
   let text = ''
   let anchor: number | undefined
   if (api === 'chat') {
-    if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest('missing_messages', "'messages' must be a non-empty array")
+    if (!Array.isArray(b.messages) || b.messages.length === 0) throw new RequestError('missing_messages', "'messages' must be a non-empty array")
     ;({ text, anchor } = messagesText(b.messages, cap))
   } else if (api === 'completions') {
     const p = promptText(b.prompt)
-    if (p === undefined) throw badRequest('missing_prompt', "'prompt' must be a string or a non-empty array")
+    if (p === undefined) throw new RequestError('missing_prompt', "'prompt' must be a string or a non-empty array")
     text = p
   } else {
     ;({ text, anchor } = OTHER[api](b, cap))

@@ -3,7 +3,7 @@
 // that carries a chat-shaped prompt goes through messagesText, so the same conversation keys
 // the same whichever route it arrives on (vLLM renders them through the same chat template,
 // so they share the same cached prefix).
-import { badRequest } from '../proxy/errors.js'
+import { RequestError } from '../core/errors.js'
 
 // Role markers keep "user: X" and "assistant: X" apart; the separators cannot occur in JSON
 // text unescaped only by accident, which is enough for a routing key.
@@ -13,7 +13,7 @@ const ROLE_CLOSE = '\u241f'
 export function contentText(content: unknown, where: string): string {
   if (content === null || content === undefined) return ''
   if (typeof content === 'string') return content
-  if (!Array.isArray(content)) throw badRequest('invalid_content', `${where}.content must be a string or an array of content parts`)
+  if (!Array.isArray(content)) throw new RequestError('invalid_content', `${where}.content must be a string or an array of content parts`)
   let out = ''
   for (const part of content) {
     if (part === null || typeof part !== 'object') continue
@@ -53,7 +53,7 @@ export function messagesText(messages: readonly unknown[], cap: number, name = '
   for (let i = 0; i < messages.length && text.length < cap; i++) {
     const m = messages[i] as { role?: unknown; content?: unknown } | null
     if (m === null || typeof m !== 'object' || typeof m.role !== 'string') {
-      throw badRequest('invalid_message', `${name}[${i}] must be an object with a string 'role'`)
+      throw new RequestError('invalid_message', `${name}[${i}] must be an object with a string 'role'`)
     }
     text += `${ROLE_OPEN}${m.role}${ROLE_CLOSE}${contentText(m.content, `${name}[${i}]`)}`
     if (anchor === undefined && m.role === 'user') anchor = text.length

@@ -1,7 +1,7 @@
 // Tenant isolation, as SageMaker does it: the X-Amzn-SageMaker-Prefix-Aware-Id header (or
 // the body's prompt_cache_key) scopes the prefix key, so tenants never share a cache home
 // by accident of sharing a system prompt.
-import { badRequest } from '../proxy/errors.js'
+import { RequestError } from '../core/errors.js'
 
 export const TENANT_HEADER = 'x-amzn-sagemaker-prefix-aware-id'
 const VALID = /^[\x20-\x7e]{1,64}$/
@@ -9,11 +9,11 @@ const VALID = /^[\x20-\x7e]{1,64}$/
 export function tenantOf(header: string | string[] | undefined, promptCacheKey?: string): string | undefined {
   if (header !== undefined) {
     const v = Array.isArray(header) ? header.join(',') : header
-    if (!VALID.test(v)) throw badRequest('invalid_tenant', `${TENANT_HEADER} must be 1 to 64 printable ASCII characters`)
+    if (!VALID.test(v)) throw new RequestError('invalid_tenant', `${TENANT_HEADER} must be 1 to 64 printable ASCII characters`)
     return v
   }
   if (promptCacheKey !== undefined) {
-    if (!VALID.test(promptCacheKey)) throw badRequest('invalid_prompt_cache_key', "'prompt_cache_key' must be 1 to 64 printable ASCII characters")
+    if (!VALID.test(promptCacheKey)) throw new RequestError('invalid_prompt_cache_key', "'prompt_cache_key' must be 1 to 64 printable ASCII characters")
     return promptCacheKey
   }
   return undefined

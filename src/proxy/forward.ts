@@ -14,6 +14,7 @@ import { upstreamFailed } from './errors.js'
 import { endToEnd } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
+import { PrefixRouterError } from '../core/errors.js'
 
 /** Whether the client went away, and what to do when it does (set by forward). */
 export interface ClientState {
@@ -56,10 +57,10 @@ export interface ForwardRequest {
 }
 
 /** A try whose answer was a retryable status, discarded before the client saw it. */
-export class UpstreamStatusError extends Error {
-  readonly code = 'PR_UPSTREAM_STATUS'
+export class UpstreamStatusError extends PrefixRouterError {
+  declare readonly code: 'PR_UPSTREAM_STATUS'
   constructor(readonly status: number) {
-    super(`the instance answered ${status}`)
+    super('PR_UPSTREAM_STATUS', `the instance answered ${status}`)
     this.name = 'UpstreamStatusError'
   }
 }
@@ -108,8 +109,8 @@ function parseRaw(raw: Buffer[] | string[]): Record<string, string | string[]> {
   return out
 }
 
-const CLIENT_GONE = Object.assign(new Error('client closed the connection'), { code: 'PR_CLIENT_GONE' })
-export const SHUTDOWN = Object.assign(new Error('the router is shutting down'), { code: 'PR_SHUTDOWN' })
+const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
+export const SHUTDOWN = new PrefixRouterError('PR_SHUTDOWN', 'the router is shutting down')
 
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
 export function forward(f: ForwardRequest, res: Res): Promise<number> {

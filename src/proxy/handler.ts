@@ -11,7 +11,8 @@ import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
-import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, upstreamFailed } from './errors.js'
+import { RequestError } from '../core/errors.js'
+import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
@@ -76,8 +77,8 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     out.status = await dispatch(core, m.route, req, res, client, out)
   } catch (err) {
     if (client.gone) return void (out.status = 499)
-    const e = err instanceof ProxyError ? err : upstreamError(err)
-    if (!(err instanceof ProxyError)) core.log.error({ err }, 'request failed')
+    const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
+    if (!(err instanceof RequestError)) core.log.error({ err }, 'request failed')
     out.status = e.status
     // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
     const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
@@ -220,7 +221,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
       } catch (err) {
         endSpan(pickSpan, undefined, err)
-        if (attempt > 0) throw err instanceof ProxyError && err.code === 'no_healthy_instance' ? lastError(tries) : err
+        if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(tries) : err
         throw err
       }
       const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
@@ -288,11 +289,11 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         out.status = status
         return status
       } catch (err) {
-        endSpan(fwdSpan, err instanceof UpstreamStatusError || err instanceof ProxyError ? err.status : undefined, client.gone ? undefined : err)
+        endSpan(fwdSpan, err instanceof UpstreamStatusError || err instanceof RequestError ? err.status : undefined, client.gone ? undefined : err)
         if (client.gone) return 499
         if (client.shutdown) throw shuttingDown()
         // The client's own failure (a streamed body that timed out) says nothing about the instance.
-        if (!(err instanceof ProxyError && err.status < 500)) {
+        if (!(err instanceof RequestError && err.status < 500)) {
           ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
         }
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
@@ -304,7 +305,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
           continue
         }
         if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
-        throw err instanceof ProxyError ? err : upstreamError(err)
+        throw err instanceof RequestError ? err : upstreamError(err)
       } finally {
         answered()
         lease.release()
@@ -316,7 +317,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   } finally {
     core.traffic.active--
     if (span.span.isRecording() && out.decision !== undefined) span.span.setAttributes({ [ATTR.instance]: out.instance, [ATTR.decision]: out.decision, [ATTR.retries]: out.retries })
-    const status = failure === undefined ? (client.gone ? 499 : out.status) : failure instanceof ProxyError ? failure.status : upstreamError(failure).status
+    const status = failure === undefined ? (client.gone ? 499 : out.status) : failure instanceof RequestError ? failure.status : upstreamError(failure).status
     endSpan(span.span, status, failure)
   }
 }
@@ -327,5 +328,5 @@ type LeaseWithError = Lease & { error?: unknown }
 function lastError(tries: Lease[]): ProxyError {
   const err = (tries[tries.length - 1] as LeaseWithError | undefined)?.error
   if (err instanceof UpstreamStatusError) return upstreamFailed('upstream_error', `every instance tried answered an error; the last answered ${err.status}`, err.status)
-  return err instanceof ProxyError ? err : upstreamError(err)
+  return err instanceof RequestError ? toProxyError(err) : upstreamError(err)
 }

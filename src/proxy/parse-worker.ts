@@ -2,7 +2,8 @@
 // main thread uses, and sends back only what routing needs, never the parsed tree.
 import { parentPort } from 'node:worker_threads'
 import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../prefix/openai-key.js'
-import { ProxyError } from './errors.js'
+import { RequestError } from '../core/errors.js'
+import { toProxyError } from './errors.js'
 
 export interface ParseTask {
   id: number
@@ -16,6 +17,8 @@ export type ParseReply =
   | { id: number; refused: { status: number; type: string; code: string; message: string } }
   | { id: number; failed: string }
 
+const refusal = (e: ReturnType<typeof toProxyError>) => ({ status: e.status, type: e.type, code: e.code, message: e.message })
+
 parentPort?.on('message', (task: ParseTask) => {
   let reply: ParseReply
   try {
@@ -23,8 +26,8 @@ parentPort?.on('message', (task: ParseTask) => {
     reply = { id: task.id, ok: openAIRequest(task.api, raw, task.span) }
   } catch (err) {
     reply =
-      err instanceof ProxyError
-        ? { id: task.id, refused: { status: err.status, type: err.type, code: err.code, message: err.message } }
+      err instanceof RequestError
+        ? { id: task.id, refused: refusal(toProxyError(err)) }
         : { id: task.id, failed: (err as Error).message }
   }
   parentPort!.postMessage(reply)

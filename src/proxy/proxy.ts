@@ -2,7 +2,7 @@
 // and reload. Everything per request is in handler.ts.
 import type { AddressInfo } from 'node:net'
 import { pino, type Logger } from 'pino'
-import type { Config } from '../config.js'
+import { ConfigError, type Config } from '../config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint } from '../fleet/endpoint.js'
@@ -59,7 +59,7 @@ export class ProxyServer implements ProxyCore {
   }
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
-    if (config.endpoints.length === 0) throw new Error('no endpoints configured')
+    if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
     const p = new ProxyServer(config, opts)
     try {
       if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))

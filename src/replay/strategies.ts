@@ -4,6 +4,7 @@ import { llmdDefault } from './peers/llmd-default.js'
 import { sglangCacheAware } from './peers/sglang-cache-aware.js'
 import { stackPrefixAware } from './peers/stack-prefixaware.js'
 import { nativeFactory, nativeStrategies, type RouterFactory } from './routers.js'
+import { OutOfRangeError } from '../core/errors.js'
 
 export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, stackPrefixAware]
 
@@ -18,7 +19,7 @@ export function resolveStrategies(names?: readonly string[]): RouterFactory[] {
   const wanted = names === undefined || names.length === 0 ? all : names.map((n) => n.trim().toLowerCase().replace(/-/g, '_'))
   const out: RouterFactory[] = []
   for (const n of wanted) {
-    if (!all.includes(n)) throw new RangeError(`unknown strategy '${n}'; choose from ${all.join(', ')}`)
+    if (!all.includes(n)) throw new OutOfRangeError('strategy', `one of ${all.join(', ')}`, n, `unknown strategy '${n}'; choose from ${all.join(', ')}`)
     if (out.some((f) => f.name === n)) continue
     out.push(PEERS.find((p) => p.name === n) ?? nativeFactory(n))
   }

@@ -1,11 +1,14 @@
+import { PrefixRouterError } from '../core/errors.js'
+
 /** A line of a trace that cannot be replayed; the message names the file and line. */
-export class TraceError extends Error {
+export class TraceError extends PrefixRouterError {
+  declare readonly code: 'ERR_TRACE'
   constructor(
     readonly file: string,
     readonly line: number,
     message: string,
   ) {
-    super(`${file} line ${line}: ${message}`)
+    super('ERR_TRACE', `${file} line ${line}: ${message}`)
     this.name = 'TraceError'
   }
 }

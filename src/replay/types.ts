@@ -1,5 +1,6 @@
 // What a workload generator or a trace yields, and how a generator describes its knobs.
 import type { OpenAIApi } from '../prefix/openai-key.js'
+import { OutOfRangeError } from '../core/errors.js'
 
 /** One request as a client would send it, at a simulated arrival time. */
 export interface TimedRequest {
@@ -45,7 +46,7 @@ export function resolveParams(w: Workload, given: Readonly<Record<string, number
   for (const p of w.params) {
     const v = given[p.flag] ?? p.default
     if (!Number.isFinite(v) || v < p.min || v > p.max || (p.integer && !Number.isInteger(v))) {
-      throw new RangeError(`--${p.flag} must be ${describeParam(p)}; got ${v}`)
+      throw new OutOfRangeError(p.flag, describeParam(p), v, `--${p.flag} must be ${describeParam(p)}; got ${v}`)
     }
     out[p.flag] = v
   }

@@ -63,3 +63,19 @@ describe('src/core layering', () => {
     expect(violation(f, 'zod')).toBeUndefined()
   })
 })
+
+// The routing-key extraction and the fleet's endpoint refuse requests with RequestError; the
+// proxy alone turns that into HTTP, so they must not reach for its errors.
+describe('the domain does not import the proxy', () => {
+  const domain = [...tsFiles(join(root, 'src/prefix')), join(root, 'src/fleet/endpoint.ts')]
+
+  it('src/prefix and src/fleet/endpoint.ts import nothing from src/proxy', () => {
+    const proxy = join(root, 'src/proxy')
+    const bad = domain.flatMap((f) =>
+      specifiers(readFileSync(f, 'utf8'))
+        .filter((s) => s.startsWith('.') && resolve(dirname(f), s).startsWith(proxy + sep))
+        .map((s) => `${relative(root, f)}: '${s}'`),
+    )
+    expect(bad).toEqual([])
+  })
+})

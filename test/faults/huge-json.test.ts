@@ -7,6 +7,7 @@ import net from 'node:net'
 import fc from 'fast-check'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { openAIRequest, type OpenAIApi } from '../../src/prefix/openai-key.js'
+import { RequestError } from '../../src/core/errors.js'
 import { ProxyError } from '../../src/proxy/errors.js'
 import { JsonShape } from '../../src/proxy/json-shape.js'
 import { OFFLOAD_BYTES, offloads } from '../../src/proxy/openai-body.js'
@@ -243,7 +244,7 @@ describe('a body dripped slower than limits.bodyTimeoutMs', () => {
 type Settled = { ok: unknown } | { refused: { status: number; code: string; message: string } }
 
 const refusal = (err: unknown) => {
-  if (!(err instanceof ProxyError)) throw err
+  if (!(err instanceof RequestError)) throw err
   return { refused: { status: err.status, code: err.code, message: err.message } }
 }
 

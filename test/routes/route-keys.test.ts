@@ -3,14 +3,14 @@
 // with a code that names what is missing.
 import { describe, expect, it } from 'vitest'
 import { openAIRequest, type OpenAIApi } from '../../src/prefix/openai-key.js'
-import { ProxyError } from '../../src/proxy/errors.js'
+import { RequestError } from '../../src/core/errors.js'
 
 const key = (api: OpenAIApi, body: unknown) => openAIRequest(api, Buffer.from(JSON.stringify(body)), 4096)
 const refusal = (api: OpenAIApi, body: unknown): string => {
   try {
     key(api, body)
   } catch (err) {
-    if (err instanceof ProxyError) return `${err.status} ${err.code}`
+    if (err instanceof RequestError) return `${err.status} ${err.code}`
     throw err
   }
   throw new Error(`${api} accepted ${JSON.stringify(body)}`)

@@ -5,7 +5,7 @@
 import { lookup } from 'node:dns/promises'
 import { Resolver } from 'node:dns/promises'
 import type { DnsSourceConfig } from './schema.js'
-import { entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
+import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** Timeout of one query to the resolver (c-ares retries once more before failing). */
 const QUERY_TIMEOUT_MS = 2000
@@ -78,7 +78,7 @@ export class DnsSource implements DiscoverySource {
         if (!this.#stopped) onChange(list)
       } catch (err) {
         const e = err as NodeJS.ErrnoException
-        if (!this.#stopped) onError(new Error(`resolving ${this.#cfg.srv ? 'SRV ' : ''}'${this.#name}'${this.#cfg.server ? ` at ${this.#cfg.server}` : ''} failed: ${e.code ?? e.message}`))
+        if (!this.#stopped) onError(new DiscoveryError(`resolving ${this.#cfg.srv ? 'SRV ' : ''}'${this.#name}'${this.#cfg.server ? ` at ${this.#cfg.server}` : ''} failed: ${e.code ?? e.message}`))
       }
       if (this.#stopped) return
       this.#timer = setTimeout(() => void tick(), this.#cfg.intervalMs)

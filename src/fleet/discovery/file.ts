@@ -7,7 +7,7 @@ import { dirname, resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import { Instance } from '../../config.js'
 import type { FileSourceConfig } from './schema.js'
-import type { DiscoverySource, InstanceEntry } from './source.js'
+import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** Parses the file's text: the list, or an error that says where it is wrong. */
 export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
@@ -15,10 +15,10 @@ export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
   try {
     raw = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text)
   } catch (err) {
-    throw new Error(`'${path}' is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`)
+    throw new DiscoveryError(`'${path}' is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`)
   }
   const what = `'${path}' must hold a list of instances (URLs or {url, weight, models})`
-  if (!Array.isArray(raw)) throw new Error(`${what}; got ${raw === null ? 'nothing' : typeof raw}`)
+  if (!Array.isArray(raw)) throw new DiscoveryError(`${what}; got ${raw === null ? 'nothing' : typeof raw}`)
   const problems: string[] = []
   const list: InstanceEntry[] = []
   raw.forEach((item: unknown, i) => {
@@ -35,7 +35,7 @@ export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
       }
     }
   })
-  if (problems.length > 0) throw new Error(`${what}: ${problems.join('; ')}`)
+  if (problems.length > 0) throw new DiscoveryError(`${what}: ${problems.join('; ')}`)
   return list
 }
 
@@ -56,7 +56,7 @@ export class FileSource implements DiscoverySource {
       try {
         text = await readFile(this.#path, 'utf8')
       } catch (err) {
-        return onError(new Error(`cannot read '${this.#path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
+        return onError(new DiscoveryError(`cannot read '${this.#path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
       }
       if (this.#stopped || text === this.#last) return
       try {
@@ -73,9 +73,9 @@ export class FileSource implements DiscoverySource {
         clearTimeout(this.#timer)
         this.#timer = setTimeout(() => void read(), 50)
       })
-      this.#watcher.on('error', (err) => onError(new Error(`watching '${dirname(this.#path)}' failed: ${err.message}`)))
+      this.#watcher.on('error', (err) => onError(new DiscoveryError(`watching '${dirname(this.#path)}' failed: ${err.message}`)))
     } catch (err) {
-      onError(new Error(`cannot watch '${dirname(this.#path)}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
+      onError(new DiscoveryError(`cannot watch '${dirname(this.#path)}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
     }
     void read()
   }

@@ -6,7 +6,7 @@ import { homedir } from 'node:os'
 import { join } from 'node:path'
 import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
 import type { KubernetesSourceConfig } from './schema.js'
-import { entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
+import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
 const SERVICE_ACCOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
 /** After a failed list or watch, the next try waits this long, doubling up to the cap. */
@@ -39,7 +39,7 @@ export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesS
 function loadKubeConfig(kc: KubeConfig): void {
   if (process.env.KUBERNETES_SERVICE_HOST && existsSync(join(SERVICE_ACCOUNT, 'token'))) return kc.loadFromCluster()
   const file = process.env.KUBECONFIG?.split(':').find(Boolean) ?? join(homedir(), '.kube', 'config')
-  if (!existsSync(file)) throw new Error(`no in-cluster credentials and no kubeconfig: '${file}' does not exist`)
+  if (!existsSync(file)) throw new DiscoveryError(`no in-cluster credentials and no kubeconfig: '${file}' does not exist`)
   kc.loadFromDefault()
 }
 
@@ -54,7 +54,7 @@ export class KubernetesSource implements DiscoverySource {
   }
 
   start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
-    void this.#start(onChange, onError).catch((err: Error) => onError(new Error(`kubernetes discovery cannot start: ${err.message}`)))
+    void this.#start(onChange, onError).catch((err: Error) => onError(new DiscoveryError(`kubernetes discovery cannot start: ${err.message}`)))
   }
 
   async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
@@ -89,12 +89,12 @@ export class KubernetesSource implements DiscoverySource {
     informer.on('delete', report)
     informer.on('error', (err: unknown) => {
       if (this.#stopped) return
-      onError(new Error(`EndpointSlices in '${namespace}' (${labelSelector}): ${describeError(err)}`))
+      onError(new DiscoveryError(`EndpointSlices in '${namespace}' (${labelSelector}): ${describeError(err)}`))
       // The informer stops on an error. After a pause it watches again from the last
       // resourceVersion it saw (or lists again, if it never listed), keeping what it has.
       clearTimeout(this.#retry)
       this.#retry = setTimeout(() => {
-        if (!this.#stopped) informer.start().catch((e: unknown) => onError(new Error(`EndpointSlices in '${namespace}': ${describeError(e)}`)))
+        if (!this.#stopped) informer.start().catch((e: unknown) => onError(new DiscoveryError(`EndpointSlices in '${namespace}': ${describeError(e)}`)))
       }, delay)
       this.#retry.unref()
       delay = Math.min(delay * 2, RETRY_MS.max)

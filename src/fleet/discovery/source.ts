@@ -1,6 +1,7 @@
 // What every discovery source is: something that reports the full list of instances it
 // currently sees, again each time that list may have changed, until it is stopped.
 import type { EndpointConfig } from '../../config.js'
+import { PrefixRouterError } from '../../core/errors.js'
 
 /** One instance as `instances` lists it (after validation). */
 export type InstanceEntry = EndpointConfig['instances'][number]
@@ -20,3 +21,12 @@ export function hostPort(host: string, port: number | string): string {
 }
 
 export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined })
+
+/** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
+export class DiscoveryError extends PrefixRouterError {
+  declare readonly code: 'ERR_DISCOVERY'
+  constructor(message: string) {
+    super('ERR_DISCOVERY', message)
+    this.name = 'DiscoveryError'
+  }
+}

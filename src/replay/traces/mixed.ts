@@ -33,6 +33,7 @@ import type { WorkloadParams } from '../types.js'
 import { Arrivals, type Source } from './arrivals.js'
 import { extend, IdCounter, lognormalTokens } from './blocks.js'
 import type { ShapeOptions, TraceRow, TraceShape } from './types.js'
+import { OutOfRangeError } from '../../core/errors.js'
 
 const STREAM_MS_PER_TOKEN = 25
 const DOC_MIN_TOKENS = 8000
@@ -55,7 +56,7 @@ export const mixed: TraceShape = {
     const chatShare = p['chat-share']!
     const docShare = p['doc-share']!
     const oneOffShare = 1 - chatShare - docShare
-    if (oneOffShare < -1e-9) throw new RangeError(`--chat-share and --doc-share must add up to at most 1; got ${chatShare} + ${docShare}`)
+    if (oneOffShare < -1e-9) throw new OutOfRangeError('chat-share', 'at most 1 - doc-share', chatShare, `--chat-share and --doc-share must add up to at most 1; got ${chatShare} + ${docShare}`)
     const ids = new IdCounter(0)
     const queue = new Arrivals()
 
