@@ -14,7 +14,7 @@ import http2 from 'node:http2'
 import { fileURLToPath } from 'node:url'
 import * as hdr from 'hdr-histogram-js'
 import { Client } from 'undici'
-import { openAIRequest } from '../src/prefix/openai-key.js'
+import { openAIRequest } from '../src/core/key/openai-key.js'
 import { Router } from '../src/core/router.js'
 import { startCProxies } from './peers/c-proxies.js'
 

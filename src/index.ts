@@ -22,3 +22,12 @@ export {
   RequestError,
   type PrefixRouterErrorOptions,
 } from './core/errors.js'
+export {
+  routingKey,
+  TENANT_HEADER,
+  type RoutingApi,
+  type RoutingKey,
+  type RoutingKeyOptions,
+  type TextRoutingKey,
+  type BytesRoutingKey,
+} from './core/key/index.js'

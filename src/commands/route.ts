@@ -5,9 +5,8 @@ import { ConfigError } from '../config.js'
 import { Endpoint } from '../fleet/endpoint.js'
 import { xxh3 } from '../core/hash.js'
 import { RequestError } from '../core/errors.js'
-import { openAIRequest } from '../prefix/openai-key.js'
-import { routingKey } from '../prefix/routing-key.js'
-import { tenantOf } from '../prefix/tenant.js'
+import { routingKey, textSpan } from '../core/key/index.js'
+import { keyHash } from '../core/key/key-hash.js'
 import { CliError, parseFlags } from './cli-error.js'
 import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { buildConfig, type ServeFlags } from './serve-config.js'
@@ -98,31 +97,24 @@ export async function run(argv: string[]): Promise<number> {
     const body = await readStdin()
     const { api, from: apiFrom } = apiOf(apiFlag, completions === true, body)
     const routing = ep.routing
-    let key: Uint8Array | string
-    let model: string | undefined
-    let tenant: string | undefined
-    let anchor: number | undefined
+    // The key serve would compute for this body, from the same extraction.
+    const k = routingKey(body, { api, prefixLength: routing.prefixLength, strategy: routing.strategy, matchLength: routing.matchLength, tenant: tenantFlag })
+    const { model, tenant, anchor } = k
+    const key = k.text ?? k.bytes
     let keyInfo: { unit: 'bytes' | 'code_points'; length: number; total: number; totalIsLowerBound: boolean }
-    if (api === 'invoke') {
-      tenant = tenantOf(tenantFlag)
-      key = body.subarray(0, routing.prefixLength)
-      keyInfo = { unit: 'bytes', length: key.length, total: body.length, totalIsLowerBound: false }
-    } else {
-      const req = openAIRequest(api, body, routing.prefixLength)
-      tenant = tenantOf(tenantFlag, req.promptCacheKey)
-      model = req.model
-      anchor = req.anchor
-      const cps = [...req.text].length
-      key = req.text
-      // The extraction stops a little past the prefix: a longer text is known only to be longer.
-      keyInfo = { unit: 'code_points', length: Math.min(cps, routing.prefixLength), total: cps, totalIsLowerBound: cps > routing.prefixLength }
+    if (k.text === undefined) keyInfo = { unit: 'bytes', length: k.bytes.length, total: body.length, totalIsLowerBound: false }
+    else {
+      const cps = [...k.text].length
+      // The extraction stops at twice the span in UTF-16 units: a text cut there is known only to be longer.
+      const cut = k.text.length >= 2 * textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
+      keyInfo = { unit: 'code_points', length: Math.min(cps, routing.prefixLength), total: cps, totalIsLowerBound: cut }
     }
     const { lease, instance } = ep.pick(key, tenant, model, anchor)
     lease.release()
     const targeted = routing.strategy === 'prefix_aware' || routing.strategy === 'longest_prefix'
     const hash = (
       typeof key === 'string'
-        ? routingKey(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
+        ? keyHash(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
         : xxh3(key, tenant === undefined ? 0n : xxh3(tenant))
     )
       .toString(16)

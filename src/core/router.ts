@@ -22,14 +22,14 @@ const SLOT_CAPACITY = 8192
 
 export interface PickOptions {
   /** Tenant id (SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id): same prefix, different tenant, separate keys. */
-  tenant?: string
+  tenant?: string | undefined
   /** Only instances listing this group (a model or adapter name) are candidates. */
-  group?: string
+  group?: string | undefined
   /**
    * longest_prefix: how much of the prefix (UTF-16 units of a string, bytes of a Uint8Array)
    * places the request by consistent hash when no match decides; default all of it.
    */
-  anchor?: number
+  anchor?: number | undefined
   /**
    * Earlier tries of this request (a retry): their instances are not candidates, and the
    * strategy gives its next choice. At most 8 are honoured.

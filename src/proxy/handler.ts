@@ -6,8 +6,8 @@ import type { Config } from '../config.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
-import { readInvokePrefix } from '../prefix/invoke-key.js'
-import { TENANT_HEADER, tenantOf } from '../prefix/tenant.js'
+import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
+import { readInvokePrefix } from '../core/key/invoke-key.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
@@ -129,15 +129,12 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   out.strategy = routing.strategy
   const header = req.headers[TENANT_HEADER]
 
-  let key: Uint8Array | string
+  let k: RoutingKey
   let body: Buffer | AsyncIterable<Buffer>
-  let tenant: string | undefined
   let model: string | undefined
-  let anchor: number | undefined
   let stream = false
   let answer = res
   if (route.kind === 'invoke') {
-    tenant = tenantOf(header)
     model = inferenceComponentOf(req.headers[INFERENCE_COMPONENT_HEADER])
     ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(VARIANT_HEADER, VARIANT)
     if (route.eventStream) {
@@ -145,22 +142,20 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
       stream = true
     }
     const inv = await readInvokePrefix(bodyChunks(req, core.config.limits.bodyTimeoutMs), routing.prefixLength, limit)
-    key = inv.prefix
+    k = invokeKey(inv.prefix, { prefixLength: routing.prefixLength, tenant: header })
     body = inv.complete ? Buffer.from(inv.prefix) : inv.body
   } else {
-    // longest_prefix matches further into the prompt than the hashed key reaches.
-    const span = routing.strategy === 'longest_prefix' ? Math.max(routing.prefixLength, routing.matchLength) : routing.prefixLength
+    const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
     const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
     const { raw, request: parsed } = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span })
-    tenant = tenantOf(header, parsed.promptCacheKey)
-    model = parsed.model
-    key = parsed.text
-    anchor = parsed.anchor
-    stream = parsed.stream
+    k = requestKey(parsed, { tenant: header })
+    model = k.model
+    stream = k.stream
     body = raw
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
   }
-  return proxyTo(core, ep, req, answer, client, out, { key, body, tenant, model, anchor, stream, path: route.upstreamPath })
+  const key = k.text ?? k.bytes
+  return proxyTo(core, ep, req, answer, client, out, { key, body, tenant: k.tenant, model, anchor: k.anchor, stream, path: route.upstreamPath })
 }
 
 interface Outbound {

@@ -1,7 +1,7 @@
 // An OpenAI request body, read under the body limits and parsed for routing where it costs
 // the event loop least: small ordinary bodies here, large or container-heavy ones in a
 // worker (parse-pool.ts). The raw bytes are kept as they came, for the upstream request.
-import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../prefix/openai-key.js'
+import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../core/key/openai-key.js'
 import { readBody } from './body.js'
 import { JsonShape } from './json-shape.js'
 import { parsePool } from './parse-pool.js'

@@ -4,7 +4,7 @@
 // more to parse fails alone (413), and a worker that dies is replaced for the next task.
 import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
-import type { OpenAIApi, OpenAIRequest } from '../prefix/openai-key.js'
+import type { OpenAIApi, OpenAIRequest } from '../core/key/openai-key.js'
 import { ProxyError } from './errors.js'
 import type { ParseReply, ParseTask } from './parse-worker.js'
 

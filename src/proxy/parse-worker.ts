@@ -1,7 +1,7 @@
 // The worker side of parse-pool.ts: parses one OpenAI body with the same openAIRequest the
 // main thread uses, and sends back only what routing needs, never the parsed tree.
 import { parentPort } from 'node:worker_threads'
-import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../prefix/openai-key.js'
+import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../core/key/openai-key.js'
 import { RequestError } from '../core/errors.js'
 import { toProxyError } from './errors.js'
 

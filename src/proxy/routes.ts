@@ -1,7 +1,7 @@
 // Front routes. Endpoint-scoped forms map onto the instance's own paths:
 // /endpoints/{name}/invocations (and SageMaker's -response-stream form) -> /invocations,
 // /endpoints/{name}/openai/v1/... -> /v1/..., /endpoints/{name}/openai/tokenize -> /tokenize.
-import type { OpenAIApi } from '../prefix/openai-key.js'
+import type { OpenAIApi } from '../core/key/openai-key.js'
 
 export type Route =
   | { kind: 'ping' }

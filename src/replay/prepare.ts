@@ -4,15 +4,14 @@
 // a replay (docs/simulator.md: ~0.15 µs per 64-byte block through N-API), so it is done
 // once per request, not once per strategy.
 import { xxh3 } from '../core/hash.js'
-import { openAIRequest } from '../prefix/openai-key.js'
-import { routingKey } from '../prefix/routing-key.js'
-import { tenantOf } from '../prefix/tenant.js'
+import { routingKey } from '../core/key/index.js'
+import { keyHash } from '../core/key/key-hash.js'
 import { cacheSeed, preparePrompt, type PreparedPrompt } from '../sim/block-hash.js'
 import { renderChat } from '../sim/chat-template.js'
 import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
 import { encodeTokenIds } from '../sim/tokenizer.js'
 import { getTokenizer, type TokenizerName } from '../sim/tokenizers/index.js'
-import type { OpenAIApi } from '../prefix/openai-key.js'
+import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { TimedRequest } from './types.js'
 
 export interface PreparedRequest {
@@ -22,7 +21,7 @@ export interface PreparedRequest {
   api: OpenAIApi
   body: Readonly<Record<string, unknown>>
   /**
-   * Routing text from src/prefix/openai-key.ts, extracted with the largest prefix length
+   * Routing text as serve extracts it (routingKey in src/core/key/), extracted with the largest prefix length
    * (65,536 code points) so one extraction serves any --prefix-length: the router cuts it
    * to its own prefixLength, exactly as from the proxy's shorter extraction.
    */
@@ -53,8 +52,7 @@ export interface PrepareOptions {
 
 export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptions): PreparedRequest {
   const raw = Buffer.from(JSON.stringify(req.body))
-  const routed = openAIRequest(req.api, raw, ROUTING_TEXT_LIMIT)
-  const tenant = tenantOf(req.tenant, routed.promptCacheKey)
+  const { text, tenant, anchor } = routingKey(raw, { api: req.api, prefixLength: ROUTING_TEXT_LIMIT, tenant: req.tenant })
   // What a live worker does with the body (src/sim/http-worker.ts → request.ts): vLLM's
   // validation, the chat template, the cache seed of the model and cache_salt.
   const seed = cacheSeed(o.model, undefined)
@@ -78,16 +76,16 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
     at: req.at,
     api: req.api,
     body: req.body,
-    text: routed.text,
+    text,
     tenant,
-    anchor: routed.anchor,
+    anchor,
     prompt,
     maxTokens,
-    key: o.trackKeys === undefined ? NaN : trackingKey(routed.text, tenant, o.trackKeys),
+    key: o.trackKeys === undefined ? NaN : trackingKey(text, tenant, o.trackKeys),
   }
 }
 
-/** The key prefix_aware routes by (src/prefix/routing-key.ts), kept to 52 bits so it is exact as a number. */
+/** The key prefix_aware routes by (keyHash in src/core/key/key-hash.ts), kept to 52 bits so it is exact as a number. */
 export function trackingKey(text: string, tenant: string | undefined, prefixLength: number): number {
-  return Number(BigInt.asUintN(52, routingKey(text, tenant, prefixLength)))
+  return Number(BigInt.asUintN(52, keyHash(text, tenant, prefixLength)))
 }

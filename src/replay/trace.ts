@@ -15,9 +15,8 @@
 // The other format, `hash-ids` (production trace releases: lengths and block ids, no text),
 // is parsed in src/replay/hash-id-trace.ts; both are read here, synchronously, so that a
 // closed-loop replay can draw from them (src/replay/line-reader.ts).
-import type { OpenAIApi } from '../prefix/openai-key.js'
-import { openAIRequest } from '../prefix/openai-key.js'
-import { tenantOf } from '../prefix/tenant.js'
+import type { OpenAIApi } from '../core/key/openai-key.js'
+import { routingKey } from '../core/key/index.js'
 import { parseChatRequest, parseCompletionRequest } from '../sim/openai-shapes.js'
 import type { TokenizerName } from '../sim/tokenizers/index.js'
 import { BlockTexts } from './block-text.js'
@@ -57,8 +56,7 @@ export function parseTraceLine(text: string, file: string, line: number): { time
   // The two checks a request meets on its way: the router's (routing text, tenant id)
   // and the server's (vLLM's request validation), so a replay fails here, not midway.
   try {
-    const req = openAIRequest(api, Buffer.from(JSON.stringify(body)), 1024)
-    tenantOf(tenant, req.promptCacheKey)
+    routingKey(JSON.stringify(body), { api, prefixLength: 1024, tenant })
     if (api === 'chat') parseChatRequest(body)
     else parseCompletionRequest(body)
   } catch (err) {

@@ -1,5 +1,5 @@
 // What a workload generator or a trace yields, and how a generator describes its knobs.
-import type { OpenAIApi } from '../prefix/openai-key.js'
+import type { OpenAIApi } from '../core/key/openai-key.js'
 import { OutOfRangeError } from '../core/errors.js'
 
 /** One request as a client would send it, at a simulated arrival time. */

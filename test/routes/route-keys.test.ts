@@ -2,7 +2,7 @@
 // same prompt keys the same whichever route carries it, and a body without one is refused
 // with a code that names what is missing.
 import { describe, expect, it } from 'vitest'
-import { openAIRequest, type OpenAIApi } from '../../src/prefix/openai-key.js'
+import { openAIRequest, type OpenAIApi } from '../../src/core/key/openai-key.js'
 import { RequestError } from '../../src/core/errors.js'
 
 const key = (api: OpenAIApi, body: unknown) => openAIRequest(api, Buffer.from(JSON.stringify(body)), 4096)

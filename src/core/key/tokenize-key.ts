@@ -1,7 +1,7 @@
 // vLLM's /tokenize and /detokenize. They use no KV cache, so any instance serving the model
 // would do; they are keyed like the prompts they carry all the same, which keeps one
 // prompt's requests on one instance and costs nothing.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 import { messagesText, promptText, type MessagesText } from './prompt-text.js'
 
 export function tokenizeText(b: Record<string, unknown>, cap: number): MessagesText {

@@ -1,7 +1,7 @@
 // Tenant isolation, as SageMaker does it: the X-Amzn-SageMaker-Prefix-Aware-Id header (or
 // the body's prompt_cache_key) scopes the prefix key, so tenants never share a cache home
 // by accident of sharing a system prompt.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 
 export const TENANT_HEADER = 'x-amzn-sagemaker-prefix-aware-id'
 const VALID = /^[\x20-\x7e]{1,64}$/

@@ -3,7 +3,7 @@
 // that carries a chat-shaped prompt goes through messagesText, so the same conversation keys
 // the same whichever route it arrives on (vLLM renders them through the same chat template,
 // so they share the same cached prefix).
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 
 // Role markers keep "user: X" and "assistant: X" apart; the separators cannot occur in JSON
 // text unescaped only by accident, which is enough for a routing key.

@@ -1,6 +1,6 @@
 // vLLM's /v1/rerank and /v1/score: every document is scored against the same query, which
 // therefore opens every prompt the model sees; the documents vary and are left out.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 import { contentText, promptText, type MessagesText } from './prompt-text.js'
 
 /** A query given as text, a list (its first), or a multimodal {content: [parts]} object. */

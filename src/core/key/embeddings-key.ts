@@ -1,6 +1,6 @@
 // /v1/embeddings: the text to embed, read as /v1/completions reads its prompt (a string, the
 // first of a batch, or token ids); vLLM's chat-shaped embedding requests key as a chat does.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 import { messagesText, promptText, type MessagesText } from './prompt-text.js'
 
 export function embeddingsText(b: Record<string, unknown>, cap: number): MessagesText {

@@ -1,7 +1,7 @@
 // The routing text of an OpenAI request: the prompt as the model will see it, in order,
 // independent of JSON formatting and of sampling parameters. Two requests whose text
 // begins the same way share a key, whatever else differs in their bodies.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 import { embeddingsText } from './embeddings-key.js'
 import { messagesText, promptText, type MessagesText } from './prompt-text.js'
 import { responsesText } from './responses-key.js'

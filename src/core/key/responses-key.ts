@@ -2,7 +2,7 @@
 // which only the messages carry prompt text (function calls, their outputs and reasoning
 // items are skipped). Read as the conversation vLLM renders it (instructions as the system
 // message, a string input as a user message), so a request keys as the same chat would.
-import { RequestError } from '../core/errors.js'
+import { RequestError } from '../errors.js'
 import { messagesText, type MessagesText } from './prompt-text.js'
 
 interface Turn {
