@@ -1,24 +1,15 @@
 // Shared set-up for discovery tests: a router whose first endpoint finds its instances
 // through the given sources, a log to read back, and simulated workers to be found.
-import { parseConfig } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
-import { RealClock, type Clock, type TimerHandle } from '../../src/sim/index.js'
 import { capturedLog } from '../faults/log-lines.js'
-import { chat, post, until } from '../proxy/helpers.js'
+export { GatedClock } from '../helpers/gated-clock.js'
+import { chat, post, testConfig, until } from '../proxy/helpers.js'
 
 export const MODEL = 'sim-tiny'
 
 export async function startDiscoveryRouter(discovery: unknown[], opts: { instances?: string[]; config?: Record<string, unknown> } = {}) {
   const { logger, lines } = capturedLog()
-  const config = parseConfig({
-    listen: { host: '127.0.0.1', port: 0 },
-    admin: { host: '127.0.0.1', port: 0 },
-    health: { intervalMs: 0, timeoutMs: 2000 },
-    discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
-    debugHeaders: true,
-    ...opts.config,
-    endpoints: [{ name: 'default', instances: opts.instances ?? [], discovery }],
-  })
+  const config = testConfig([{ name: 'default', instances: opts.instances ?? [], discovery }], opts.config)
   const router = await ProxyServer.start(config, { logger })
   return { router, lines, endpoint: router.endpoint(undefined)! }
 }
@@ -54,34 +45,3 @@ export async function untilLog(lines: Record<string, unknown>[], pred: (l: Recor
 export const membershipChange = (l: Record<string, unknown>) => l.msg === 'discovery: membership changed'
 export const sourceFailed = (l: Record<string, unknown>) => l.msg === 'discovery source failed; keeping its last list'
 
-/**
- * A real clock whose events are held back until open() is called: the engines it drives
- * accept requests and send stream headers, but produce no token before then.
- */
-export class GatedClock implements Clock {
-  private readonly inner = new RealClock()
-  private held: { handle: TimerHandle; fn: (at: number) => void }[] | null = []
-  private readonly forwarded = new WeakMap<TimerHandle, TimerHandle>()
-
-  now(): number {
-    return this.inner.now()
-  }
-
-  schedule(at: number, fn: (at: number) => void): TimerHandle {
-    if (this.held === null) return this.inner.schedule(at, fn)
-    const handle = { at }
-    this.held.push({ handle, fn })
-    return handle
-  }
-
-  cancel(handle: TimerHandle): void {
-    const i = this.held?.findIndex((h) => h.handle === handle) ?? -1
-    if (i >= 0) this.held!.splice(i, 1)
-    else this.inner.cancel(this.forwarded.get(handle) ?? handle)
-  }
-
-  open(): void {
-    for (const { handle, fn } of this.held ?? []) this.forwarded.set(handle, this.inner.schedule(handle.at, fn))
-    this.held = null
-  }
-}

@@ -4,10 +4,9 @@
 // back to 0 (useStubFleet checks that after each test).
 import http from 'node:http'
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { capturedLog } from './log-lines.js'
-import { chat, post, startStub, totalInFlight, until, useStubFleet, type Stub } from '../proxy/helpers.js'
+import { chat, post, startStub, type Stub, testConfig, totalInFlight, until, useStubFleet } from '../proxy/helpers.js'
 
 const ctx = useStubFleet()
 
@@ -41,14 +40,8 @@ const failWith = (status: number): Handler => (_req, res) => {
 async function fleetOf(handlers: Handler[], overrides: Record<string, unknown> = {}) {
   ctx.stubs = await Promise.all(handlers.map((h, i) => startStub(`s${i}`, h)))
   const { logger, lines } = capturedLog()
-  const config = parseConfig({
-    listen: { host: '127.0.0.1', port: 0 },
-    admin: { host: '127.0.0.1', port: 0 },
-    health: { intervalMs: 0, timeoutMs: 2000 },
-    discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
-    debugHeaders: true,
+  const config = testConfig([{ name: 'default', instances: ctx.stubs.map((s) => s.url), routing: (overrides.routing as object | undefined) ?? {} }], {
     ...overrides,
-    endpoints: [{ name: 'default', instances: ctx.stubs.map((s) => s.url), routing: (overrides.routing as object | undefined) ?? {} }],
     routing: undefined,
   })
   ctx.router = await ProxyServer.start(config, { logger })

@@ -6,10 +6,9 @@ import http2 from 'node:http2'
 import { propagation, trace, type Context, type TextMapPropagator } from '@opentelemetry/api'
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { capturedLog } from '../faults/log-lines.js'
-import { chat, startStub, totalInFlight, until, type Stub } from './helpers.js'
+import { chat, startStub, type Stub, testConfig, totalInFlight, until } from './helpers.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 const TENANT = 'acme-tenant-secret-42'
@@ -32,15 +31,7 @@ type Handler = Parameters<typeof startStub>[1]
 async function fleet(handlers: (Handler | undefined)[], overrides: Record<string, unknown> = {}) {
   ctx.stubs = await Promise.all(handlers.map((h, i) => startStub(`s${i}`, h)))
   const { logger, lines } = capturedLog()
-  const config = parseConfig({
-    listen: { host: '127.0.0.1', port: 0 },
-    admin: { host: '127.0.0.1', port: 0 },
-    health: { intervalMs: 0, timeoutMs: 2000 },
-    discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
-    debugHeaders: true,
-    ...overrides,
-    endpoints: [{ name: 'default', instances: ctx.stubs.map((s) => s.url) }],
-  })
+  const config = testConfig([{ name: 'default', instances: ctx.stubs.map((s) => s.url) }], overrides)
   ctx.router = await ProxyServer.start(config, { logger })
   return { router: ctx.router, lines, requestLines: () => lines.filter((l) => l.msg === 'request') }
 }

@@ -8,7 +8,8 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { openAIRequest } from '../../src/core/key/openai-key.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { Router } from '../../src/core/router.js'
-import { RealClock, resolveSim, SimWorker, startSimFleet, type Clock, type SimFleet, type TimerHandle } from '../../src/sim/index.js'
+import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { GatedClock } from '../helpers/gated-clock.js'
 import { chat, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
 
 const run = promisify(execFile)
@@ -49,37 +50,6 @@ async function setup(n: number, overrides: Record<string, unknown> = {}, sim: Re
   return { fleet, router }
 }
 
-/**
- * A real clock whose events are held back until open() is called: the engines it drives
- * accept requests and send stream headers, but produce no token before then.
- */
-class GatedClock implements Clock {
-  private readonly inner = new RealClock()
-  private held: { handle: TimerHandle; fn: (at: number) => void }[] | null = []
-  private readonly forwarded = new WeakMap<TimerHandle, TimerHandle>()
-
-  now(): number {
-    return this.inner.now()
-  }
-
-  schedule(at: number, fn: (at: number) => void): TimerHandle {
-    if (this.held === null) return this.inner.schedule(at, fn)
-    const handle = { at }
-    this.held.push({ handle, fn })
-    return handle
-  }
-
-  cancel(handle: TimerHandle): void {
-    const i = this.held?.findIndex((h) => h.handle === handle) ?? -1
-    if (i >= 0) this.held!.splice(i, 1)
-    else this.inner.cancel(this.forwarded.get(handle) ?? handle)
-  }
-
-  open(): void {
-    for (const { handle, fn } of this.held ?? []) this.forwarded.set(handle, this.inner.schedule(handle.at, fn))
-    this.held = null
-  }
-}
 
 /** Like setup(), on tiny-profile workers that generate nothing until `open()`. */
 async function setupGated(n: number): Promise<{ fleet: SimFleet; router: ProxyServer; open: () => void }> {

@@ -6,18 +6,25 @@ import { afterEach, expect } from 'vitest'
 import { parseConfig, type Config } from '../../src/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 
-export async function startRouter(urls: string[], overrides: Record<string, unknown> = {}): Promise<ProxyServer> {
-  const config: Config = parseConfig({
+/**
+ * A test router's configuration: loopback ports, no periodic probes or scrapes, debug
+ * headers; `overrides` on top, then the endpoints given.
+ */
+export function testConfig(endpoints: unknown[], overrides: Record<string, unknown> = {}): Config {
+  return parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     admin: { host: '127.0.0.1', port: 0 },
-    log: { level: 'silent' },
     health: { intervalMs: 0, timeoutMs: 2000 },
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
     debugHeaders: true,
     ...overrides,
-    endpoints: (overrides.endpoints as unknown[] | undefined) ?? [{ name: 'default', instances: urls }],
+    endpoints,
   })
-  return ProxyServer.start(config)
+}
+
+export async function startRouter(urls: string[], overrides: Record<string, unknown> = {}): Promise<ProxyServer> {
+  const endpoints = (overrides.endpoints as unknown[] | undefined) ?? [{ name: 'default', instances: urls }]
+  return ProxyServer.start(testConfig(endpoints, { log: { level: 'silent' }, ...overrides }))
 }
 
 /** Sum of in-flight counters over every endpoint of the router. */
