@@ -6,7 +6,7 @@
 // otherwise, so a client never mistakes a truncated answer for a whole one.
 import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
-import type { Dispatcher } from 'undici'
+import { util, type Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { withoutAwsCredentials } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
@@ -97,18 +97,6 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
   return h
 }
 
-/** Raw header pairs (as undici delivers them) to an object, repeated names as arrays. */
-function parseRaw(raw: Buffer[] | string[]): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {}
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    const k = raw[i]!.toString().toLowerCase()
-    const v = raw[i + 1]!.toString()
-    const prev = out[k]
-    out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v]
-  }
-  return out
-}
-
 const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
 export const SHUTDOWN = new PrefixRouterError('PR_SHUTDOWN', 'the router is shutting down')
 
@@ -149,7 +137,7 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
         started = true
         f.onResponse(statusCode)
         resume = resumeFn
-        const headers = parseRaw(raw)
+        const headers = util.parseHeaders(raw)
         sse = String(headers['content-type'] ?? '').startsWith('text/event-stream')
         res.writeHead(statusCode, { ...endToEnd(headers), ...f.responseHeaders })
         return true

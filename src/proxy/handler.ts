@@ -201,6 +201,8 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   // whole answers send them only at the end, so only the dispatcher's long timeout fits.
   const headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
   const tries: Lease[] = []
+  // What the latest try failed with: the client's answer when no instance is left to retry on.
+  let lastTry: unknown
   out.model = o.model
   out.tenant = o.tenant
   out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
@@ -216,7 +218,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
       } catch (err) {
         endSpan(pickSpan, undefined, err)
-        if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(tries) : err
+        if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(lastTry) : err
         throw err
       }
       const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
@@ -292,7 +294,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
           ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
         }
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
-        ;(lease as LeaseWithError).error = err
+        lastTry = err
         const reason = retryReason(err, retries.onReset)
         if (reason !== undefined && !res.headersSent && canRetry(reason)) {
           core.metrics.retries.inc({ instance: instance.id, reason })
@@ -317,11 +319,8 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   }
 }
 
-type LeaseWithError = Lease & { error?: unknown }
-
 /** When no instance is left to retry on, the client gets what the last try got. */
-function lastError(tries: Lease[]): ProxyError {
-  const err = (tries[tries.length - 1] as LeaseWithError | undefined)?.error
+function lastError(err: unknown): ProxyError {
   if (err instanceof UpstreamStatusError) return upstreamFailed('upstream_error', `every instance tried answered an error; the last answered ${err.status}`, err.status)
   return err instanceof RequestError ? toProxyError(err) : upstreamError(err)
 }
