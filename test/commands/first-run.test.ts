@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { freePort } from '../helpers/ports.js'
 import { chat, post } from '../proxy/helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
@@ -76,14 +77,6 @@ function serve(args: string[], env: NodeJS.ProcessEnv = {}, end = BANNER_END): P
     })
     c.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${err}`)))
   })
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
-  const { port } = s.address() as net.AddressInfo
-  await new Promise((r) => s.close(r))
-  return port
 }
 
 describe('serve with nothing to route to', () => {

@@ -61,6 +61,18 @@ function h2(base: string, method: string, path: string, body: string | undefined
   })
 }
 
+/** A handler, shared by the stubs it is given to: the first generation any of them gets fails with 503, every later one succeeds. */
+function firstGenerationFails(): Handler {
+  let failed = false
+  return (req, res) => {
+    if (req.url !== '/v1/chat/completions') return void res.writeHead(req.url === '/health' ? 200 : 404).end()
+    const fail = !failed
+    failed = true
+    res.writeHead(fail ? 503 : 200, { 'content-type': 'application/json' })
+    res.end(fail ? '{"error":{}}' : '{"ok":true}')
+  }
+}
+
 const generations = (s: Stub) => s.seen.filter((x) => x.url.startsWith('/v1/chat/completions'))
 
 describe('x-request-id', () => {
@@ -205,14 +217,7 @@ describe('the access log', () => {
 
   it('a retried request: the instance that answered, its decision, and how many tries came before', async () => {
     // The first generation either instance gets fails with 503; every later one succeeds.
-    let failed = false
-    const flaky: Handler = (req, res) => {
-      if (req.url !== '/v1/chat/completions') return void res.writeHead(req.url === '/health' ? 200 : 404).end()
-      const fail = !failed
-      failed = true
-      res.writeHead(fail ? 503 : 200, { 'content-type': 'application/json' })
-      res.end(fail ? '{"error":{}}' : '{"ok":true}')
-    }
+    const flaky = firstGenerationFails()
     const { router, requestLines } = await fleet([flaky, flaky], { routing: { strategy: 'random' } })
     const r = await h1(`${router.url}/v1/chat/completions`, 'POST', chat('retry'), { 'x-request-id': 'twice' })
     expect(r.status).toBe(200)
@@ -293,14 +298,7 @@ describe('OpenTelemetry', () => {
     const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId
 
     it("a request is a span holding a pick and a forward span per try, under the client's trace, with the attributes", async () => {
-      let failed = false
-      const flaky: Handler = (req, res) => {
-        if (req.url !== '/v1/chat/completions') return void res.writeHead(req.url === '/health' ? 200 : 404).end()
-        const fail = !failed
-        failed = true
-        res.writeHead(fail ? 503 : 200, { 'content-type': 'application/json' })
-        res.end(fail ? '{"error":{}}' : '{"ok":true}')
-      }
+      const flaky = firstGenerationFails()
       const { router } = await fleet([flaky, flaky], { routing: { strategy: 'random' } })
       const r = await h1(`${router.url}/v1/chat/completions`, 'POST', chat('traced', { model: 'm-9' }), { 'x-request-id': 'traced-1', traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01` })
       expect(r.status).toBe(200)

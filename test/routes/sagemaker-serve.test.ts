@@ -2,13 +2,13 @@
 // process, a configuration file naming the endpoint), in front of simulated vLLM workers.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { InvokeEndpointCommand, InvokeEndpointWithResponseStreamCommand, SageMakerRuntimeClient } from '@aws-sdk/client-sagemaker-runtime'
 import { afterEach, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { freePort } from '../helpers/ports.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 let fleet: SimFleet | undefined
@@ -24,14 +24,6 @@ afterEach(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true })
   child = fleet = dir = undefined
 })
-
-async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
-  const port = (s.address() as net.AddressInfo).port
-  await new Promise((r) => s.close(r))
-  return port
-}
 
 /** Resolves once the router answers /ping; rejects if the process exits first. */
 async function ready(url: string, proc: ChildProcess, stderr: () => string): Promise<void> {
