@@ -165,18 +165,33 @@ export class Router {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
-    const tenant = opts?.tenant === undefined ? undefined : checkTenant(opts.tenant)
-    const group = opts?.group
-    if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
-    const anchor = opts?.anchor
-    if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
-      throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+    // Checked field by field, without closures or copies: this runs on every request.
+    let tenant: string | undefined
+    let group: string | undefined
+    let anchor: number | undefined
+    let slots: number[] | undefined
+    if (opts !== undefined) {
+      if (opts.tenant !== undefined) tenant = checkTenant(opts.tenant)
+      group = opts.group
+      if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
+      anchor = opts.anchor
+      if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
+        throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+      }
+      const avoid = opts.avoid
+      if (avoid !== undefined) {
+        if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+        if (avoid.length > 0) {
+          slots = [] // only on a retry
+          for (let i = 0; i < avoid.length; i++) {
+            const l: unknown = avoid[i]
+            if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+            slots.push(l._slot)
+          }
+        }
+      }
     }
-    const avoid = opts?.avoid
-    if (avoid !== undefined && (!Array.isArray(avoid) || !avoid.every((l) => l instanceof Lease))) {
-      throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-    }
-    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, avoid?.map((l) => l._slot))
+    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = picked[0]!

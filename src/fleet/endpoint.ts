@@ -4,7 +4,7 @@
 import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
 import { noHealthyInstance, RequestError } from '../core/errors.js'
-import { NoInstanceError, Router, type Lease } from '../core/router.js'
+import { NoInstanceError, Router, type Lease, type PickOptions } from '../core/router.js'
 import { defaultThreshold, type RoutingParams } from '../core/options.js'
 import type { InstanceEntry } from './discovery/source.js'
 import { closeWhenDrained } from './drain.js'
@@ -20,6 +20,12 @@ export interface EndpointEvents {
 
 /** Group of instances whose models are unknown: they are candidates for any model. */
 const ANY_MODEL = '\u0000any'
+/** A model some instance serves, none of them in rotation. */
+const MODEL_DOWN = 0
+/** A model no instance of the endpoint serves. */
+const MODEL_UNKNOWN = 1
+/** Models remembered between syncs: names come from clients, so the map is bounded. */
+const MAX_GROUPS = 1024
 
 export interface Pick {
   lease: Lease
@@ -45,6 +51,14 @@ export class Endpoint {
   #retiring = new Set<Instance>()
   #closed = false
   #events: EndpointEvents
+  // What pick() reads on every request, rebuilt by sync(), where every change of membership,
+  // health, ejection and models is published: the instances in rotation, and each requested
+  // model's group (or why there is none).
+  #healthy: readonly Instance[] | undefined
+  #groups = new Map<string, string | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
+  // pick()'s options, refilled on each call (the router reads them synchronously).
+  // (`avoid` stays unset on this one: see pick().)
+  #pickOptions: PickOptions = { tenant: undefined, group: undefined, anchor: undefined }
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -152,13 +166,27 @@ export class Endpoint {
     this.sync()
   }
 
-  /** Instances the router may choose: healthy and not ejected. */
-  healthy(): Instance[] {
-    return [...this.instances.values()].filter((i) => i.inRotation)
+  /** Instances the router may choose: healthy and not ejected, as of the last sync(). */
+  healthy(): readonly Instance[] {
+    return (this.#healthy ??= [...this.instances.values()].filter((i) => i.inRotation))
+  }
+
+  /** The router group of a request for `model`, or why no instance can take it. */
+  #groupOf(model: string): string | typeof MODEL_DOWN | typeof MODEL_UNKNOWN {
+    let g = this.#groups.get(model)
+    if (g !== undefined) return g
+    const healthy = this.healthy()
+    if (healthy.some((i) => i.serves(model))) g = model
+    else if (healthy.some((i) => !i.knowsModels())) g = ANY_MODEL
+    else if ([...this.instances.values()].some((i) => i.serves(model))) g = MODEL_DOWN
+    else g = MODEL_UNKNOWN
+    if (this.#groups.size >= MAX_GROUPS) this.#groups.clear()
+    this.#groups.set(model, g)
+    return g
   }
 
   #members() {
-    const list = this.healthy()
+    const list = [...this.instances.values()].filter((i) => i.inRotation)
     return list.map((i) => {
       const capacity = i.indexCapacity(this.routing.blockSize)
       return { id: i.id, weight: i.weight, groups: i.knowsModels() ? i.models() : [ANY_MODEL], ...(capacity !== undefined && { indexBlocks: capacity }) }
@@ -167,6 +195,8 @@ export class Endpoint {
 
   /** Publishes the healthy instances and their models to the router, if they changed. */
   sync(): void {
+    this.#healthy = undefined
+    this.#groups.clear()
     const members = this.#members()
     const key = JSON.stringify(members)
     if (key === this.#membership || members.length === 0) return
@@ -229,18 +259,21 @@ export class Endpoint {
 
   /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
   pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[]): Pick {
-    const healthy = this.healthy()
-    if (healthy.length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+    if (this.healthy().length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: string | undefined
     if (model !== undefined) {
-      if (healthy.some((i) => i.serves(model))) group = model
-      else if (healthy.some((i) => !i.knowsModels())) group = ANY_MODEL
-      else if ([...this.instances.values()].some((i) => i.serves(model))) {
-        throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
-      } else throw new RequestError('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`, 404)
+      const g = this.#groupOf(model)
+      if (g === MODEL_DOWN) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+      if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`, 404)
+      group = g
     }
+    // A first try reuses one options object; a retry (rare) has its own, with what to avoid.
+    const opts: PickOptions = avoid !== undefined && avoid.length > 0 ? { tenant, group, anchor, avoid } : this.#pickOptions
+    opts.tenant = tenant
+    opts.group = group
+    opts.anchor = anchor
     try {
-      const lease = this.router.pick(key, { ...(tenant !== undefined && { tenant }), ...(group !== undefined && { group }), ...(anchor !== undefined && { anchor }), ...(avoid !== undefined && avoid.length > 0 && { avoid }) })
+      const lease = this.router.pick(key, opts)
       const instance = this.instances.get(lease.instance)
       if (instance === undefined) {
         // Membership and the map are updated together on this thread; this is a backstop.
@@ -252,6 +285,9 @@ export class Endpoint {
     } catch (err) {
       if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
       throw err
+    } finally {
+      // Nothing of this request stays reachable from the endpoint.
+      opts.tenant = opts.group = opts.anchor = undefined
     }
   }
 

@@ -40,8 +40,8 @@ export interface ForwardRequest {
   clientAddress: string | undefined
   secure: boolean
   client: ClientState
-  /** Extra response headers (opt-in debug headers). */
-  responseHeaders: Record<string, string>
+  /** Extra response headers (opt-in debug headers); the request id is always added. */
+  responseHeaders: Record<string, string> | undefined
   /** Time allowed for the response headers (undefined: the dispatcher's headersTimeout). */
   headersTimeoutMs: number | undefined
   /**
@@ -85,8 +85,10 @@ export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
   return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }
 
+const DROP_HOST = ['host']
+
 function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
-  const h = withoutAwsCredentials(endToEnd(f.headers, ['host']))
+  const h = withoutAwsCredentials(endToEnd(f.headers, DROP_HOST))
   const prior = f.headers['x-forwarded-for']
   if (f.clientAddress) h['x-forwarded-for'] = prior ? `${String(prior)}, ${f.clientAddress}` : f.clientAddress
   h['x-forwarded-proto'] = f.secure ? 'https' : 'http'
@@ -100,98 +102,121 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
 const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
 export const SHUTDOWN = new PrefixRouterError('PR_SHUTDOWN', 'the router is shutting down')
 
+/**
+ * undici's handler interface in its original form: the only one that reports when the request
+ * has been written (onRequestSent), which decides whether a reset may be retried. One object
+ * per try, its callbacks methods rather than closures.
+ */
+class Upstream {
+  status = 0
+  started = false
+  first = true
+  sse = false
+  sent = false
+  retryWith = 0
+  resume: (() => void) | undefined = undefined
+  #onDrain: (() => void) | undefined = undefined
+
+  constructor(
+    readonly f: ForwardRequest,
+    readonly res: Res,
+    readonly resolve: (status: number) => void,
+    readonly reject: (err: unknown) => void,
+  ) {}
+
+  onConnect(abort: (err?: Error) => void): void {
+    const { client } = this.f
+    if (client.gone) abort(CLIENT_GONE)
+    else if (client.shutdown) abort(SHUTDOWN)
+    else {
+      client.onGone = () => abort(CLIENT_GONE)
+      client.onShutdown = () => abort(SHUTDOWN)
+    }
+  }
+
+  onRequestSent(): void {
+    this.sent = true
+  }
+
+  onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+    const { f, res } = this
+    if (statusCode < 200) return true // 1xx: informational, the real answer follows
+    if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
+      // Read to its end and dropped (error bodies are small): aborting would close a
+      // keep-alive connection for every retried answer.
+      this.retryWith = statusCode
+      return true
+    }
+    this.status = statusCode
+    this.started = true
+    f.onResponse(statusCode)
+    this.resume = resume
+    const headers = endToEnd(util.parseHeaders(raw))
+    const type = headers['content-type']
+    this.sse = type !== undefined && String(type).startsWith('text/event-stream')
+    // Ours win over the instance's: the request id it may echo, and the debug headers.
+    headers[REQUEST_ID_HEADER] = f.requestId
+    if (f.responseHeaders !== undefined) Object.assign(headers, f.responseHeaders)
+    res.writeHead(statusCode, headers)
+    return true
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.retryWith !== 0) return true
+    if (this.first) {
+      this.f.onFirstByte()
+      this.first = false
+    }
+    if (this.res.write(chunk)) return true
+    this.res.once('drain', (this.#onDrain ??= () => this.resume?.()))
+    return false
+  }
+
+  onComplete(): void {
+    const { f } = this
+    f.client.onGone = undefined
+    f.client.onShutdown = undefined
+    if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
+    if (this.first) f.onFirstByte()
+    this.res.end()
+    this.resolve(this.status)
+  }
+
+  onError(err: Error): void {
+    const { f, res } = this
+    f.client.onGone = undefined
+    f.client.onShutdown = undefined
+    if (f.client.gone) return this.resolve(499)
+    if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
+    if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent }))
+    if (err === SHUTDOWN) {
+      // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
+      const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
+      if (isFramed(res)) res.fail(shutdown)
+      else if (this.sse) res.end(`data: ${JSON.stringify({ error: shutdown })}\n\n`)
+      else res.destroy()
+      return this.resolve(this.status)
+    }
+    f.onCut()
+    const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
+    const message = `upstream stream ended early: ${upstreamError(err).message}`
+    if (isFramed(res)) res.fail({ message, type: 'upstream_error', code })
+    else if (this.sse) res.end(`data: ${JSON.stringify({ error: { message, type: 'upstream_error', code } })}\n\n`)
+    else res.destroy(err)
+    this.resolve(502)
+  }
+}
+
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
 export function forward(f: ForwardRequest, res: Res): Promise<number> {
   return new Promise((resolve, reject) => {
-    let status = 0
-    let started = false
-    let first = true
-    let sse = false
-    let sent = false
-    let retryWith = 0
-    let resume: (() => void) | undefined
-    const onDrain = () => resume?.()
-    // undici's handler interface in its original form: the only one that reports when the
-    // request has been written (onRequestSent), which decides whether a reset may be retried.
-    const handler = {
-      onConnect(abort: (err?: Error) => void) {
-        if (f.client.gone) abort(CLIENT_GONE)
-        else if (f.client.shutdown) abort(SHUTDOWN)
-        else {
-          f.client.onGone = () => abort(CLIENT_GONE)
-          f.client.onShutdown = () => abort(SHUTDOWN)
-        }
-      },
-      onRequestSent() {
-        sent = true
-      },
-      onHeaders(statusCode: number, raw: Buffer[], resumeFn: () => void): boolean {
-        if (statusCode < 200) return true // 1xx: informational, the real answer follows
-        if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
-          // Read to its end and dropped (error bodies are small): aborting would close a
-          // keep-alive connection for every retried answer.
-          retryWith = statusCode
-          return true
-        }
-        status = statusCode
-        started = true
-        f.onResponse(statusCode)
-        resume = resumeFn
-        const headers = util.parseHeaders(raw)
-        sse = String(headers['content-type'] ?? '').startsWith('text/event-stream')
-        res.writeHead(statusCode, { ...endToEnd(headers), ...f.responseHeaders })
-        return true
-      },
-      onData(chunk: Buffer): boolean {
-        if (retryWith !== 0) return true
-        if (first) {
-          f.onFirstByte()
-          first = false
-        }
-        if (res.write(chunk)) return true
-        res.once('drain', onDrain)
-        return false
-      },
-      onComplete() {
-        f.client.onGone = undefined
-        f.client.onShutdown = undefined
-        if (retryWith !== 0) return reject(Object.assign(new UpstreamStatusError(retryWith), { requestSent: true }))
-        if (first) f.onFirstByte()
-        res.end()
-        resolve(status)
-      },
-      onError(err: Error) {
-        f.client.onGone = undefined
-        f.client.onShutdown = undefined
-        if (f.client.gone) return resolve(499)
-        if (retryWith !== 0) return reject(Object.assign(new UpstreamStatusError(retryWith), { requestSent: true }))
-        if (!started) return reject(Object.assign(err, { requestSent: sent }))
-        if (err === SHUTDOWN) {
-          // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
-          const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
-          if (isFramed(res)) res.fail(shutdown)
-          else if (sse) res.end(`data: ${JSON.stringify({ error: shutdown })}\n\n`)
-          else res.destroy()
-          return resolve(status)
-        }
-        f.onCut()
-        const code = (err as { code?: string }).code === 'UND_ERR_BODY_TIMEOUT' ? 'upstream_timeout' : 'upstream_stream_error'
-        const message = `upstream stream ended early: ${upstreamError(err).message}`
-        if (isFramed(res)) res.fail({ message, type: 'upstream_error', code })
-        else if (sse) res.end(`data: ${JSON.stringify({ error: { message, type: 'upstream_error', code } })}\n\n`)
-        else res.destroy(err)
-        resolve(502)
-      },
+    const options: Dispatcher.DispatchOptions = {
+      path: f.instance.basePath + f.path,
+      method: f.method as Dispatcher.HttpMethod,
+      headers: requestHeaders(f),
+      body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
     }
-    f.instance.dispatcher.dispatch(
-      {
-        path: f.instance.basePath + f.path,
-        method: f.method as Dispatcher.HttpMethod,
-        headers: requestHeaders(f),
-        body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
-        ...(f.headersTimeoutMs !== undefined && { headersTimeout: f.headersTimeoutMs }),
-      },
-      handler as unknown as Dispatcher.DispatchHandler,
-    )
+    if (f.headersTimeoutMs !== undefined) options.headersTimeout = f.headersTimeoutMs
+    f.instance.dispatcher.dispatch(options, new Upstream(f, res, resolve, reject) as unknown as Dispatcher.DispatchHandler)
   })
 }

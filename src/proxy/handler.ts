@@ -4,6 +4,8 @@
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
+import type { Instance } from '../fleet/instance.js'
+import type { Span } from '@opentelemetry/api'
 import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
 import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
@@ -13,12 +15,12 @@ import { bodyChunks } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
-import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState } from './forward.js'
+import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
-import { ATTR, endSpan, injectInto, startChild, startRequestSpan } from './tracing.js'
+import { ATTR, endSpan, injectInto, startChild, startRequestSpan, type RequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
 
 export interface ProxyCore {
@@ -193,26 +195,131 @@ function budgetAllows(core: ProxyCore): boolean {
   return core.traffic.retrying < Math.max(minRetryConcurrency, (core.traffic.active * budgetPercent) / 100)
 }
 
+/**
+ * A request being proxied: what every try sends, and the current try's callbacks for forward()
+ * as methods of one object rather than closures made for each request.
+ */
+class Proxying implements ForwardRequest {
+  readonly method: string
+  readonly path: string
+  readonly headers: Req['headers']
+  readonly requestId: string
+  readonly body: Buffer | AsyncIterable<Buffer>
+  readonly clientAddress: string | undefined
+  readonly secure: boolean
+  /** Streaming answers start with their headers as soon as the instance accepts the request; whole answers send them only at the end, so only the dispatcher's long timeout fits. */
+  readonly headersTimeoutMs: number | undefined
+  /** A streamed body (invoke) cannot be sent twice. */
+  readonly maxRetries: number
+  readonly tries: Lease[] = []
+  // The current try.
+  instance!: Instance
+  lease!: Lease
+  attempt = 0
+  fwdSpan: Span | undefined = undefined
+  responseHeaders: Record<string, string> | undefined = undefined
+  /** performance.now() when the try was sent. */
+  sentAt = 0
+  /** The try is a retry whose answer has not started: it counts against the retry budget until then, not for a whole stream. */
+  retrying = false
+
+  constructor(
+    readonly core: ProxyCore,
+    readonly ep: Endpoint,
+    req: Req,
+    readonly client: ClientState,
+    readonly out: Outcome,
+    readonly span: RequestSpan,
+    o: Outbound,
+  ) {
+    const { retries } = core.config
+    this.method = req.method ?? 'POST'
+    this.path = o.path
+    this.headers = req.headers
+    this.requestId = out.requestId
+    this.body = o.body
+    this.clientAddress = req.socket?.remoteAddress
+    this.secure = (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true
+    this.maxRetries = Buffer.isBuffer(o.body) ? retries.max : 0
+    this.headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
+  }
+
+  /** Makes `pick` the current try, `attempt` tries after the first. */
+  begin(pick: Pick, attempt: number, fwdSpan: Span, decision: string): void {
+    this.instance = pick.instance
+    this.lease = pick.lease
+    this.attempt = attempt
+    this.fwdSpan = fwdSpan
+    this.retrying = attempt > 0
+    if (this.retrying) this.core.traffic.retrying++
+    // The request id is always sent back (forward adds it); these only on request.
+    this.responseHeaders = this.core.config.debugHeaders
+      ? { 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
+      : undefined
+    this.sentAt = performance.now()
+  }
+
+  /**
+   * Whether another instance may be tried. A request that never reached an instance adds no
+   * load by being sent elsewhere: the budget, which stops retries from multiplying an
+   * overload, does not count it (`reason` connect).
+   */
+  canRetry(reason?: string): boolean {
+    const { client } = this
+    return this.attempt < this.maxRetries && !client.gone && !client.shutdown && untried(this.ep, this.tries) && (reason === 'connect' || budgetAllows(this.core))
+  }
+
+  answered(): void {
+    if (this.retrying) this.core.traffic.retrying--
+    this.retrying = false
+  }
+
+  traceHeaders(h: Record<string, string | string[]>): void {
+    injectInto(this.span, this.fwdSpan!, h)
+  }
+
+  retryStatus(): boolean {
+    return this.canRetry()
+  }
+
+  onResponse(status: number): void {
+    this.answered()
+    // Counted when the answer starts, as Envoy does: a stream that runs for minutes must not
+    // leave an instance's quick failures looking consecutive.
+    this.ep.recordTry(this.instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
+  }
+
+  onCut(): void {
+    this.ep.recordTry(this.instance, 'gateway')
+  }
+
+  onFirstByte(): void {
+    // The instance's prefill is over: longest_prefix stops counting it as queued there.
+    this.lease.firstToken()
+    const now = performance.now()
+    this.out.firstByteAt = now
+    this.core.metrics.ttfb.observe({ instance: this.instance.id }, (now - this.sentAt) / 1000)
+  }
+}
+
 async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound): Promise<number> {
   const { retries } = core.config
-  // A streamed body (invoke) cannot be sent twice.
-  const maxRetries = Buffer.isBuffer(o.body) ? retries.max : 0
-  // Streaming answers start with their headers as soon as the instance accepts the request;
-  // whole answers send them only at the end, so only the dispatcher's long timeout fits.
-  const headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
-  const tries: Lease[] = []
   // What the latest try failed with: the client's answer when no instance is left to retry on.
   let lastTry: unknown
   out.model = o.model
   out.tenant = o.tenant
   out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
-  const span = startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: ep.routing.strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  const strategy = ep.routing.strategy
+  const span = startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  const p = new Proxying(core, ep, req, client, out, span, o)
+  const tries = p.tries
   let failure: unknown
   core.traffic.active++
   try {
     for (let attempt = 0; ; attempt++) {
       const pickSpan = startChild(span, 'prefix_router.pick', { [ATTR.requestId]: out.requestId, [ATTR.retries]: attempt })
-      const t0 = process.hrtime.bigint()
+      // performance.now() rather than hrtime.bigint(): a double, where a BigInt is an allocation.
+      const t0 = performance.now()
       let pick: Pick
       try {
         pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
@@ -221,67 +328,23 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(lastTry) : err
         throw err
       }
-      const decisionSeconds = Number(process.hrtime.bigint() - t0) / 1e9
+      const decisionSeconds = (performance.now() - t0) / 1000
       const { lease, instance } = pick
       tries.push(lease)
       out.instance = instance.id
       out.retries = attempt
-      core.metrics.decision.observe({ strategy: ep.routing.strategy }, decisionSeconds)
+      core.metrics.decision.observe({ strategy }, decisionSeconds)
       if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
       // Strategies with a target of their own say whether they kept it; the others name themselves.
-      const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
-      const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+      const targeted = strategy === 'prefix_aware' || strategy === 'longest_prefix'
+      const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : strategy
       out.decision = decision
       if (pickSpan.isRecording()) pickSpan.setAttributes({ [ATTR.instance]: instance.id, [ATTR.decision]: decision })
       endSpan(pickSpan, undefined)
       const fwdSpan = startChild(span, 'prefix_router.forward', { [ATTR.requestId]: out.requestId, [ATTR.instance]: instance.id, [ATTR.decision]: decision, [ATTR.retries]: attempt })
-      const sent = process.hrtime.bigint()
-      // A request that never reached an instance adds no load by being sent elsewhere: the
-      // budget, which stops retries from multiplying an overload, does not count it.
-      const canRetry = (reason?: string) =>
-        attempt < maxRetries && !client.gone && !client.shutdown && untried(ep, tries) && (reason === 'connect' || budgetAllows(core))
-      // A retry counts against the budget until its answer starts, not for a whole stream.
-      let retrying = attempt > 0
-      if (retrying) core.traffic.retrying++
-      const answered = () => {
-        if (retrying) core.traffic.retrying--
-        retrying = false
-      }
+      p.begin(pick, attempt, fwdSpan, decision)
       try {
-        const status = await forward(
-          {
-            instance,
-            method: req.method ?? 'POST',
-            path: o.path,
-            headers: req.headers,
-            requestId: out.requestId,
-            traceHeaders: (h) => injectInto(span, fwdSpan, h),
-            body: o.body,
-            clientAddress: req.socket?.remoteAddress,
-            secure: (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true,
-            client,
-            headersTimeoutMs,
-            // The request id again: it wins over one the instance echoes.
-            responseHeaders: core.config.debugHeaders
-              ? { [REQUEST_ID_HEADER]: out.requestId, 'x-prefix-router-instance': instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
-              : { [REQUEST_ID_HEADER]: out.requestId },
-            retryStatus: () => canRetry(),
-            onResponse: (status) => {
-              answered()
-              // Counted when the answer starts, as Envoy does: a stream that runs for minutes
-              // must not leave an instance's quick failures looking consecutive.
-              ep.recordTry(instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
-            },
-            onCut: () => ep.recordTry(instance, 'gateway'),
-            onFirstByte: () => {
-              // The instance's prefill is over: longest_prefix stops counting it as queued there.
-              lease.firstToken()
-              out.firstByteAt = performance.now()
-              core.metrics.ttfb.observe({ instance: instance.id }, Number(process.hrtime.bigint() - sent) / 1e9)
-            },
-          },
-          res,
-        )
+        const status = await forward(p, res)
         endSpan(fwdSpan, status)
         out.status = status
         return status
@@ -296,7 +359,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
         lastTry = err
         const reason = retryReason(err, retries.onReset)
-        if (reason !== undefined && !res.headersSent && canRetry(reason)) {
+        if (reason !== undefined && !res.headersSent && p.canRetry(reason)) {
           core.metrics.retries.inc({ instance: instance.id, reason })
           core.log.warn({ instance: instance.id, reason, attempt: attempt + 1, err: (err as Error).message }, 'try failed; retrying on another instance')
           continue
@@ -304,7 +367,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
         if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
         throw err instanceof RequestError ? err : upstreamError(err)
       } finally {
-        answered()
+        p.answered()
         lease.release()
       }
     }
