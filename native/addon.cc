@@ -65,7 +65,8 @@ Bytes GetBytes(const Napi::Value& v) {
 }
 
 // The first max_cp code points of a JS string, as UTF-8 (lone surrogates become U+FFFD, as
-// in Buffer.from). Copies at most 2*max_cp UTF-16 units out of V8 and converts them here:
+// in Buffer.from). Copies max_cp + 1 UTF-16 units out of V8 (2*max_cp when surrogate pairs
+// need them) and converts them here:
 // measured faster than V8's UTF-8 writer because the ASCII runs that dominate prompts go
 // 16 units at a time (SSE2 is baseline on x86-64). Also reports where in the UTF-8 two marks
 // fall: after `key_cp` code points (the hashed key) and at UTF-16 unit `anchor_units`.
@@ -79,57 +80,64 @@ struct Marks {
 Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, Marks* marks) {
   Bytes b;
   napi_env env = v.Env();
-  const size_t cap = max_cp * 2;
-  if (t_utf16.size() < cap + 1) t_utf16.resize(cap + 1);
-  size_t units = 0;
-  if (napi_get_value_string_utf16(env, v, t_utf16.data(), cap + 1, &units) != napi_ok) return b;
   if (t_utf8.size() < max_cp * 4 + 16) t_utf8.resize(max_cp * 4 + 16);
-  const char16_t* in = t_utf16.data();
-  unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
-  size_t i = 0, o = 0, cp = 0;
-  // The next position (in code points and in units) where a mark must be taken exactly.
-  size_t stop_cp = marks->key_cp, stop_units = marks->anchor_units;
-  while (i < units && cp < max_cp) {
-    if (cp >= stop_cp) { marks->key_bytes = o; stop_cp = SIZE_MAX; }
-    if (i >= stop_units) { marks->anchor_bytes = o; stop_units = SIZE_MAX; }
+  // max_cp code points are max_cp units unless some are surrogate pairs, which prompts rarely
+  // hold: the first copy takes max_cp + 1 units (the one more ends a pair the last code point
+  // may start), and only a text whose pairs used that copy up is copied again, 2*max_cp units.
+  // Half the copy for most keys, which come out of caches the rest of a request has evicted.
+  for (size_t cap = max_cp + 1;; cap = max_cp * 2) {
+    if (t_utf16.size() < cap + 1) t_utf16.resize(cap + 1);
+    size_t units = 0;
+    if (napi_get_value_string_utf16(env, v, t_utf16.data(), cap + 1, &units) != napi_ok) return b;
+    marks->key_bytes = marks->anchor_bytes = SIZE_MAX;
+    const char16_t* in = t_utf16.data();
+    unsigned char* out = reinterpret_cast<unsigned char*>(t_utf8.data());
+    size_t i = 0, o = 0, cp = 0;
+    // The next position (in code points and in units) where a mark must be taken exactly.
+    size_t stop_cp = marks->key_cp, stop_units = marks->anchor_units;
+    while (i < units && cp < max_cp) {
+      if (cp >= stop_cp) { marks->key_bytes = o; stop_cp = SIZE_MAX; }
+      if (i >= stop_units) { marks->anchor_bytes = o; stop_units = SIZE_MAX; }
 #if defined(__SSE2__)
-    if (i + 16 <= units && cp + 16 <= max_cp && cp + 16 <= stop_cp && i + 16 <= stop_units) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
-      const __m128i high = _mm_and_si128(_mm_or_si128(a, c), _mm_set1_epi16(static_cast<short>(0xFF80)));
-      if (_mm_movemask_epi8(_mm_cmpeq_epi16(high, _mm_setzero_si128())) == 0xFFFF) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), _mm_packus_epi16(a, c));
-        i += 16; o += 16; cp += 16;
-        continue;
+      if (i + 16 <= units && cp + 16 <= max_cp && cp + 16 <= stop_cp && i + 16 <= stop_units) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
+        const __m128i high = _mm_and_si128(_mm_or_si128(a, c), _mm_set1_epi16(static_cast<short>(0xFF80)));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(high, _mm_setzero_si128())) == 0xFFFF) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), _mm_packus_epi16(a, c));
+          i += 16; o += 16; cp += 16;
+          continue;
+        }
       }
-    }
 #endif
-    uint32_t ch = in[i++];
-    cp++;
-    if (ch < 0x80) { out[o++] = static_cast<unsigned char>(ch); continue; }
-    if (ch >= 0xD800 && ch <= 0xDBFF && i < units && in[i] >= 0xDC00 && in[i] <= 0xDFFF) {
-      ch = 0x10000 + ((ch - 0xD800) << 10) + (in[i++] - 0xDC00);
-    } else if (ch >= 0xD800 && ch <= 0xDFFF) {
-      ch = 0xFFFD;
+      uint32_t ch = in[i++];
+      cp++;
+      if (ch < 0x80) { out[o++] = static_cast<unsigned char>(ch); continue; }
+      if (ch >= 0xD800 && ch <= 0xDBFF && i < units && in[i] >= 0xDC00 && in[i] <= 0xDFFF) {
+        ch = 0x10000 + ((ch - 0xD800) << 10) + (in[i++] - 0xDC00);
+      } else if (ch >= 0xD800 && ch <= 0xDFFF) {
+        ch = 0xFFFD;
+      }
+      if (ch < 0x800) {
+        out[o++] = static_cast<unsigned char>(0xC0 | (ch >> 6));
+      } else if (ch < 0x10000) {
+        out[o++] = static_cast<unsigned char>(0xE0 | (ch >> 12));
+        out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
+      } else {
+        out[o++] = static_cast<unsigned char>(0xF0 | (ch >> 18));
+        out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 12) & 0x3F));
+        out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
+      }
+      out[o++] = static_cast<unsigned char>(0x80 | (ch & 0x3F));
     }
-    if (ch < 0x800) {
-      out[o++] = static_cast<unsigned char>(0xC0 | (ch >> 6));
-    } else if (ch < 0x10000) {
-      out[o++] = static_cast<unsigned char>(0xE0 | (ch >> 12));
-      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
-    } else {
-      out[o++] = static_cast<unsigned char>(0xF0 | (ch >> 18));
-      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 12) & 0x3F));
-      out[o++] = static_cast<unsigned char>(0x80 | ((ch >> 6) & 0x3F));
-    }
-    out[o++] = static_cast<unsigned char>(0x80 | (ch & 0x3F));
+    if (i == units && units == cap && cap < max_cp * 2) continue;  // the text goes on past the copy
+    if (cp >= stop_cp) marks->key_bytes = o;
+    if (i >= stop_units) marks->anchor_bytes = o;
+    b.data = out;
+    b.len = o;
+    b.ok = true;
+    return b;
   }
-  if (cp >= stop_cp) marks->key_bytes = o;
-  if (i >= stop_units) marks->anchor_bytes = o;
-  b.data = out;
-  b.len = o;
-  b.ok = true;
-  return b;
 }
 
 uint64_t GetSeed(const Napi::Value& v, bool* ok) {
