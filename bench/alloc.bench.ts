@@ -1,5 +1,6 @@
 // Allocation budget: the bytes V8 allocates in the router's process per proxied request, for
-// 8 KiB chat requests (whole JSON answers and SSE streams) against a fast stub upstream, beside
+// 8 KiB chat requests (whole JSON answers and SSE streams) and SageMaker invocations of the
+// same body (routed by its first bytes, with no JSON parse) against a fast stub upstream, beside
 // the same figure for bench/peers/node-floor.mjs (a bare Node proxy over undici) in the same
 // run: what the floor allocates is Node's and undici's own, the rest is the router's. Each
 // proxy runs in its own process with bench/alloc/probe.mjs preloaded, which counts the bytes
@@ -16,7 +17,7 @@ const REQUESTS = Number(process.env.REQUESTS ?? 10_000)
 const WARMUP = Number(process.env.WARMUP ?? 2_000)
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 8)
 const root = fileURLToPath(new URL('..', import.meta.url))
-const PROBE = ['--import', './bench/alloc/probe.mjs']
+const PROBE = ['--import', process.env.ALLOC_PROBE ?? './bench/alloc/probe.mjs']
 const children: ChildProcess[] = []
 
 interface Proc {
@@ -60,15 +61,27 @@ function body(i: number, stream: boolean): string {
   return JSON.stringify({ model: 'stub', messages: [{ role: 'system', content: system }, { role: 'user', content: `question ${i}` }], max_tokens: 8, stream })
 }
 
+/**
+ * What is sent: chat completions, whole and streamed, whose routing key is text taken from the
+ * parsed body, and SageMaker invocations of the same body, whose key is its first bytes.
+ */
+interface Case { label: string; path: string; stream: boolean }
+const CASES: Case[] = [
+  { label: 'chat JSON', path: '/v1/chat/completions', stream: false },
+  { label: 'chat SSE', path: '/v1/chat/completions', stream: true },
+  { label: 'invoke', path: '/invocations', stream: false },
+]
+
 /** `n` requests, CONCURRENCY at a time, each read to its end; throws on any non-200. */
-async function load(url: string, n: number, stream: boolean): Promise<void> {
+async function load(url: string, n: number, c: Case): Promise<void> {
+  const { path, stream } = c
   const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000 })
   const bodies = Array.from({ length: 64 }, (_, i) => body(i, stream))
   let next = 0
   const worker = async () => {
     while (next < n) {
       const i = next++
-      const res = await client.request({ path: '/v1/chat/completions', method: 'POST', body: bodies[i % 64]!, headers: { 'content-type': 'application/json' } })
+      const res = await client.request({ path, method: 'POST', body: bodies[i % 64]!, headers: { 'content-type': 'application/json' } })
       for await (const _ of res.body);
       if (res.statusCode !== 200) throw new Error(`${url}: status ${res.statusCode}`)
     }
@@ -95,18 +108,18 @@ function medianBound(a: Map<number, number>, b: Map<number, number>): string {
   return `> ${(bounds.at(-1)! * 1e6).toLocaleString('en-US')} µs`
 }
 
-interface Row { name: string; stream: boolean; bytes: number; gcs: number; decision?: string }
+interface Row { name: string; c: Case; bytes: number; gcs: number; decision?: string }
 
-async function measure(name: string, args: string[], stream: boolean, router: boolean): Promise<Row> {
+async function measure(name: string, args: string[], c: Case, router: boolean): Promise<Row> {
   const p = await start([...PROBE, ...args], true)
   try {
-    await load(p.url, WARMUP, stream)
+    await load(p.url, WARMUP, c)
     const before = router ? await decisionBuckets(p) : undefined
     await p.ask('start')
-    await load(p.url, REQUESTS, stream)
+    await load(p.url, REQUESTS, c)
     const { bytes, gcs } = await p.ask<{ bytes: number; gcs: number }>('stop')
     const decision = before && medianBound(before, await decisionBuckets(p))
-    return { name, stream, bytes: bytes / REQUESTS, gcs, ...(decision !== undefined && { decision }) }
+    return { name, c, bytes: bytes / REQUESTS, gcs, ...(decision !== undefined && { decision }) }
   } finally {
     await stop(p)
   }
@@ -118,18 +131,18 @@ async function main(): Promise<void> {
   console.log(`${REQUESTS.toLocaleString('en-US')} requests measured per row after ${WARMUP.toLocaleString('en-US')} of warm-up, ${CONCURRENCY} at a time, 8 KiB chat bodies\n`)
   const stub = await start(['bench/stub-upstream.mjs'], false)
   const rows: Row[] = []
-  for (const stream of [false, true]) {
-    rows.push(await measure('node-floor', ['bench/peers/node-floor.mjs', stub.url], stream, false))
-    rows.push(await measure('router', ['bench/alloc/router.mjs', stub.url, 'on'], stream, true))
-    rows.push(await measure('router, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], stream, true))
+  for (const c of CASES) {
+    rows.push(await measure('node-floor', ['bench/peers/node-floor.mjs', stub.url], c, false))
+    rows.push(await measure('router', ['bench/alloc/router.mjs', stub.url, 'on'], c, true))
+    rows.push(await measure('router, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], c, true))
   }
   await stop(stub)
   const kib = (b: number) => `${(b / 1024).toFixed(1)} KiB`
-  console.log(`${'proxy'.padEnd(24)}${'answer'.padEnd(8)}${'per request'.padStart(13)}${'GCs'.padStart(6)}${'× floor'.padStart(9)}${'above floor'.padStart(13)}   decision median (serve's histogram)`)
+  console.log(`${'proxy'.padEnd(24)}${'request'.padEnd(11)}${'per request'.padStart(13)}${'GCs'.padStart(6)}${'× floor'.padStart(9)}${'above floor'.padStart(13)}   decision median (serve's histogram)`)
   for (const r of rows) {
-    const floor = rows.find((f) => f.name === 'node-floor' && f.stream === r.stream)!
+    const floor = rows.find((f) => f.name === 'node-floor' && f.c === r.c)!
     console.log(
-      `${r.name.padEnd(24)}${(r.stream ? 'SSE' : 'JSON').padEnd(8)}${kib(r.bytes).padStart(13)}${String(r.gcs).padStart(6)}${`${(r.bytes / floor.bytes).toFixed(2)}x`.padStart(9)}${kib(r.bytes - floor.bytes).padStart(13)}   ${r.decision ?? ''}`,
+      `${r.name.padEnd(24)}${r.c.label.padEnd(11)}${kib(r.bytes).padStart(13)}${String(r.gcs).padStart(6)}${`${(r.bytes / floor.bytes).toFixed(2)}x`.padStart(9)}${kib(r.bytes - floor.bytes).padStart(13)}   ${r.decision ?? ''}`,
     )
   }
 }
