@@ -100,12 +100,25 @@ async function decisionBuckets(p: Proc): Promise<Map<number, number>> {
   return out
 }
 
-/** The upper bound of the bucket holding the median of what was observed between `a` and `b`. */
-function medianBound(a: Map<number, number>, b: Map<number, number>): string {
+/**
+ * The median of what was observed between `a` and `b`, interpolated within its bucket as
+ * Prometheus' histogram_quantile does, with the bucket's bounds.
+ */
+function median(a: Map<number, number>, b: Map<number, number>): string {
   const bounds = [...b.keys()].sort((x, y) => x - y)
-  const total = REQUESTS
-  for (const le of bounds) if ((b.get(le) ?? 0) - (a.get(le) ?? 0) >= total / 2) return `≤ ${(le * 1e6).toLocaleString('en-US')} µs`
-  return `> ${(bounds.at(-1)! * 1e6).toLocaleString('en-US')} µs`
+  const us = (s: number) => `${+(s * 1e6).toPrecision(3)} µs`
+  let lower = 0
+  let below = 0
+  for (const le of bounds) {
+    const count = (b.get(le) ?? 0) - (a.get(le) ?? 0)
+    if (count >= REQUESTS / 2) {
+      const at = lower + ((le - lower) * (REQUESTS / 2 - below)) / Math.max(1, count - below)
+      return `${us(at)} (bucket ${us(lower)}–${us(le)})`
+    }
+    lower = le
+    below = count
+  }
+  return `> ${us(bounds.at(-1)!)}`
 }
 
 interface Row { name: string; c: Case; bytes: number; gcs: number; decision?: string }
@@ -118,7 +131,7 @@ async function measure(name: string, args: string[], c: Case, router: boolean): 
     await p.ask('start')
     await load(p.url, REQUESTS, c)
     const { bytes, gcs } = await p.ask<{ bytes: number; gcs: number }>('stop')
-    const decision = before && medianBound(before, await decisionBuckets(p))
+    const decision = before && median(before, await decisionBuckets(p))
     return { name, c, bytes: bytes / REQUESTS, gcs, ...(decision !== undefined && { decision }) }
   } finally {
     await stop(p)
