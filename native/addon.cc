@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "key/bindings.h"
 #include "prefix_index.h"
 #include "router.h"
 #include "strategy/strategy.h"
@@ -394,7 +395,9 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
 // string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
 // opening up to its first user message, which every later turn of the conversation shares.
-Napi::Value RouterPick(const Napi::CallbackInfo& info) {
+// prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
+// span and whose key end, in bytes, is info[7].
+Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
@@ -422,8 +425,12 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     b = PrefixOfString(info[1], span, &marks);
   } else {
     b = GetBytes(info[1]);
-    if (b.len > span) b.len = span;
-    marks.key_bytes = p.prefix_length;
+    if (prepared) {
+      marks.key_bytes = static_cast<size_t>(info[7].As<Napi::Number>().DoubleValue());
+    } else {
+      if (b.len > span) b.len = span;
+      marks.key_bytes = p.prefix_length;
+    }
     marks.anchor_bytes = anchor;
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
@@ -472,6 +479,8 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   out[3] = r.prefill;
   return Napi::Number::New(env, 0);
 }
+
+Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, false); }
 
 // router_release(h, slot, prefill?) -> boolean; router_first_token(h, slot, prefill)
 Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
@@ -566,9 +575,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
   exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));
   exports.Set("router_stats", Napi::Function::New(env, RouterStats, "router_stats"));
+  pr::RegisterKey(env, exports);
   return exports;
 }
 
 }  // namespace
+
+Napi::Value pr::PickPrepared(const Napi::CallbackInfo& info) { return Pick(info, true); }
 
 NODE_API_MODULE(prefix_router, Init)

@@ -1,0 +1,369 @@
+#include "json_scan.h"
+
+#include <cstring>
+#include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace pr::key {
+namespace {
+
+inline bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+inline bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+inline int hex(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+inline bool special(uint8_t c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80; }
+
+// First byte in [i, end) that ends a plain ASCII run inside a string: a quote, a backslash,
+// a control character (invalid there) or the lead of a multi-byte sequence. Prompts are
+// mostly such runs, so this loop is where a scan spends its time.
+inline size_t find_special(const uint8_t* d, size_t i, size_t end, bool scalar) {
+#if defined(__SSE2__)
+  if (!scalar) {
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    for (; i + 16 <= end; i += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
+      // Signed compare: bytes >= 0x80 are negative, so one compare finds them and controls.
+      const __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)), _mm_cmplt_epi8(v, space));
+      const int mask = _mm_movemask_epi8(m);
+      if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
+    }
+  }
+#else
+  (void)scalar;
+#endif
+  while (i < end && !special(d[i])) i++;
+  return i;
+}
+
+// In text already validated only quotes and backslashes matter.
+inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, bool scalar) {
+#if defined(__SSE2__)
+  if (!scalar) {
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\');
+    for (; i + 16 <= end; i += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
+      const int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
+      if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
+    }
+  }
+#else
+  (void)scalar;
+#endif
+  while (i < end && d[i] != '"' && d[i] != '\\') i++;
+  return i;
+}
+
+// Length of the well-formed UTF-8 sequence at d[i] (lead byte >= 0x80), or 0 (overlong,
+// surrogate, past U+10FFFF, truncated), per the Unicode table of well-formed sequences.
+inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
+  const uint8_t c = d[i];
+  auto cont = [&](size_t k, uint8_t lo, uint8_t hi) { return i + k < n && d[i + k] >= lo && d[i + k] <= hi; };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1, 0x80, 0xBF) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0, 0xBF) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1, 0x80, 0xBF) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90, 0xBF) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  if (c >= 0xF1 && c <= 0xF3) return cont(1, 0x80, 0xBF) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  return 0;
+}
+
+inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
+
+// Validates the string token whose quote is at d[i]; *end gets the index after its closing quote.
+Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end) {
+  i++;
+  for (;;) {
+    i = find_special(d, i, n, scalar);
+    if (i >= n) return Scan::Invalid;
+    const uint8_t c = d[i];
+    if (c == '"') {
+      *end = i + 1;
+      return Scan::Ok;
+    }
+    if (c == '\\') {
+      if (i + 1 >= n) return Scan::Invalid;
+      const uint8_t e = d[i + 1];
+      if (e == 'u') {
+        if (i + 5 >= n) return Scan::Invalid;
+        for (size_t k = 2; k < 6; k++)
+          if (hex(d[i + k]) < 0) return Scan::Invalid;
+        i += 6;
+      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+        i += 2;
+      } else {
+        return Scan::Invalid;
+      }
+      continue;
+    }
+    if (c < 0x20) return Scan::Invalid;
+    const size_t len = utf8_length(d, i, n);
+    if (len == 0) return Scan::Unsupported;
+    i += len;
+  }
+}
+
+Scan scan_number(const uint8_t* d, size_t n, size_t i, size_t* end) {
+  if (d[i] == '-') i++;
+  if (i >= n) return Scan::Invalid;
+  if (d[i] == '0') {
+    i++;
+  } else if (d[i] >= '1' && d[i] <= '9') {
+    while (i < n && is_digit(d[i])) i++;
+  } else {
+    return Scan::Invalid;
+  }
+  if (i < n && d[i] == '.') {
+    i++;
+    if (i >= n || !is_digit(d[i])) return Scan::Invalid;
+    while (i < n && is_digit(d[i])) i++;
+  }
+  if (i < n && (d[i] == 'e' || d[i] == 'E')) {
+    i++;
+    if (i < n && (d[i] == '+' || d[i] == '-')) i++;
+    if (i >= n || !is_digit(d[i])) return Scan::Invalid;
+    while (i < n && is_digit(d[i])) i++;
+  }
+  *end = i;
+  return Scan::Ok;
+}
+
+inline bool literal(const uint8_t* d, size_t n, size_t i, const char* word, size_t len) {
+  return i + len <= n && std::memcmp(d + i, word, len) == 0;
+}
+
+}  // namespace
+
+size_t skip_ws(const uint8_t* d, size_t n, size_t i) {
+  while (i < n && is_ws(d[i])) i++;
+  return i;
+}
+
+Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root) {
+  // Containers open (1 object, 0 array); kept per thread so a scan allocates nothing.
+  thread_local std::vector<uint8_t> stack;
+  stack.clear();
+  root->root_is_object = false;
+  for (int k = 0; k < root->count; k++) root->values[k] = Span{};
+  int field = -1;
+  size_t value_begin = 0;
+
+  // A member's key and colon, with i at the key's quote; leaves i at the value.
+  auto key = [&](size_t* pi) -> Scan {
+    size_t i = *pi;
+    if (i >= n || d[i] != '"') return Scan::Invalid;
+    size_t end = 0;
+    const Scan s = scan_string(d, n, i, o.scalar, &end);
+    if (s != Scan::Ok) return s;
+    if (stack.size() == 1) {
+      field = -1;
+      for (int k = 0; k < root->count; k++)
+        if (string_equals(d, Span{i, end}, root->names[k])) field = k;
+    }
+    i = skip_ws(d, n, end);
+    if (i >= n || d[i] != ':') return Scan::Invalid;
+    *pi = skip_ws(d, n, i + 1);
+    return Scan::Ok;
+  };
+
+  size_t i = skip_ws(d, n, 0);
+  for (;;) {
+    // At a value.
+    if (i >= n) return Scan::Invalid;
+    if (stack.size() == 1) value_begin = i;
+    const uint8_t c = d[i];
+    size_t end = 0;
+    Scan s = Scan::Ok;
+    if (c == '{' || c == '[') {
+      if (stack.size() >= o.max_depth) return Scan::Unsupported;
+      if (stack.empty()) root->root_is_object = c == '{';
+      stack.push_back(c == '{');
+      i = skip_ws(d, n, i + 1);
+      const uint8_t close = c == '{' ? '}' : ']';
+      if (i < n && d[i] == close) {
+        stack.pop_back();
+        i++;
+      } else {
+        if (c == '{' && (s = key(&i)) != Scan::Ok) return s;
+        continue;
+      }
+    } else if (c == '"') {
+      if ((s = scan_string(d, n, i, o.scalar, &end)) != Scan::Ok) return s;
+      i = end;
+    } else if (c == '-' || is_digit(c)) {
+      if ((s = scan_number(d, n, i, &end)) != Scan::Ok) return s;
+      i = end;
+    } else if (c == 't' && literal(d, n, i, "true", 4)) {
+      i += 4;
+    } else if (c == 'f' && literal(d, n, i, "false", 5)) {
+      i += 5;
+    } else if (c == 'n' && literal(d, n, i, "null", 4)) {
+      i += 4;
+    } else {
+      return Scan::Invalid;
+    }
+    // After a value: record a root member's, then a comma, a close, or the end.
+    for (;;) {
+      if (stack.size() == 1 && field >= 0) {
+        root->values[field] = Span{value_begin, i};
+        field = -1;
+      }
+      i = skip_ws(d, n, i);
+      if (stack.empty()) return i == n ? Scan::Ok : Scan::Invalid;
+      if (i >= n) return Scan::Invalid;
+      const bool in_object = stack.back() == 1;
+      if (d[i] == ',') {
+        i = skip_ws(d, n, i + 1);
+        if (in_object && (s = key(&i)) != Scan::Ok) return s;
+        break;
+      }
+      if (d[i] != (in_object ? '}' : ']')) return Scan::Invalid;
+      stack.pop_back();
+      i++;
+    }
+  }
+}
+
+size_t skip_string(const uint8_t* d, size_t n, size_t i, bool scalar) {
+  i++;
+  for (;;) {
+    i = find_quote_or_slash(d, i, n, scalar);
+    if (i >= n) return n;
+    if (d[i] == '"') return i + 1;
+    i += 2;
+  }
+}
+
+size_t skip_value(const uint8_t* d, size_t n, size_t i, bool scalar) {
+  if (i >= n) return n;
+  const uint8_t c = d[i];
+  if (c == '"') return skip_string(d, n, i, scalar);
+  if (c == '{' || c == '[') {
+    size_t depth = 0;
+    while (i < n) {
+      const uint8_t b = d[i];
+      if (b == '"') {
+        i = skip_string(d, n, i, scalar);
+        continue;
+      }
+      if (b == '{' || b == '[') depth++;
+      if (b == '}' || b == ']') {
+        if (--depth == 0) return i + 1;
+      }
+      i++;
+    }
+    return n;
+  }
+  while (i < n && d[i] != ',' && d[i] != '}' && d[i] != ']' && !is_ws(d[i])) i++;
+  return i;
+}
+
+bool string_has_escape(const uint8_t* d, const Span& t) { return std::memchr(d + t.begin, '\\', t.end - t.begin) != nullptr; }
+
+namespace {
+// Collects a short string's units to compare with an ASCII name.
+class Compare : public TextSink {
+ public:
+  explicit Compare(const char* want) : want_(want) {}
+  bool ascii(const uint8_t* p, size_t n) override {
+    for (size_t k = 0; k < n; k++)
+      if (want_[pos_] == 0 || static_cast<uint8_t>(want_[pos_++]) != p[k]) return equal_ = false;
+    return true;
+  }
+  bool utf8(const uint8_t*, size_t) override { return equal_ = false; }
+  bool unit(uint16_t u) override {
+    if (u >= 0x80) return equal_ = false;
+    const uint8_t b = static_cast<uint8_t>(u);
+    return ascii(&b, 1);
+  }
+  bool equal() const { return equal_ && want_[pos_] == 0; }
+
+ private:
+  const char* want_;
+  size_t pos_ = 0;
+  bool equal_ = true;
+};
+}  // namespace
+
+bool string_equals(const uint8_t* d, const Span& t, const char* ascii) {
+  const size_t len = t.end - t.begin - 2;
+  if (!string_has_escape(d, t)) return std::strlen(ascii) == len && std::memcmp(d + t.begin + 1, ascii, len) == 0;
+  Compare c(ascii);
+  decode_string(d, t, &c, true);
+  return c.equal();
+}
+
+bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, bool scalar) {
+  size_t i = t.begin + 1;
+  const size_t end = t.end - 1;
+  while (i < end) {
+    const size_t j = find_special(d, i, end, scalar);
+    if (j > i && !sink->ascii(d + i, j - i)) return false;
+    if (j >= end) return true;
+    if (d[j] == '\\') {
+      const uint8_t e = d[j + 1];
+      uint8_t b = 0;
+      switch (e) {
+        case 'b': b = '\b'; break;
+        case 'f': b = '\f'; break;
+        case 'n': b = '\n'; break;
+        case 'r': b = '\r'; break;
+        case 't': b = '\t'; break;
+        case 'u': {
+          const uint16_t u = static_cast<uint16_t>(hex(d[j + 2]) << 12 | hex(d[j + 3]) << 8 | hex(d[j + 4]) << 4 | hex(d[j + 5]));
+          if (!sink->unit(u)) return false;
+          i = j + 6;
+          continue;
+        }
+        default: b = e;  // \" \\ \/
+      }
+      if (!sink->ascii(&b, 1)) return false;
+      i = j + 2;
+      continue;
+    }
+    const size_t len = lead_length(d[j]);
+    if (!sink->utf8(d + j, len)) return false;
+    i = j + len;
+  }
+  return true;
+}
+
+Members::Members(const uint8_t* d, size_t n, Span o, bool scalar) : data_(d), len_(n), i_(o.begin + 1), end_(o.end), scalar_(scalar) {}
+
+bool Members::next(Span* key, Span* value) {
+  size_t i = skip_ws(data_, end_, i_);
+  if (i >= end_ || data_[i] == '}') return false;
+  if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
+  key->begin = i;
+  key->end = skip_string(data_, end_, i, scalar_);
+  i = skip_ws(data_, end_, key->end);
+  i = skip_ws(data_, end_, i + 1);  // the colon
+  value->begin = i;
+  value->end = skip_value(data_, end_, i, scalar_);
+  i_ = value->end;
+  (void)len_;
+  return true;
+}
+
+Elements::Elements(const uint8_t* d, size_t n, Span a, bool scalar) : data_(d), len_(n), i_(a.begin + 1), end_(a.end), scalar_(scalar) {}
+
+bool Elements::next(Span* value) {
+  size_t i = skip_ws(data_, end_, i_);
+  if (i >= end_ || data_[i] == ']') return false;
+  if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
+  value->begin = i;
+  value->end = skip_value(data_, end_, i, scalar_);
+  i_ = value->end;
+  (void)len_;
+  return true;
+}
+
+}  // namespace pr::key
