@@ -22,12 +22,18 @@ struct View {
   size_t len = 0;
 };
 
+// Through napi_get_typedarray_info's own data pointer: a body gathered into a
+// SharedArrayBuffer (for the parse worker) has no ArrayBuffer to ask for one.
 bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
   if (!v.IsTypedArray()) return false;
-  Napi::TypedArray ta = v.As<Napi::TypedArray>();
-  if (ta.TypedArrayType() != type) return false;
-  out->data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-  out->len = ta.ByteLength();
+  napi_typedarray_type t;
+  size_t length = 0, offset = 0;
+  void* data = nullptr;
+  if (napi_get_typedarray_info(v.Env(), v, &t, &length, &data, nullptr, &offset) != napi_ok || t != type) return false;
+  out->data = static_cast<uint8_t*>(data);
+  out->len = length * (type == napi_float64_array ? sizeof(double) : 1);
+  // An empty array may have no buffer at all.
+  if (out->data == nullptr && out->len != 0) return false;
   return true;
 }
 

@@ -148,9 +148,14 @@ size_t skip_ws(const uint8_t* d, size_t n, size_t i) {
 }
 
 Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root) {
-  // Containers open (1 object, 0 array); kept per thread so a scan allocates nothing.
-  thread_local std::vector<uint8_t> stack;
-  stack.clear();
+  // Containers open (1 object, 0 array). The buffer is kept per thread so a scan allocates
+  // nothing, and reached through a plain pointer: in a shared library every thread_local
+  // access may be a call.
+  thread_local std::vector<uint8_t> tls_stack;
+  std::vector<uint8_t>& storage = tls_stack;
+  if (storage.size() < 64) storage.resize(64);
+  uint8_t* stack = storage.data();
+  size_t depth = 0;
   root->root_is_object = false;
   for (int k = 0; k < root->count; k++) root->values[k] = Span{};
   int field = -1;
@@ -163,7 +168,7 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     size_t end = 0;
     const Scan s = scan_string(d, n, i, o.scalar, &end);
     if (s != Scan::Ok) return s;
-    if (stack.size() == 1) {
+    if (depth == 1) {
       field = -1;
       for (int k = 0; k < root->count; k++)
         if (string_equals(d, Span{i, end}, root->names[k])) field = k;
@@ -178,18 +183,22 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   for (;;) {
     // At a value.
     if (i >= n) return Scan::Invalid;
-    if (stack.size() == 1) value_begin = i;
+    if (depth == 1) value_begin = i;
     const uint8_t c = d[i];
     size_t end = 0;
     Scan s = Scan::Ok;
     if (c == '{' || c == '[') {
-      if (stack.size() >= o.max_depth) return Scan::Unsupported;
-      if (stack.empty()) root->root_is_object = c == '{';
-      stack.push_back(c == '{');
+      if (depth >= o.max_depth) return Scan::Unsupported;
+      if (depth == 0) root->root_is_object = c == '{';
+      if (depth == storage.size()) {
+        storage.resize(depth * 2);
+        stack = storage.data();
+      }
+      stack[depth++] = c == '{';
       i = skip_ws(d, n, i + 1);
       const uint8_t close = c == '{' ? '}' : ']';
       if (i < n && d[i] == close) {
-        stack.pop_back();
+        depth--;
         i++;
       } else {
         if (c == '{' && (s = key(&i)) != Scan::Ok) return s;
@@ -212,21 +221,21 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     }
     // After a value: record a root member's, then a comma, a close, or the end.
     for (;;) {
-      if (stack.size() == 1 && field >= 0) {
+      if (depth == 1 && field >= 0) {
         root->values[field] = Span{value_begin, i};
         field = -1;
       }
       i = skip_ws(d, n, i);
-      if (stack.empty()) return i == n ? Scan::Ok : Scan::Invalid;
+      if (depth == 0) return i == n ? Scan::Ok : Scan::Invalid;
       if (i >= n) return Scan::Invalid;
-      const bool in_object = stack.back() == 1;
+      const bool in_object = stack[depth - 1] == 1;
       if (d[i] == ',') {
         i = skip_ws(d, n, i + 1);
         if (in_object && (s = key(&i)) != Scan::Ok) return s;
         break;
       }
       if (d[i] != (in_object ? '}' : ']')) return Scan::Invalid;
-      stack.pop_back();
+      depth--;
       i++;
     }
   }

@@ -258,6 +258,15 @@ describe('native key extraction matches openAIRequest', () => {
     expect(nativeRequest('chat', deep, { span: 8, prefixLength: 8, maxDepth: 128 }).status).toBe('ok')
     expect(nativeRequest('embeddings', Buffer.from('{"input":"x"}'), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('unsupported')
   })
+
+  it('reads a body in shared memory (as gathered for the parse worker) and an empty one', () => {
+    const text = Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    const shared = Buffer.from(new SharedArrayBuffer(text.length + 8), 4, text.length)
+    text.copy(shared)
+    const got = nativeRequest('chat', shared, { span: 8, prefixLength: 8, maxDepth: 64 })
+    expect(got.status === 'ok' && [Buffer.from(got.request.key).toString(), got.request.model]).toEqual(['\u241euser\u241fhi', 'm'])
+    expect(nativeRequest('chat', Buffer.alloc(0), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('invalid')
+  })
 })
 
 describe('a Router picks the same for an ExtractedKey as for the string', () => {
