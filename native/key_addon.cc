@@ -46,7 +46,8 @@ bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
 }
 
 // key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
-//             out: Uint8Array(>= 4*span), meta: Float64Array(9)) -> 0 ok | 1 invalid | 2 unsupported
+//             out: Uint8Array, meta: Float64Array(9), outOffset = 0) -> 0 ok | 1 invalid | 2 unsupported
+// The text is written at out[outOffset..], which must have room for 4*span bytes.
 // meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
 //        stream 0/1, escapes (1 model, 2 prompt_cache_key)]; a string member's span covers its
 //        quotes, begin = end = 0 when absent.
@@ -59,10 +60,16 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   if (!Int(info[2], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
   if (!Int(info[3], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
   if (!Int(info[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
-  if (!GetView(info[5], napi_uint8_array, &out) || out.len < pr::key::out_capacity(span))
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array of at least 4*span bytes", true);
+  if (!GetView(info[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
   if (!GetView(info[6], napi_float64_array, &meta) || meta.len < 9 * sizeof(double))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 9", true);
+  size_t offset = 0;
+  if (!info[7].IsUndefined() && !Int(info[7], 0, static_cast<double>(out.len), &offset))
+    return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
+  if (out.len - offset < pr::key::out_capacity(span))
+    return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for 4*span bytes after outOffset");
+  out.data += offset;
+  out.len -= offset;
   const auto overlap = [](const View& a, const View& b) { return a.data < b.data + b.len && b.data < a.data + a.len; };
   if (overlap(out, body) || overlap(out, meta) || overlap(meta, body))
     return Throw(env, "ERR_INVALID_ARG_VALUE", "body, out and meta must not overlap");

@@ -1,5 +1,6 @@
 #include "json_scan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 #if defined(__SSE2__)
@@ -24,18 +25,42 @@ inline bool special(uint8_t c) { return c == '"' || c == '\\' || c < 0x20 || c >
 // First byte in [i, end) that ends a plain ASCII run inside a string: a quote, a backslash,
 // a control character (invalid there) or the lead of a multi-byte sequence. Prompts are
 // mostly such runs, so this loop is where a scan spends its time.
+#if defined(__SSE2__)
+// Bytes of the 16 at p that end a plain ASCII run in a string: a quote, a backslash, a
+// control character (invalid there) or the lead of a multi-byte sequence. The signed
+// compare catches the last two at once: bytes >= 0x80 are negative.
+inline __m128i special16(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                      _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+}
+
+inline __m128i quote_or_slash16(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+}
+
+// First byte in [i, end) that `mask` flags: 64 bytes a step while nothing is found (prompts
+// are mostly long plain runs), then 16.
+template <__m128i (*mask)(const uint8_t*)>
+inline size_t find_simd(const uint8_t* d, size_t i, size_t end) {
+  for (; i + 64 <= end; i += 64) {
+    const __m128i a = mask(d + i), b = mask(d + i + 16), c = mask(d + i + 32), e = mask(d + i + 48);
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e))) != 0) break;
+  }
+  for (; i + 16 <= end; i += 16) {
+    const int m = _mm_movemask_epi8(mask(d + i));
+    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(m)));
+  }
+  return i;
+}
+#endif
+
+// The first byte in [i, end) that ends a plain ASCII run inside a string. Prompts are mostly
+// such runs, so this loop is where a scan spends its time.
 inline size_t find_special(const uint8_t* d, size_t i, size_t end, bool scalar) {
 #if defined(__SSE2__)
-  if (!scalar) {
-    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-    for (; i + 16 <= end; i += 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
-      // Signed compare: bytes >= 0x80 are negative, so one compare finds them and controls.
-      const __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)), _mm_cmplt_epi8(v, space));
-      const int mask = _mm_movemask_epi8(m);
-      if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
-    }
-  }
+  if (!scalar) i = find_simd<special16>(d, i, end);
 #else
   (void)scalar;
 #endif
@@ -46,14 +71,7 @@ inline size_t find_special(const uint8_t* d, size_t i, size_t end, bool scalar) 
 // In text already validated only quotes and backslashes matter.
 inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, bool scalar) {
 #if defined(__SSE2__)
-  if (!scalar) {
-    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\');
-    for (; i + 16 <= end; i += 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i));
-      const int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
-      if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
-    }
-  }
+  if (!scalar) i = find_simd<quote_or_slash16>(d, i, end);
 #else
   (void)scalar;
 #endif
@@ -78,15 +96,18 @@ inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
 
 inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
 
-// Validates the string token whose quote is at d[i]; *end gets the index after its closing quote.
-Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end) {
-  i++;
+// Validates the string token whose quote is at d[i]; *end gets the index after its closing
+// quote, *units the UTF-16 length of its value.
+Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end, size_t* units) {
+  const size_t begin = i++;
+  size_t shrink = 0;  // bytes beyond one per unit: escapes and multi-byte sequences
   for (;;) {
     i = find_special(d, i, n, scalar);
     if (i >= n) return Scan::Invalid;
     const uint8_t c = d[i];
     if (c == '"') {
       *end = i + 1;
+      *units = i - begin - 1 - shrink;
       return Scan::Ok;
     }
     if (c == '\\') {
@@ -97,8 +118,10 @@ Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end)
         for (size_t k = 2; k < 6; k++)
           if (hex(d[i + k]) < 0) return Scan::Invalid;
         i += 6;
+        shrink += 5;
       } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
         i += 2;
+        shrink += 1;
       } else {
         return Scan::Invalid;
       }
@@ -108,6 +131,7 @@ Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end)
     const size_t len = utf8_length(d, i, n);
     if (len == 0) return Scan::Unsupported;
     i += len;
+    shrink += len == 4 ? 2 : len - 1;
   }
 }
 
@@ -160,13 +184,15 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   for (int k = 0; k < root->count; k++) root->values[k] = Span{};
   int field = -1;
   size_t value_begin = 0;
+  std::vector<LongString>* long_strings = root->long_strings;
+  if (long_strings) long_strings->clear();
 
   // A member's key and colon, with i at the key's quote; leaves i at the value.
   auto key = [&](size_t* pi) -> Scan {
     size_t i = *pi;
     if (i >= n || d[i] != '"') return Scan::Invalid;
-    size_t end = 0;
-    const Scan s = scan_string(d, n, i, o.scalar, &end);
+    size_t end = 0, units = 0;
+    const Scan s = scan_string(d, n, i, o.scalar, &end, &units);
     if (s != Scan::Ok) return s;
     if (depth == 1) {
       field = -1;
@@ -185,7 +211,7 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (i >= n) return Scan::Invalid;
     if (depth == 1) value_begin = i;
     const uint8_t c = d[i];
-    size_t end = 0;
+    size_t end = 0, units = 0;
     Scan s = Scan::Ok;
     if (c == '{' || c == '[') {
       if (depth >= o.max_depth) return Scan::Unsupported;
@@ -205,7 +231,8 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
         continue;
       }
     } else if (c == '"') {
-      if ((s = scan_string(d, n, i, o.scalar, &end)) != Scan::Ok) return s;
+      if ((s = scan_string(d, n, i, o.scalar, &end, &units)) != Scan::Ok) return s;
+      if (long_strings && end - i >= kLongString) long_strings->push_back(LongString{i, end, units});
       i = end;
     } else if (c == '-' || is_digit(c)) {
       if ((s = scan_number(d, n, i, &end)) != Scan::Ok) return s;
@@ -241,26 +268,34 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   }
 }
 
-size_t skip_string(const uint8_t* d, size_t n, size_t i, bool scalar) {
+const LongString* Walk::long_string_at(size_t i) const {
+  if (long_count == 0) return nullptr;
+  const LongString* end = long_strings + long_count;
+  const LongString* at = std::lower_bound(long_strings, end, i, [](const LongString& s, size_t pos) { return s.begin < pos; });
+  return at != end && at->begin == i ? at : nullptr;
+}
+
+size_t skip_string(const uint8_t* d, size_t n, size_t i, const Walk& w) {
+  if (const LongString* s = w.long_string_at(i)) return s->end;
   i++;
   for (;;) {
-    i = find_quote_or_slash(d, i, n, scalar);
+    i = find_quote_or_slash(d, i, n, w.scalar);
     if (i >= n) return n;
     if (d[i] == '"') return i + 1;
     i += 2;
   }
 }
 
-size_t skip_value(const uint8_t* d, size_t n, size_t i, bool scalar) {
+size_t skip_value(const uint8_t* d, size_t n, size_t i, const Walk& w) {
   if (i >= n) return n;
   const uint8_t c = d[i];
-  if (c == '"') return skip_string(d, n, i, scalar);
+  if (c == '"') return skip_string(d, n, i, w);
   if (c == '{' || c == '[') {
     size_t depth = 0;
     while (i < n) {
       const uint8_t b = d[i];
       if (b == '"') {
-        i = skip_string(d, n, i, scalar);
+        i = skip_string(d, n, i, w);
         continue;
       }
       if (b == '{' || b == '[') depth++;
@@ -306,17 +341,33 @@ bool string_equals(const uint8_t* d, const Span& t, const char* ascii) {
   const size_t len = t.end - t.begin - 2;
   if (!string_has_escape(d, t)) return std::strlen(ascii) == len && std::memcmp(d + t.begin + 1, ascii, len) == 0;
   Compare c(ascii);
-  decode_string(d, t, &c, true);
+  decode_string(d, t, &c, Walk{true, nullptr, 0});
   return c.equal();
 }
 
-bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, bool scalar) {
+bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& w) {
+  const bool scalar = w.scalar;
   size_t i = t.begin + 1;
   const size_t end = t.end - 1;
+  const LongString* known = t.end - t.begin >= kLongString ? w.long_string_at(t.begin) : nullptr;
+  const size_t start_units = sink->units();
   while (i < end) {
-    const size_t j = find_special(d, i, end, scalar);
+    if (known != nullptr && sink->counting_only()) return sink->add_units(known->units - (sink->units() - start_units));
+    const size_t to_go = sink->units_to_go();
+    if (to_go != SIZE_MAX && (end - i) / 6 >= to_go) {
+      sink->saturate();
+      return false;
+    }
+    // With the string's units known, read no further than the sink still writes: past that
+    // it only counts, which the record answers.
+    const size_t limit = known != nullptr ? i + std::min(end - i, std::max<size_t>(1, sink->writes_to_go())) : end;
+    const size_t j = find_special(d, i, limit, scalar);
     if (j > i && !sink->ascii(d + i, j - i)) return false;
     if (j >= end) return true;
+    if (j == limit) {
+      i = j;
+      continue;
+    }
     if (d[j] == '\\') {
       const uint8_t e = d[j + 1];
       uint8_t b = 0;
@@ -345,31 +396,31 @@ bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, bool scalar)
   return true;
 }
 
-Members::Members(const uint8_t* d, size_t n, Span o, bool scalar) : data_(d), len_(n), i_(o.begin + 1), end_(o.end), scalar_(scalar) {}
+Members::Members(const uint8_t* d, size_t n, Span o, const Walk& w) : data_(d), len_(n), i_(o.begin + 1), end_(o.end), walk_(w) {}
 
 bool Members::next(Span* key, Span* value) {
   size_t i = skip_ws(data_, end_, i_);
   if (i >= end_ || data_[i] == '}') return false;
   if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
   key->begin = i;
-  key->end = skip_string(data_, end_, i, scalar_);
+  key->end = skip_string(data_, end_, i, walk_);
   i = skip_ws(data_, end_, key->end);
   i = skip_ws(data_, end_, i + 1);  // the colon
   value->begin = i;
-  value->end = skip_value(data_, end_, i, scalar_);
+  value->end = skip_value(data_, end_, i, walk_);
   i_ = value->end;
   (void)len_;
   return true;
 }
 
-Elements::Elements(const uint8_t* d, size_t n, Span a, bool scalar) : data_(d), len_(n), i_(a.begin + 1), end_(a.end), scalar_(scalar) {}
+Elements::Elements(const uint8_t* d, size_t n, Span a, const Walk& w) : data_(d), len_(n), i_(a.begin + 1), end_(a.end), walk_(w) {}
 
 bool Elements::next(Span* value) {
   size_t i = skip_ws(data_, end_, i_);
   if (i >= end_ || data_[i] == ']') return false;
   if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
   value->begin = i;
-  value->end = skip_value(data_, end_, i, scalar_);
+  value->end = skip_value(data_, end_, i, walk_);
   i_ = value->end;
   (void)len_;
   return true;

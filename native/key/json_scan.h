@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace pr::key {
 
@@ -21,6 +22,16 @@ struct Span {
   bool present() const { return end > begin; }
 };
 
+// Strings at least this long are recorded by validate, so later walks step over them at once
+// and count their UTF-16 units without reading them again.
+constexpr size_t kLongString = 64;
+
+struct LongString {
+  size_t begin = 0;  // the token, quotes included
+  size_t end = 0;
+  size_t units = 0;  // UTF-16 units of its value
+};
+
 // Root members the caller wants; the last occurrence wins, as with JSON.parse.
 struct RootFields {
   static constexpr int kMax = 8;
@@ -28,6 +39,8 @@ struct RootFields {
   int count = 0;
   Span values[kMax];
   bool root_is_object = false;
+  // Filled when set: every string token of kLongString bytes or more, in order.
+  std::vector<LongString>* long_strings = nullptr;
 };
 
 struct ScanOptions {
@@ -41,11 +54,21 @@ Scan validate(const uint8_t* data, size_t len, const ScanOptions& opts, RootFiel
 
 // ---- helpers over text already validated -------------------------------------------
 
+// How walks read validated text: the string path, and the long strings validate found, so
+// that stepping over a long prompt costs a lookup rather than another scan of it.
+struct Walk {
+  bool scalar = false;
+  const LongString* long_strings = nullptr;
+  size_t long_count = 0;
+  // The record of the long string token starting at i, if it is one.
+  const LongString* long_string_at(size_t i) const;
+};
+
 size_t skip_ws(const uint8_t* data, size_t len, size_t i);
 // End of the value starting at i.
-size_t skip_value(const uint8_t* data, size_t len, size_t i, bool scalar);
+size_t skip_value(const uint8_t* data, size_t len, size_t i, const Walk& w);
 // End of the string token starting at the quote at i.
-size_t skip_string(const uint8_t* data, size_t len, size_t i, bool scalar);
+size_t skip_string(const uint8_t* data, size_t len, size_t i, const Walk& w);
 // Whether the string token equals `ascii` once unescaped.
 bool string_equals(const uint8_t* data, const Span& token, const char* ascii);
 bool string_has_escape(const uint8_t* data, const Span& token);
@@ -53,24 +76,24 @@ bool string_has_escape(const uint8_t* data, const Span& token);
 // Walks an object's members or an array's elements: call next() until it returns false.
 class Members {
  public:
-  Members(const uint8_t* data, size_t len, Span object, bool scalar);
+  Members(const uint8_t* data, size_t len, Span object, const Walk& w);
   bool next(Span* key, Span* value);
 
  private:
   const uint8_t* data_;
   size_t len_, i_, end_;
-  bool scalar_;
+  const Walk& walk_;
 };
 
 class Elements {
  public:
-  Elements(const uint8_t* data, size_t len, Span array, bool scalar);
+  Elements(const uint8_t* data, size_t len, Span array, const Walk& w);
   bool next(Span* value);
 
  private:
   const uint8_t* data_;
   size_t len_, i_, end_;
-  bool scalar_;
+  const Walk& walk_;
 };
 
 // Receives a string's text as UTF-16 would see it: runs of ASCII, whole UTF-8 sequences of
@@ -82,9 +105,20 @@ class TextSink {
   virtual bool ascii(const uint8_t* p, size_t n) = 0;
   virtual bool utf8(const uint8_t* p, size_t n) = 0;  // one code point, 2-4 bytes
   virtual bool unit(uint16_t u) = 0;                    // from an escape
+  // Units the sink still counts once it writes nothing more (SIZE_MAX: all of them). A string
+  // whose rest must hold at least that many (an escape spells one unit in at most 6 bytes)
+  // need not be read: the sink is told to saturate() instead.
+  virtual size_t units_to_go() const { return SIZE_MAX; }
+  virtual void saturate() {}
+  // Once the sink only counts, a string whose units validate counted is not read again.
+  virtual bool counting_only() const { return false; }
+  virtual size_t units() const { return 0; }
+  virtual bool add_units(size_t) { return true; }
+  // Code points the sink still writes: reading further before telling it is wasted.
+  virtual size_t writes_to_go() const { return SIZE_MAX; }
 };
 
 // Feeds the contents of the validated string token to sink; false when the sink stopped.
-bool decode_string(const uint8_t* data, const Span& token, TextSink* sink, bool scalar);
+bool decode_string(const uint8_t* data, const Span& token, TextSink* sink, const Walk& w);
 
 }  // namespace pr::key

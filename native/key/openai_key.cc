@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace pr::key {
 namespace {
@@ -17,9 +18,19 @@ const uint8_t kReplacement[] = {0xEF, 0xBF, 0xBD};  // U+FFFD, for a lone surrog
 // across two strings that the text concatenates (two content parts).
 class Emitter final : public TextSink {
  public:
+  // unit_cap SIZE_MAX: no count of units, only the span matters.
   Emitter(uint8_t* out, size_t span, size_t prefix, size_t unit_cap) : out_(out), span_(span), prefix_(prefix), cap_(unit_cap) {}
 
   bool done() const { return units_ >= cap_; }
+  size_t units_to_go() const override { return cps_ < span_ ? SIZE_MAX : cap_ == SIZE_MAX ? 0 : cap_ - units_; }
+  void saturate() override { units_ = cap_; }
+  bool counting_only() const override { return cps_ >= span_; }
+  size_t writes_to_go() const override { return cps_ < span_ ? span_ - cps_ : 0; }
+  size_t units() const override { return units_; }
+  bool add_units(size_t n) override {
+    units_ = n > cap_ - units_ ? cap_ : units_ + n;
+    return !done();
+  }
   size_t len() const { return len_; }
   size_t key_bytes() const { return cps_ >= prefix_ ? key_bytes_ : len_; }
 
@@ -106,6 +117,7 @@ struct Body {
   const uint8_t* d;
   size_t n;
   bool scalar;
+  const Walk& walk;
   uint8_t first(const Span& s) const { return d[s.begin]; }
   bool is_string(const Span& s) const { return s.present() && d[s.begin] == '"'; }
 };
@@ -113,7 +125,7 @@ struct Body {
 // The last of each named member of an object (JSON.parse keeps the last duplicate).
 template <size_t N>
 void last_members(const Body& b, const Span& object, const char* const (&names)[N], Span (&out)[N]) {
-  Members it(b.d, b.n, object, b.scalar);
+  Members it(b.d, b.n, object, b.walk);
   Span k, v;
   while (it.next(&k, &v))
     for (size_t i = 0; i < N; i++)
@@ -125,14 +137,14 @@ void parts_text(const Body& b, const Span& parts, Emitter* em) {
   static const char* const kNames[] = {"text", "type", "image_url"};
   static const char* const kUrl[] = {"url"};
   static const uint8_t kOpen[] = {'[', 'i', 'm', 'a', 'g', 'e', ':'};
-  Elements it(b.d, b.n, parts, b.scalar);
+  Elements it(b.d, b.n, parts, b.walk);
   Span part;
   while (!em->done() && it.next(&part)) {
     if (b.first(part) != '{') continue;
     Span f[3];
     last_members(b, part, kNames, f);
     if (b.is_string(f[0])) {
-      decode_string(b.d, f[0], em, b.scalar);
+      decode_string(b.d, f[0], em, b.walk);
     } else if (b.is_string(f[1]) && string_equals(b.d, f[1], "image_url")) {
       Span url;
       if (b.is_string(f[2])) {
@@ -143,7 +155,7 @@ void parts_text(const Body& b, const Span& parts, Emitter* em) {
         if (b.is_string(u[0])) url = u[0];
       }
       em->ascii(kOpen, sizeof kOpen);
-      if (url.present()) decode_string(b.d, url, em, b.scalar);
+      if (url.present()) decode_string(b.d, url, em, b.walk);
       const uint8_t close = ']';
       em->ascii(&close, 1);
     }
@@ -154,7 +166,7 @@ void parts_text(const Body& b, const Span& parts, Emitter* em) {
 Scan chat_text(const Body& b, const Span& messages, Emitter* em, KeyResult* r) {
   static const char* const kNames[] = {"role", "content"};
   if (!messages.present() || b.first(messages) != '[') return Scan::Invalid;
-  Elements it(b.d, b.n, messages, b.scalar);
+  Elements it(b.d, b.n, messages, b.walk);
   Span m;
   bool any = false;
   while (!em->done() && it.next(&m)) {
@@ -167,9 +179,9 @@ Scan chat_text(const Body& b, const Span& messages, Emitter* em, KeyResult* r) {
     const uint8_t c = content.present() ? b.first(content) : 'n';
     if (c != 'n' && c != '"' && c != '[') return Scan::Invalid;
     em->utf8(kRoleOpen, 3);
-    decode_string(b.d, f[0], em, b.scalar);
+    decode_string(b.d, f[0], em, b.walk);
     em->utf8(kRoleClose, 3);
-    if (c == '"') decode_string(b.d, content, em, b.scalar);
+    if (c == '"') decode_string(b.d, content, em, b.walk);
     else if (c == '[') parts_text(b, content, em);
     if (!r->has_anchor && string_equals(b.d, f[0], "user")) {
       em->flush();
@@ -186,13 +198,13 @@ Scan completion_text(const Body& b, const Span& prompt, Emitter* em) {
   if (!prompt.present()) return Scan::Invalid;
   Span s = prompt;
   if (b.first(prompt) == '[') {
-    Elements it(b.d, b.n, prompt, b.scalar);
+    Elements it(b.d, b.n, prompt, b.walk);
     if (!it.next(&s)) return Scan::Invalid;
     const uint8_t c = b.first(s);
     if (c == '-' || (c >= '0' && c <= '9') || c == '[') return Scan::Unsupported;
   }
   if (!b.is_string(s)) return Scan::Invalid;
-  decode_string(b.d, s, em, b.scalar);
+  decode_string(b.d, s, em, b.walk);
   return Scan::Ok;
 }
 
@@ -203,9 +215,18 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   RootFields root;
   root.names = kRootNames;
   root.count = kRootCount;
+  // Per thread so that a scan allocates nothing; a reference, since in a shared library each
+  // access to a thread_local may be a call.
+  thread_local std::vector<LongString> tls_long;
+  std::vector<LongString>& long_strings = tls_long;
+  root.long_strings = &long_strings;
   r.status = validate(d, n, p.scan, &root);
   if (r.status != Scan::Ok) return r;
-  const Body b{d, n, p.scan.scalar};
+  Walk walk;
+  walk.scalar = p.scan.scalar;
+  walk.long_strings = long_strings.data();
+  walk.long_count = long_strings.size();
+  const Body b{d, n, p.scan.scalar, walk};
   const Span* v = root.values;
   if (!root.root_is_object) return r.status = Scan::Invalid, r;
   if ((v[kModel].present() && !b.is_string(v[kModel])) || (v[kCacheKey].present() && !b.is_string(v[kCacheKey])))
@@ -213,8 +234,9 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   r.model = v[kModel];
   r.prompt_cache_key = v[kCacheKey];
   r.stream = v[kStream].present() && b.first(v[kStream]) == 't';
-  // The TS loop stops adding messages once the text has 2*span UTF-16 units.
-  Emitter em(out, p.span, p.prefix, p.span * 2);
+  // The TS loop stops adding messages once the text has 2*span UTF-16 units; a completion's
+  // text is one string, of which nothing past the span matters (no cap: stop at the span).
+  Emitter em(out, p.span, p.prefix, api == Api::Chat ? p.span * 2 : SIZE_MAX);
   r.status = api == Api::Chat ? chat_text(b, v[kMessages], &em, &r) : completion_text(b, v[kPrompt], &em);
   em.flush();
   r.len = em.len();

@@ -137,6 +137,19 @@ void test_chat() {
   CHECK(extract("{\"messages\":[{\"role\":\"u\",\"content\":\"" + longc + "\"},{\"role\":5}]}", Api::Chat, 102, 50).status == Scan::Invalid);
   // ...and a message under way is shape-checked even past the cap.
   CHECK(extract("{\"messages\":[{\"role\":\"" + longc + "\",\"content\":5}]}", Api::Chat, 50, 50).status == Scan::Invalid);
+  // Past the span, a long string's units come from validate's record, not from reading it:
+  // 30 escaped and 100 raw two-byte characters, each one unit, decide where the cap falls.
+  std::string esc, raw;
+  for (int k = 0; k < 30; k++) esc += "\\u00e9";
+  for (int k = 0; k < 100; k++) raw += "\xC3\xA9";
+  const auto then_bad = [](const std::string& c) { return "{\"messages\":[{\"role\":\"u\",\"content\":\"" + c + "\"},{\"role\":5}]}"; };
+  CHECK(extract(then_bad(esc), Api::Chat, 16, 16).status == Scan::Ok);        // 33 units >= cap 32
+  CHECK(extract(then_bad(esc), Api::Chat, 17, 16).status == Scan::Invalid);   // 33 < 34: the next one counts
+  CHECK(extract(then_bad(raw), Api::Chat, 51, 16).status == Scan::Ok);        // 103 >= 102
+  CHECK(extract(then_bad(raw), Api::Chat, 52, 16).status == Scan::Invalid);   // 103 < 104
+  CHECK(extract(then_bad(esc + raw), Api::Chat, 66, 1).status == Scan::Ok);   // 133 >= 132
+  CHECK(extract(then_bad(esc + raw), Api::Chat, 67, 1).status == Scan::Invalid);
+
   // An astral character at the span's end is one code point of four bytes.
   o = extract("{\"messages\":[{\"role\":\"user\",\"content\":\"\xF0\x9F\x98\x80\\uD83D\\uDE00z\"}]}", Api::Chat, 8, 7);
   CHECK(o.status == Scan::Ok && o.text == kOpen + "user" + kClose + "\xF0\x9F\x98\x80\xF0\x9F\x98\x80" && o.key == o.text.size() - 4);

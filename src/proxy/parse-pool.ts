@@ -121,7 +121,7 @@ export class ParsePool {
       if ('ok' in reply) p.resolve({ request: reply.ok })
       else if ('key' in reply) {
         const { text, keyBytes, anchorBytes, ...facts } = reply.key
-        p.resolve({ native: { key: new ExtractedKey(text, keyBytes, anchorBytes), ...facts } })
+        p.resolve({ native: { key: ExtractedKey.copyOf(text, keyBytes, anchorBytes), ...facts } })
       }
       else if ('refused' in reply) p.reject(new ProxyError(reply.refused.status, reply.refused.type, reply.refused.code, reply.refused.message))
       else p.reject(parserFailed(reply.failed))
