@@ -12,6 +12,8 @@ import { ExtractedKey, nativeRequest, type NativeOutcome } from '../../src/core/
 import { openAIRequest, type OpenAIRequest } from '../../src/core/key/openai-key.js'
 import { tenantOf } from '../../src/core/key/tenant.js'
 import { Router } from '../../src/core/router.js'
+import { ProxyError } from '../../src/proxy/errors.js'
+import { ParsePool } from '../../src/proxy/parse-pool.js'
 
 // ---- a JSON value model, written out in randomly chosen but equivalent spellings ----------
 
@@ -320,5 +322,38 @@ describe('a Router picks the same for an ExtractedKey as for the string', () => 
     const k = (got as { request: { key: ExtractedKey } }).request.key
     expect(Buffer.from(k).toString()).toBe('\u241euser\u241fhi')
     expect(k.subarray(1)).not.toBeInstanceOf(ExtractedKey)
+  })
+})
+
+describe('the parse worker', () => {
+  it('reads a body natively as the main thread does, and declines the same bodies to openAIRequest', async () => {
+    const pool = new ParsePool({ size: 1 })
+    const o = { span: 64, prefixLength: 32, maxDepth: 64 }
+    let native = 0
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.oneof(chatBody, mutated(chatBody)), async (raw) => {
+          const here = nativeRequest('chat', raw, o)
+          const there = await pool.parseKey('chat', raw, o).then((r) => r, (e: unknown) => e)
+          if (here.status === 'ok') {
+            native++
+            const { key, ...facts } = here.request
+            expect(there).toMatchObject({ native: facts })
+            const k = (there as { native: { key: ExtractedKey } }).native.key
+            expect(k).toBeInstanceOf(ExtractedKey)
+            expect([Buffer.from(k), k.keyBytes, k.anchorBytes]).toEqual([Buffer.from(key), key.keyBytes, key.anchorBytes])
+            return
+          }
+          const want = reference('chat', raw, o.span)
+          if (want instanceof RequestError) expect(there).toMatchObject({ code: want.code, message: want.message, status: want.status })
+          else expect(there).toStrictEqual({ request: want })
+          if (want instanceof RequestError) expect(there).toBeInstanceOf(ProxyError)
+        }),
+        { numRuns: 80 },
+      )
+    } finally {
+      await pool.close()
+    }
+    expect(native).toBeGreaterThan(10)
   })
 })
