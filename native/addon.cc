@@ -48,10 +48,15 @@ thread_local std::vector<char16_t> t_utf16;
 Bytes GetBytes(const Napi::Value& v) {
   Bytes b;
   if (v.IsTypedArray()) {
-    Napi::TypedArray ta = v.As<Napi::TypedArray>();
-    b.data = static_cast<const uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    b.len = ta.ByteLength();
-    b.ok = true;
+    // napi_get_typedarray_info's own pointer: one over a SharedArrayBuffer has no ArrayBuffer
+    // to ask for its data (ArrayBuffer().Data() gave a bad pointer and crashed).
+    napi_typedarray_type type;
+    size_t length = 0;
+    void* data = nullptr;
+    if (napi_get_typedarray_info(v.Env(), v, &type, &length, &data, nullptr, nullptr) != napi_ok) return b;
+    b.data = static_cast<const uint8_t*>(data);
+    b.len = v.As<Napi::TypedArray>().ByteLength();
+    b.ok = b.data != nullptr || b.len == 0;
   } else if (v.IsString()) {
     napi_env env = v.Env();
     size_t len = 0;

@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest'
 import { RequestError } from '../../src/core/errors.js'
 import { xxh3 } from '../../src/core/hash.js'
 import { keyHash } from '../../src/core/key/key-hash.js'
-import { ExtractedKey, nativeRequest, type NativeOutcome } from '../../src/core/key/native-key.js'
+import { ExtractedKey, keyBinding, nativeRequest, type NativeOutcome } from '../../src/core/key/native-key.js'
+import { native, type NativeHandle } from '../../src/core/native.js'
 import { openAIRequest, type OpenAIRequest } from '../../src/core/key/openai-key.js'
 import { tenantOf } from '../../src/core/key/tenant.js'
 import { Router } from '../../src/core/router.js'
@@ -355,5 +356,45 @@ describe('the parse worker', () => {
       await pool.close()
     }
     expect(native).toBeGreaterThan(10)
+  })
+})
+
+describe('the native entry points', () => {
+  const meta = new Float64Array(9)
+  const body = Buffer.from('{"messages":[{"role":"user","content":"hi"}]}')
+
+  it('refuse bad arguments with coded errors, never a crash', () => {
+    const out = new Uint8Array(64)
+    const code = (fn: () => unknown) => {
+      try {
+        fn()
+      } catch (e) {
+        return (e as { code?: string }).code
+      }
+      return 'returned'
+    }
+    expect(code(() => keyBinding.key_extract(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 17, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE') // 4*17 > 64
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(8)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
+    const h = native.router_create(undefined, 64, 64)
+    native.router_set_instances(h, ['a', 'b'], [1, 1])
+    const picked = new Float64Array(4)
+    const text = new Uint8Array(8)
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, undefined, picked, undefined, 9))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, 9, picked, undefined, 8))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, 'x' as unknown as Uint8Array, undefined, undefined, undefined, picked, undefined, 0))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.router_pick_extracted({} as NativeHandle, text, undefined, undefined, undefined, picked, undefined, 8))).toBe('ERR_INVALID_ARG_TYPE')
+    // Text in shared memory reads as any other (it used to be read through a missing ArrayBuffer).
+    const shared = new Uint8Array(new SharedArrayBuffer(8))
+    expect(keyBinding.router_pick_extracted(h, shared, undefined, undefined, undefined, picked, undefined, 8)).toBe(0)
+    expect(native.router_release(h, picked[0]!)).toBe(true)
+    expect(native.xxh3(shared, 0n)).toBe(native.xxh3(new Uint8Array(8), 0n))
+    native.router_close(h)
   })
 })
