@@ -47,7 +47,7 @@ bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
 
 // key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
 //             out: Uint8Array, meta: Float64Array(9), outOffset = 0) -> 0 ok | 1 invalid | 2 unsupported
-// The text is written at out[outOffset..], which must have room for 4*span bytes.
+// The text is written at out[outOffset..], which must have room for min(4*span, body bytes).
 // meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
 //        stream 0/1, escapes (1 model, 2 prompt_cache_key)]; a string member's span covers its
 //        quotes, begin = end = 0 when absent.
@@ -66,8 +66,8 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   size_t offset = 0;
   if (!info[7].IsUndefined() && !Int(info[7], 0, static_cast<double>(out.len), &offset))
     return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
-  if (out.len - offset < pr::key::out_capacity(span))
-    return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for 4*span bytes after outOffset");
+  if (out.len - offset < pr::key::out_capacity(span, body.len))
+    return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for min(4*span, body bytes) after outOffset");
   out.data += offset;
   out.len -= offset;
   const auto overlap = [](const View& a, const View& b) { return a.data < b.data + b.len && b.data < a.data + a.len; };

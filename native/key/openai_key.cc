@@ -19,7 +19,11 @@ const uint8_t kReplacement[] = {0xEF, 0xBF, 0xBD};  // U+FFFD, for a lone surrog
 class Emitter final : public TextSink {
  public:
   // unit_cap SIZE_MAX: no count of units, only the span matters.
-  Emitter(uint8_t* out, size_t span, size_t prefix, size_t unit_cap) : out_(out), span_(span), prefix_(prefix), cap_(unit_cap) {}
+  Emitter(uint8_t* out, size_t room, size_t span, size_t prefix, size_t unit_cap)
+      : out_(out), room_(room), span_(span), prefix_(prefix), cap_(unit_cap) {}
+
+  // Text that would not fit in `room` (which out_capacity sizes so that it never happens).
+  bool overflowed() const { return overflowed_; }
 
   bool done() const { return units_ >= cap_; }
   size_t units_to_go() const override { return cps_ < span_ ? SIZE_MAX : cap_ == SIZE_MAX ? 0 : cap_ - units_; }
@@ -39,7 +43,11 @@ class Emitter final : public TextSink {
     if (pending_ != 0) flush();
     units_ += n;
     if (cps_ < span_) {
-      const size_t take = std::min(n, span_ - cps_);
+      size_t take = std::min(n, span_ - cps_);
+      if (take > room_ - len_) {
+        overflowed_ = true;
+        take = room_ - len_;
+      }
       if (cps_ < prefix_ && cps_ + take >= prefix_) key_bytes_ = len_ + (prefix_ - cps_);
       std::memcpy(out_ + len_, p, take);
       len_ += take;
@@ -99,13 +107,19 @@ class Emitter final : public TextSink {
   // One code point of n bytes, if the span still has room.
   void put(const uint8_t* p, size_t n) {
     if (cps_ >= span_) return;
+    if (n > room_ - len_) {
+      overflowed_ = true;
+      cps_ = span_;  // writes nothing more
+      return;
+    }
     std::memcpy(out_ + len_, p, n);
     len_ += n;
     if (++cps_ == prefix_) key_bytes_ = len_;
   }
 
   uint8_t* out_;
-  size_t span_, prefix_, cap_;
+  size_t room_, span_, prefix_, cap_;
+  bool overflowed_ = false;
   size_t len_ = 0, cps_ = 0, units_ = 0, key_bytes_ = 0;
   uint16_t pending_ = 0;
 };
@@ -236,9 +250,11 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   r.stream = v[kStream].present() && b.first(v[kStream]) == 't';
   // The TS loop stops adding messages once the text has 2*span UTF-16 units; a completion's
   // text is one string, of which nothing past the span matters (no cap: stop at the span).
-  Emitter em(out, p.span, p.prefix, api == Api::Chat ? p.span * 2 : SIZE_MAX);
+  Emitter em(out, out_capacity(p.span, n), p.span, p.prefix, api == Api::Chat ? p.span * 2 : SIZE_MAX);
   r.status = api == Api::Chat ? chat_text(b, v[kMessages], &em, &r) : completion_text(b, v[kPrompt], &em);
   em.flush();
+  r.overflowed = em.overflowed();
+  if (r.overflowed) r.status = Scan::Unsupported;
   r.len = em.len();
   r.key_bytes = em.key_bytes();
   return r;

@@ -27,10 +27,14 @@ struct KeyResult {
   Span model;               // string tokens, quotes included; empty when absent
   Span prompt_cache_key;
   bool stream = false;
+  bool overflowed = false;  // the text did not fit out_capacity (never expected; then Unsupported)
 };
 
-// Bytes `out` must hold for a span: every code point is at most 4 bytes of UTF-8.
-inline size_t out_capacity(size_t span) { return span * 4; }
+// Bytes `out` must hold for a span and a body: every code point is at most 4 bytes of UTF-8,
+// and the text is never longer than the body (each byte written comes from at least one byte
+// of a string, and a message's or image part's markers from its braces and member names).
+// Writes are checked all the same: text that would not fit makes the result Unsupported.
+inline size_t out_capacity(size_t span, size_t body_len) { return span * 4 < body_len ? span * 4 : body_len; }
 
 KeyResult extract(Api api, const uint8_t* body, size_t len, const KeyParams& params, uint8_t* out);
 

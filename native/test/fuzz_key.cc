@@ -1,6 +1,6 @@
 // libFuzzer target for the routing-key scanner. Input: one byte of parameters (API, span),
 // then a request body. Invariants: no crash or out-of-bounds access (ASan sizes `out` to the
-// exact capacity), outputs within bounds, the text well-formed UTF-8 of at most `span` code
+// exact capacity), the text never outgrows that capacity, outputs within bounds, the text well-formed UTF-8 of at most `span` code
 // points, and the SIMD and scalar string paths agree on everything.
 #include <cstdint>
 #include <cstdio>
@@ -38,15 +38,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.prefix = 1 + (knobs >> 3) % p.span;
   p.scan.max_depth = 32;
   const auto api = (knobs & 1) ? pr::key::Api::Completions : pr::key::Api::Chat;
-  std::vector<uint8_t> simd_out(pr::key::out_capacity(p.span)), scalar_out(simd_out.size());
+  std::vector<uint8_t> simd_out(pr::key::out_capacity(p.span, body.size())), scalar_out(simd_out.size());
   const pr::key::KeyResult a = pr::key::extract(api, body.data(), body.size(), p, simd_out.data());
   p.scan.scalar = true;
   const pr::key::KeyResult b = pr::key::extract(api, body.data(), body.size(), p, scalar_out.data());
 
   bool ok = a.status == b.status && a.len == b.len && a.key_bytes == b.key_bytes && a.has_anchor == b.has_anchor &&
             a.anchor_bytes == b.anchor_bytes && a.stream == b.stream && same_span(a.model, b.model) &&
-            same_span(a.prompt_cache_key, b.prompt_cache_key) && std::memcmp(simd_out.data(), scalar_out.data(), a.len) == 0;
+            same_span(a.prompt_cache_key, b.prompt_cache_key) &&
+            (a.len == 0 || std::memcmp(simd_out.data(), scalar_out.data(), a.len) == 0);
   if (!ok) std::fprintf(stderr, "SIMD and scalar paths differ\n");
+  if (a.overflowed || b.overflowed) {
+    std::fprintf(stderr, "the text outgrew out_capacity(span, body bytes)\n");
+    ok = false;
+  }
   if (a.status == pr::key::Scan::Ok) {
     const size_t cps = code_points(simd_out.data(), a.len);
     if (a.len > simd_out.size() || a.key_bytes > a.len || (a.has_anchor && a.anchor_bytes > a.len) || cps > p.span) {

@@ -80,7 +80,7 @@ Out extract(const std::string& body, pr::key::Api api, size_t span, size_t prefi
   p.span = span;
   p.prefix = prefix;
   p.scan.scalar = scalar;
-  std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(span));
+  std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(span, body.size()));
   const pr::key::KeyResult r = pr::key::extract(api, in.data(), in.size(), p, out.data());
   Out o{r.status, std::string(out.begin(), out.begin() + static_cast<long>(r.len)), r.key_bytes, r.anchor_bytes, r.has_anchor, r.stream, ""};
   if (r.model.present()) o.model = body.substr(r.model.begin, r.model.end - r.model.begin);
@@ -150,6 +150,18 @@ void test_chat() {
   CHECK(extract(then_bad(esc + raw), Api::Chat, 66, 1).status == Scan::Ok);   // 133 >= 132
   CHECK(extract(then_bad(esc + raw), Api::Chat, 67, 1).status == Scan::Invalid);
 
+  // The text is never longer than the body, which sizes the output: the densest shapes.
+  for (const char* s : {"{\"messages\":[{\"role\":\"\"},{\"role\":\"\"}]}", "{\"messages\":[{\"role\":\"\",\"content\":[{\"type\":\"image_url\"},{\"type\":\"image_url\"}]}]}",
+                        "{\"messages\":[{\"role\":\"\\uD800\\uD83D\\uDE00\\n\"}]}", "{\"prompt\":\"\\u0800\\uDC00\"}"}) {
+    pr::key::KeyParams p;
+    p.span = 1000;
+    p.prefix = 10;
+    const std::string body(s);
+    std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(p.span, body.size()));
+    const auto api = body.find("prompt") != std::string::npos ? pr::key::Api::Completions : pr::key::Api::Chat;
+    const pr::key::KeyResult r = pr::key::extract(api, in.data(), in.size(), p, out.data());
+    CHECK(r.status == Scan::Ok && !r.overflowed && r.len > 0 && r.len <= body.size());
+  }
   // An astral character at the span's end is one code point of four bytes.
   o = extract("{\"messages\":[{\"role\":\"user\",\"content\":\"\xF0\x9F\x98\x80\\uD83D\\uDE00z\"}]}", Api::Chat, 8, 7);
   CHECK(o.status == Scan::Ok && o.text == kOpen + "user" + kClose + "\xF0\x9F\x98\x80\xF0\x9F\x98\x80" && o.key == o.text.size() - 4);

@@ -82,8 +82,9 @@ const meta = new Float64Array(9)
 // Keys are written into slabs and handed out as views, as Buffer hands out small buffers from
 // its pool: a typed array of its own costs an external allocation (measured: 2-3 µs for 4 KiB,
 // as much as the whole scan of an 8 KiB body), a view of a slab next to nothing. A slab lives
-// until the last key in it is collected.
-const SLAB_BYTES = 1 << 20
+// until the last key in it is collected, so it is kept small: a long-lived request (a stream)
+// holds at most this much beside its own body.
+const SLAB_BYTES = 64 * 1024
 let slab = new Uint8Array(0)
 let used = 0
 
@@ -98,7 +99,8 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
   const code = API[api]
   if (code === undefined) return { status: 'unsupported' }
   const prefix = Math.min(o.prefixLength, o.span)
-  const room = o.span * 4
+  // The text is never longer than the body (see out_capacity in native/key/openai_key.h).
+  const room = Math.min(o.span * 4, body.length)
   if (slab.length - used < room) {
     slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
     used = 0
