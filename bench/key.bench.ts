@@ -2,7 +2,8 @@
 // against the TypeScript path it replaces in serve (JSON.parse + openAIRequest + Router.pick
 // of the text string, whose UTF-8 conversion is part of the pick), measured in the same run;
 // then how long serve's event loop stalls while it takes a 16 MiB body of arrays.
-// Run: npm run bench:key   (BENCH_TIME_MS=… to change the time per task, default 500)
+// Run: npm run bench:key   (BENCH_TIME_MS=… to change the time per task, default 500;
+// KEY_BENCH_SKIP_THROUGHPUT=1 to run only the event-loop and 16 MiB parts)
 //
 // Throughput is bytes of request body per second. Each sample runs a batch of calls sized to
 // ~50 µs; warm-up samples are discarded by tinybench.
