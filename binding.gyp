@@ -4,6 +4,9 @@
       "target_name": "prefix_router",
       "sources": [
         "native/addon.cc",
+        "native/key/json_scan.cc",
+        "native/key/openai_key.cc",
+        "native/key_addon.cc",
         "native/prefix_index.cc",
         "native/ring.cc",
         "native/router.cc",

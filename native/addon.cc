@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "key/bindings.h"
 #include "prefix_index.h"
 #include "router.h"
 #include "strategy/strategy.h"
@@ -47,10 +48,15 @@ thread_local std::vector<char16_t> t_utf16;
 Bytes GetBytes(const Napi::Value& v) {
   Bytes b;
   if (v.IsTypedArray()) {
-    Napi::TypedArray ta = v.As<Napi::TypedArray>();
-    b.data = static_cast<const uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    b.len = ta.ByteLength();
-    b.ok = true;
+    // napi_get_typedarray_info's own pointer: one over a SharedArrayBuffer has no ArrayBuffer
+    // to ask for its data (ArrayBuffer().Data() gave a bad pointer and crashed).
+    napi_typedarray_type type;
+    size_t length = 0;
+    void* data = nullptr;
+    if (napi_get_typedarray_info(v.Env(), v, &type, &length, &data, nullptr, nullptr) != napi_ok) return b;
+    b.data = static_cast<const uint8_t*>(data);
+    b.len = v.As<Napi::TypedArray>().ByteLength();
+    b.ok = b.data != nullptr || b.len == 0;
   } else if (v.IsString()) {
     napi_env env = v.Env();
     size_t len = 0;
@@ -402,7 +408,9 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
 // string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
 // opening up to its first user message, which every later turn of the conversation shares.
-Napi::Value RouterPick(const Napi::CallbackInfo& info) {
+// prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
+// span and whose key end, in bytes, is info[7].
+Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
@@ -430,8 +438,12 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
     b = PrefixOfString(info[1], span, &marks);
   } else {
     b = GetBytes(info[1]);
-    if (b.len > span) b.len = span;
-    marks.key_bytes = p.prefix_length;
+    if (prepared) {
+      marks.key_bytes = static_cast<size_t>(info[7].As<Napi::Number>().DoubleValue());
+    } else {
+      if (b.len > span) b.len = span;
+      marks.key_bytes = p.prefix_length;
+    }
     marks.anchor_bytes = anchor;
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
@@ -480,6 +492,8 @@ Napi::Value RouterPick(const Napi::CallbackInfo& info) {
   out[3] = r.prefill;
   return Napi::Number::New(env, 0);
 }
+
+Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, false); }
 
 // router_release(h, slot, prefill?) -> boolean; router_first_token(h, slot, prefill)
 Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
@@ -574,9 +588,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
   exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));
   exports.Set("router_stats", Napi::Function::New(env, RouterStats, "router_stats"));
+  pr::RegisterKey(env, exports);
   return exports;
 }
 
 }  // namespace
+
+Napi::Value pr::PickPrepared(const Napi::CallbackInfo& info) { return Pick(info, true); }
 
 NODE_API_MODULE(prefix_router, Init)

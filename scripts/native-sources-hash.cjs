@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Prints the SHA-256 of the files the addon is built from (binding.gyp, native/*.{cc,h} and
+// Prints the SHA-256 of the files the addon is built from (binding.gyp, native/*.{cc,h}, native/key/*.{cc,h} and
 // native/strategy/*.{cc,h}; not native/test/). binding.gyp bakes it into the binary; tests compare the committed
 // prebuild's value with a fresh one to catch a prebuild left stale by a native change.
 'use strict'
@@ -9,7 +9,7 @@ const { join } = require('node:path')
 
 function nativeSourcesHash(root) {
   const sources = (dir) => readdirSync(join(root, dir)).filter((f) => /\.(cc|h)$/.test(f)).sort().map((f) => `${dir}/${f}`)
-  const files = ['binding.gyp', ...sources('native'), ...sources('native/strategy')]
+  const files = ['binding.gyp', ...sources('native'), ...sources('native/key'), ...sources('native/strategy')]
   const h = createHash('sha256')
   for (const f of files) {
     // Normalise line endings so a checkout with CRLF hashes the same.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Native test suite (npm run test:native): the C++ unit tests under ASan+UBSan (and the
-# same binary under TSan, for the lock-free snapshot/counter code), then both libFuzzer
+# same binary under TSan, for the lock-free snapshot/counter code), then the libFuzzer
 # targets for FUZZ_SECONDS each (default 30). Everything is built into native/test/out/,
 # which is gitignored; the fuzz corpora are seeded afresh there on every run.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUT=native/test/out
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 CXX=${CXX:-clang++}
-CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/strategy/*.cc)
+CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/strategy/*.cc native/key/*.cc)
 FLAGS=(-std=c++17 -O1 -g -Wall -Wextra -pthread -fno-sanitize-recover=all)
 HINT="install the toolchain with: apt-get install -y clang libclang-rt-14-dev libxxhash-dev xxhash
 (clang for clang++, libclang-rt-14-dev for the sanitizer and libFuzzer runtimes on Debian 12,
@@ -30,6 +30,10 @@ printf '#include <xxhash.h>\nextern "C" int LLVMFuzzerTestOneInput(const unsigne
 step "unit tests (address,undefined): $OUT/unit"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit.cc "${CORE[@]}" -o "$OUT/unit"
 "$OUT/unit"
+
+step "routing-key unit tests (address,undefined): $OUT/unit_key"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
+"$OUT/unit_key"
 
 step "unit tests (thread): $OUT/unit_tsan"
 "$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit.cc "${CORE[@]}" -o "$OUT/unit_tsan"
@@ -66,5 +70,15 @@ fuzz fuzz_xxh3 8200
 seed_corpus "$OUT/corpus/fuzz_ring"
 for i in $(seq 1 16); do head -c $((32 * i)) /dev/urandom > "$OUT/corpus/fuzz_ring/prog-$i"; done
 fuzz fuzz_ring 512
+
+# Request bodies: a parameter byte (API, span) and then real chat and completions bodies.
+seed_corpus "$OUT/corpus/fuzz_key"
+printf '\x10{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"caf\xc3\xa9 \\u00e9 \\ud83d\\ude00 \\ud800"}],"stream":true}' \
+  > "$OUT/corpus/fuzz_key/chat"
+printf '\x22{"messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:x"}}]}],"prompt_cache_key":"t1"}' \
+  > "$OUT/corpus/fuzz_key/parts"
+printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3, "n": -0}' > "$OUT/corpus/fuzz_key/completions"
+printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
+fuzz fuzz_key 4096
 
 step "native tests passed"

@@ -1,6 +1,7 @@
 // Router: a thin class over one native handle. Validation lives here; the native side
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError } from './errors.js'
+import { ExtractedKey, keyBinding } from './key/native-key.js'
 import { native, type NativeHandle, type NativeInstance, type NativeStats } from './native.js'
 import {
   checkInt,
@@ -159,7 +160,9 @@ export class Router {
 
   /**
    * Picks an instance for a request whose routing prefix is `prefix`: the first
-   * prefixLength bytes of a Uint8Array, or code points of a string (hashed as UTF-8).
+   * prefixLength bytes of a Uint8Array, or code points of a string (hashed as UTF-8). An
+   * ExtractedKey (nativeRequest) stands for its string: it carries its own key and anchor
+   * marks, and `opts.anchor` is not read.
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
@@ -191,7 +194,10 @@ export class Router {
         }
       }
     }
-    const r = native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
+    const r =
+      prefix instanceof ExtractedKey
+        ? keyBinding.router_pick_extracted(this.#h(), prefix, tenant, group, prefix.anchorBytes, picked, slots, prefix.keyBytes)
+        : native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = picked[0]!

@@ -10,6 +10,7 @@ import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
 import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
 import { readInvokePrefix } from '../core/key/invoke-key.js'
+import { tenantOf } from '../core/key/tenant.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
@@ -150,12 +151,20 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   } else {
     const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
     const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
-    const { raw, request: parsed } = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span })
-    k = requestKey(parsed, { tenant: header })
+    // Logging the routing text needs it as a string, which only openAIRequest builds.
+    const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
+    const read = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span, prefixLength })
+    if (read.native) {
+      // The extracted key carries its own anchor; the pick reads it from there.
+      const n = read.native
+      k = { bytes: n.key, tenant: tenantOf(header, n.promptCacheKey), anchor: undefined, model: n.model, stream: n.stream }
+    } else {
+      k = requestKey(read.request, { tenant: header })
+      if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
+    }
     model = k.model
     stream = k.stream
-    body = raw
-    if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model, text: parsed.text.slice(0, 2000) }, 'routing text')
+    body = read.raw
   }
   const key = k.text ?? k.bytes
   return proxyTo(core, ep, req, answer, client, out, { key, body, tenant: k.tenant, model, anchor: k.anchor, stream, path: route.upstreamPath })

@@ -4,9 +4,13 @@
 // more to parse fails alone (413), and a worker that dies is replaced for the next task.
 import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
+import { ExtractedKey, type NativeKeyOptions, type NativeRequest } from '../core/key/native-key.js'
 import type { OpenAIApi, OpenAIRequest } from '../core/key/openai-key.js'
 import { ProxyError } from './errors.js'
 import type { ParseReply, ParseTask } from './parse-worker.js'
+
+/** A body read for routing: by the native extraction, or by openAIRequest when it declined. */
+export type ParsedBody = { native: NativeRequest; request?: never } | { request: OpenAIRequest; native?: never }
 
 export interface ParsePoolOptions {
   /** Workers at most (default: 2, or 1 on a machine with 2 CPUs or fewer). */
@@ -23,7 +27,7 @@ export interface ParsePoolOptions {
 
 interface Pending {
   task: ParseTask
-  resolve(r: OpenAIRequest): void
+  resolve(r: ParsedBody): void
   reject(err: Error): void
 }
 
@@ -70,9 +74,19 @@ export class ParsePool {
   }
 
   parse(api: OpenAIApi, body: Uint8Array, span: number): Promise<OpenAIRequest> {
+    return this.#run({ id: this.#nextId++, api, body, span }).then((r) => r.request!)
+  }
+
+  /** The native extraction in a worker, and openAIRequest there when it declines the body. */
+  parseKey(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): Promise<ParsedBody> {
+    const { span, ...native } = o
+    return this.#run({ id: this.#nextId++, api, body, span, native })
+  }
+
+  #run(task: ParseTask): Promise<ParsedBody> {
     if (this.#closed) return Promise.reject(parserFailed('the parser is closed'))
     return new Promise((resolve, reject) => {
-      this.#queue.push({ task: { id: this.#nextId++, api, body, span }, resolve, reject })
+      this.#queue.push({ task, resolve, reject })
       this.#pump()
     })
   }
@@ -104,7 +118,11 @@ export class ParsePool {
       if (!p || p.task.id !== reply.id) return
       slot.busy = undefined
       slot.worker.unref()
-      if ('ok' in reply) p.resolve(reply.ok)
+      if ('ok' in reply) p.resolve({ request: reply.ok })
+      else if ('key' in reply) {
+        const { text, keyBytes, anchorBytes, ...facts } = reply.key
+        p.resolve({ native: { key: ExtractedKey.copyOf(text, keyBytes, anchorBytes), ...facts } })
+      }
       else if ('refused' in reply) p.reject(new ProxyError(reply.refused.status, reply.refused.type, reply.refused.code, reply.refused.message))
       else p.reject(parserFailed(reply.failed))
       slot.idle = setTimeout(() => void this.#retire(slot), this.idleMs).unref()

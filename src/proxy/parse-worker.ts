@@ -1,6 +1,8 @@
-// The worker side of parse-pool.ts: parses one OpenAI body with the same openAIRequest the
-// main thread uses, and sends back only what routing needs, never the parsed tree.
+// The worker side of parse-pool.ts: reads one OpenAI body with the same code the main thread
+// uses (the native extraction first when asked, openAIRequest otherwise or when it declines),
+// and sends back only what routing needs, never the parsed tree.
 import { parentPort } from 'node:worker_threads'
+import { nativeRequest, type NativeKeyOptions, type NativeRequest } from '../core/key/native-key.js'
 import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../core/key/openai-key.js'
 import { RequestError } from '../core/errors.js'
 import { toProxyError } from './errors.js'
@@ -10,20 +12,39 @@ export interface ParseTask {
   api: OpenAIApi
   body: Uint8Array
   span: number
+  /** Try the native extraction first, with these parameters. */
+  native?: Omit<NativeKeyOptions, 'span'>
+}
+
+/** A NativeRequest as it crosses threads: a structured clone keeps no class, so the key travels as its parts. */
+export interface WireKey {
+  text: Uint8Array
+  keyBytes: number
+  anchorBytes: number | undefined
+  model: string | undefined
+  promptCacheKey: string | undefined
+  stream: boolean
 }
 
 export type ParseReply =
   | { id: number; ok: OpenAIRequest }
+  | { id: number; key: WireKey }
   | { id: number; refused: { status: number; type: string; code: string; message: string } }
   | { id: number; failed: string }
 
 const refusal = (e: ReturnType<typeof toProxyError>) => ({ status: e.status, type: e.type, code: e.code, message: e.message })
 
+function wire(r: NativeRequest): WireKey {
+  const { key, model, promptCacheKey, stream } = r
+  return { text: new Uint8Array(key), keyBytes: key.keyBytes, anchorBytes: key.anchorBytes, model, promptCacheKey, stream }
+}
+
 parentPort?.on('message', (task: ParseTask) => {
   let reply: ParseReply
   try {
     const raw = Buffer.from(task.body.buffer, task.body.byteOffset, task.body.byteLength)
-    reply = { id: task.id, ok: openAIRequest(task.api, raw, task.span) }
+    const fast = task.native ? nativeRequest(task.api, raw, { ...task.native, span: task.span }) : undefined
+    reply = fast?.status === 'ok' ? { id: task.id, key: wire(fast.request) } : { id: task.id, ok: openAIRequest(task.api, raw, task.span) }
   } catch (err) {
     reply =
       err instanceof RequestError

@@ -1,0 +1,429 @@
+#include "json_scan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace pr::key {
+namespace {
+
+inline bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+inline bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+inline int hex(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+inline bool special(uint8_t c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80; }
+
+// First byte in [i, end) that ends a plain ASCII run inside a string: a quote, a backslash,
+// a control character (invalid there) or the lead of a multi-byte sequence. Prompts are
+// mostly such runs, so this loop is where a scan spends its time.
+#if defined(__SSE2__)
+// Bytes of the 16 at p that end a plain ASCII run in a string: a quote, a backslash, a
+// control character (invalid there) or the lead of a multi-byte sequence. The signed
+// compare catches the last two at once: bytes >= 0x80 are negative.
+inline __m128i special16(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                      _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+}
+
+inline __m128i quote_or_slash16(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+}
+
+// First byte in [i, end) that `mask` flags: 64 bytes a step while nothing is found (prompts
+// are mostly long plain runs), then 16.
+template <__m128i (*mask)(const uint8_t*)>
+inline size_t find_simd(const uint8_t* d, size_t i, size_t end) {
+  for (; i + 64 <= end; i += 64) {
+    const __m128i a = mask(d + i), b = mask(d + i + 16), c = mask(d + i + 32), e = mask(d + i + 48);
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e))) != 0) break;
+  }
+  for (; i + 16 <= end; i += 16) {
+    const int m = _mm_movemask_epi8(mask(d + i));
+    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(m)));
+  }
+  return i;
+}
+#endif
+
+// The first byte in [i, end) that ends a plain ASCII run inside a string. Prompts are mostly
+// such runs, so this loop is where a scan spends its time.
+inline size_t find_special(const uint8_t* d, size_t i, size_t end, bool scalar) {
+#if defined(__SSE2__)
+  if (!scalar) i = find_simd<special16>(d, i, end);
+#else
+  (void)scalar;
+#endif
+  while (i < end && !special(d[i])) i++;
+  return i;
+}
+
+// In text already validated only quotes and backslashes matter.
+inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, bool scalar) {
+#if defined(__SSE2__)
+  if (!scalar) i = find_simd<quote_or_slash16>(d, i, end);
+#else
+  (void)scalar;
+#endif
+  while (i < end && d[i] != '"' && d[i] != '\\') i++;
+  return i;
+}
+
+// Length of the well-formed UTF-8 sequence at d[i] (lead byte >= 0x80), or 0 (overlong,
+// surrogate, past U+10FFFF, truncated), per the Unicode table of well-formed sequences.
+inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
+  const uint8_t c = d[i];
+  auto cont = [&](size_t k, uint8_t lo, uint8_t hi) { return i + k < n && d[i + k] >= lo && d[i + k] <= hi; };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1, 0x80, 0xBF) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0, 0xBF) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1, 0x80, 0xBF) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2, 0x80, 0xBF) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90, 0xBF) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  if (c >= 0xF1 && c <= 0xF3) return cont(1, 0x80, 0xBF) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
+  return 0;
+}
+
+inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
+
+// Validates the string token whose quote is at d[i]; *end gets the index after its closing
+// quote, *units the UTF-16 length of its value.
+Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end, size_t* units) {
+  const size_t begin = i++;
+  size_t shrink = 0;  // bytes beyond one per unit: escapes and multi-byte sequences
+  for (;;) {
+    i = find_special(d, i, n, scalar);
+    if (i >= n) return Scan::Invalid;
+    const uint8_t c = d[i];
+    if (c == '"') {
+      *end = i + 1;
+      *units = i - begin - 1 - shrink;
+      return Scan::Ok;
+    }
+    if (c == '\\') {
+      if (i + 1 >= n) return Scan::Invalid;
+      const uint8_t e = d[i + 1];
+      if (e == 'u') {
+        if (i + 5 >= n) return Scan::Invalid;
+        for (size_t k = 2; k < 6; k++)
+          if (hex(d[i + k]) < 0) return Scan::Invalid;
+        i += 6;
+        shrink += 5;
+      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+        i += 2;
+        shrink += 1;
+      } else {
+        return Scan::Invalid;
+      }
+      continue;
+    }
+    if (c < 0x20) return Scan::Invalid;
+    const size_t len = utf8_length(d, i, n);
+    if (len == 0) return Scan::Unsupported;
+    i += len;
+    shrink += len == 4 ? 2 : len - 1;
+  }
+}
+
+Scan scan_number(const uint8_t* d, size_t n, size_t i, size_t* end) {
+  if (d[i] == '-') i++;
+  if (i >= n) return Scan::Invalid;
+  if (d[i] == '0') {
+    i++;
+  } else if (d[i] >= '1' && d[i] <= '9') {
+    while (i < n && is_digit(d[i])) i++;
+  } else {
+    return Scan::Invalid;
+  }
+  if (i < n && d[i] == '.') {
+    i++;
+    if (i >= n || !is_digit(d[i])) return Scan::Invalid;
+    while (i < n && is_digit(d[i])) i++;
+  }
+  if (i < n && (d[i] == 'e' || d[i] == 'E')) {
+    i++;
+    if (i < n && (d[i] == '+' || d[i] == '-')) i++;
+    if (i >= n || !is_digit(d[i])) return Scan::Invalid;
+    while (i < n && is_digit(d[i])) i++;
+  }
+  *end = i;
+  return Scan::Ok;
+}
+
+inline bool literal(const uint8_t* d, size_t n, size_t i, const char* word, size_t len) {
+  return i + len <= n && std::memcmp(d + i, word, len) == 0;
+}
+
+}  // namespace
+
+size_t skip_ws(const uint8_t* d, size_t n, size_t i) {
+  while (i < n && is_ws(d[i])) i++;
+  return i;
+}
+
+Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root) {
+  // Containers open (1 object, 0 array). The buffer is kept per thread so a scan allocates
+  // nothing, and reached through a plain pointer: in a shared library every thread_local
+  // access may be a call.
+  thread_local std::vector<uint8_t> tls_stack;
+  std::vector<uint8_t>& storage = tls_stack;
+  if (storage.size() < 64) storage.resize(64);
+  uint8_t* stack = storage.data();
+  size_t depth = 0;
+  root->root_is_object = false;
+  for (int k = 0; k < root->count; k++) root->values[k] = Span{};
+  int field = -1;
+  size_t value_begin = 0;
+  std::vector<LongString>* long_strings = root->long_strings;
+  if (long_strings) long_strings->clear();
+
+  // A member's key and colon, with i at the key's quote; leaves i at the value.
+  auto key = [&](size_t* pi) -> Scan {
+    size_t i = *pi;
+    if (i >= n || d[i] != '"') return Scan::Invalid;
+    size_t end = 0, units = 0;
+    const Scan s = scan_string(d, n, i, o.scalar, &end, &units);
+    if (s != Scan::Ok) return s;
+    if (depth == 1) {
+      field = -1;
+      for (int k = 0; k < root->count; k++)
+        if (string_equals(d, Span{i, end}, root->names[k])) field = k;
+    }
+    i = skip_ws(d, n, end);
+    if (i >= n || d[i] != ':') return Scan::Invalid;
+    *pi = skip_ws(d, n, i + 1);
+    return Scan::Ok;
+  };
+
+  size_t i = skip_ws(d, n, 0);
+  for (;;) {
+    // At a value.
+    if (i >= n) return Scan::Invalid;
+    if (depth == 1) value_begin = i;
+    const uint8_t c = d[i];
+    size_t end = 0, units = 0;
+    Scan s = Scan::Ok;
+    if (c == '{' || c == '[') {
+      if (depth >= o.max_depth) return Scan::Unsupported;
+      if (depth == 0) root->root_is_object = c == '{';
+      if (depth == storage.size()) {
+        storage.resize(depth * 2);
+        stack = storage.data();
+      }
+      stack[depth++] = c == '{';
+      i = skip_ws(d, n, i + 1);
+      const uint8_t close = c == '{' ? '}' : ']';
+      if (i < n && d[i] == close) {
+        depth--;
+        i++;
+      } else {
+        if (c == '{' && (s = key(&i)) != Scan::Ok) return s;
+        continue;
+      }
+    } else if (c == '"') {
+      if ((s = scan_string(d, n, i, o.scalar, &end, &units)) != Scan::Ok) return s;
+      if (long_strings && end - i >= kLongString) long_strings->push_back(LongString{i, end, units});
+      i = end;
+    } else if (c == '-' || is_digit(c)) {
+      if ((s = scan_number(d, n, i, &end)) != Scan::Ok) return s;
+      i = end;
+    } else if (c == 't' && literal(d, n, i, "true", 4)) {
+      i += 4;
+    } else if (c == 'f' && literal(d, n, i, "false", 5)) {
+      i += 5;
+    } else if (c == 'n' && literal(d, n, i, "null", 4)) {
+      i += 4;
+    } else {
+      return Scan::Invalid;
+    }
+    // After a value: record a root member's, then a comma, a close, or the end.
+    for (;;) {
+      if (depth == 1 && field >= 0) {
+        root->values[field] = Span{value_begin, i};
+        field = -1;
+      }
+      i = skip_ws(d, n, i);
+      if (depth == 0) return i == n ? Scan::Ok : Scan::Invalid;
+      if (i >= n) return Scan::Invalid;
+      const bool in_object = stack[depth - 1] == 1;
+      if (d[i] == ',') {
+        i = skip_ws(d, n, i + 1);
+        if (in_object && (s = key(&i)) != Scan::Ok) return s;
+        break;
+      }
+      if (d[i] != (in_object ? '}' : ']')) return Scan::Invalid;
+      depth--;
+      i++;
+    }
+  }
+}
+
+const LongString* Walk::long_string_at(size_t i) const {
+  if (long_count == 0) return nullptr;
+  const LongString* end = long_strings + long_count;
+  const LongString* at = std::lower_bound(long_strings, end, i, [](const LongString& s, size_t pos) { return s.begin < pos; });
+  return at != end && at->begin == i ? at : nullptr;
+}
+
+size_t skip_string(const uint8_t* d, size_t n, size_t i, const Walk& w) {
+  if (const LongString* s = w.long_string_at(i)) return s->end;
+  i++;
+  for (;;) {
+    i = find_quote_or_slash(d, i, n, w.scalar);
+    if (i >= n) return n;
+    if (d[i] == '"') return i + 1;
+    i += 2;
+  }
+}
+
+size_t skip_value(const uint8_t* d, size_t n, size_t i, const Walk& w) {
+  if (i >= n) return n;
+  const uint8_t c = d[i];
+  if (c == '"') return skip_string(d, n, i, w);
+  if (c == '{' || c == '[') {
+    size_t depth = 0;
+    while (i < n) {
+      const uint8_t b = d[i];
+      if (b == '"') {
+        i = skip_string(d, n, i, w);
+        continue;
+      }
+      if (b == '{' || b == '[') depth++;
+      if (b == '}' || b == ']') {
+        if (--depth == 0) return i + 1;
+      }
+      i++;
+    }
+    return n;
+  }
+  while (i < n && d[i] != ',' && d[i] != '}' && d[i] != ']' && !is_ws(d[i])) i++;
+  return i;
+}
+
+bool string_has_escape(const uint8_t* d, const Span& t) { return std::memchr(d + t.begin, '\\', t.end - t.begin) != nullptr; }
+
+namespace {
+// Collects a short string's units to compare with an ASCII name.
+class Compare : public TextSink {
+ public:
+  explicit Compare(const char* want) : want_(want) {}
+  bool ascii(const uint8_t* p, size_t n) override {
+    for (size_t k = 0; k < n; k++)
+      if (want_[pos_] == 0 || static_cast<uint8_t>(want_[pos_++]) != p[k]) return equal_ = false;
+    return true;
+  }
+  bool utf8(const uint8_t*, size_t) override { return equal_ = false; }
+  bool unit(uint16_t u) override {
+    if (u >= 0x80) return equal_ = false;
+    const uint8_t b = static_cast<uint8_t>(u);
+    return ascii(&b, 1);
+  }
+  bool equal() const { return equal_ && want_[pos_] == 0; }
+
+ private:
+  const char* want_;
+  size_t pos_ = 0;
+  bool equal_ = true;
+};
+}  // namespace
+
+bool string_equals(const uint8_t* d, const Span& t, const char* ascii) {
+  const size_t len = t.end - t.begin - 2;
+  if (!string_has_escape(d, t)) return std::strlen(ascii) == len && std::memcmp(d + t.begin + 1, ascii, len) == 0;
+  Compare c(ascii);
+  decode_string(d, t, &c, Walk{true, nullptr, 0});
+  return c.equal();
+}
+
+bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& w) {
+  const bool scalar = w.scalar;
+  size_t i = t.begin + 1;
+  const size_t end = t.end - 1;
+  const LongString* known = t.end - t.begin >= kLongString ? w.long_string_at(t.begin) : nullptr;
+  const size_t start_units = sink->units();
+  while (i < end) {
+    if (known != nullptr && sink->counting_only()) return sink->add_units(known->units - (sink->units() - start_units));
+    const size_t to_go = sink->units_to_go();
+    if (to_go != SIZE_MAX && (end - i) / 6 >= to_go) {
+      sink->saturate();
+      return false;
+    }
+    // With the string's units known, read no further than the sink still writes: past that
+    // it only counts, which the record answers.
+    const size_t limit = known != nullptr ? i + std::min(end - i, std::max<size_t>(1, sink->writes_to_go())) : end;
+    const size_t j = find_special(d, i, limit, scalar);
+    if (j > i && !sink->ascii(d + i, j - i)) return false;
+    if (j >= end) return true;
+    if (j == limit) {
+      i = j;
+      continue;
+    }
+    if (d[j] == '\\') {
+      const uint8_t e = d[j + 1];
+      uint8_t b = 0;
+      switch (e) {
+        case 'b': b = '\b'; break;
+        case 'f': b = '\f'; break;
+        case 'n': b = '\n'; break;
+        case 'r': b = '\r'; break;
+        case 't': b = '\t'; break;
+        case 'u': {
+          const uint16_t u = static_cast<uint16_t>(hex(d[j + 2]) << 12 | hex(d[j + 3]) << 8 | hex(d[j + 4]) << 4 | hex(d[j + 5]));
+          if (!sink->unit(u)) return false;
+          i = j + 6;
+          continue;
+        }
+        default: b = e;  // \" \\ \/
+      }
+      if (!sink->ascii(&b, 1)) return false;
+      i = j + 2;
+      continue;
+    }
+    const size_t len = lead_length(d[j]);
+    if (!sink->utf8(d + j, len)) return false;
+    i = j + len;
+  }
+  return true;
+}
+
+Members::Members(const uint8_t* d, size_t n, Span o, const Walk& w) : data_(d), len_(n), i_(o.begin + 1), end_(o.end), walk_(w) {}
+
+bool Members::next(Span* key, Span* value) {
+  size_t i = skip_ws(data_, end_, i_);
+  if (i >= end_ || data_[i] == '}') return false;
+  if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
+  key->begin = i;
+  key->end = skip_string(data_, end_, i, walk_);
+  i = skip_ws(data_, end_, key->end);
+  i = skip_ws(data_, end_, i + 1);  // the colon
+  value->begin = i;
+  value->end = skip_value(data_, end_, i, walk_);
+  i_ = value->end;
+  (void)len_;
+  return true;
+}
+
+Elements::Elements(const uint8_t* d, size_t n, Span a, const Walk& w) : data_(d), len_(n), i_(a.begin + 1), end_(a.end), walk_(w) {}
+
+bool Elements::next(Span* value) {
+  size_t i = skip_ws(data_, end_, i_);
+  if (i >= end_ || data_[i] == ']') return false;
+  if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
+  value->begin = i;
+  value->end = skip_value(data_, end_, i, walk_);
+  i_ = value->end;
+  (void)len_;
+  return true;
+}
+
+}  // namespace pr::key

@@ -1,0 +1,116 @@
+// N-API bindings of the native routing-key extraction (native/key/). Arguments are checked
+// in src/core/key/native-key.ts; the checks here keep any call from JS memory-safe.
+#include <napi.h>
+
+#include <cmath>
+#include <string>
+
+#include "key/bindings.h"
+#include "key/openai_key.h"
+
+namespace {
+
+Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false) {
+  Napi::Error e = type_error ? Napi::TypeError::New(env, message) : Napi::Error::New(env, message);
+  e.Set("code", Napi::String::New(env, code));
+  e.ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+struct View {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
+// Through napi_get_typedarray_info's own data pointer: a body gathered into a
+// SharedArrayBuffer (for the parse worker) has no ArrayBuffer to ask for one.
+bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
+  if (!v.IsTypedArray()) return false;
+  napi_typedarray_type t;
+  size_t length = 0, offset = 0;
+  void* data = nullptr;
+  if (napi_get_typedarray_info(v.Env(), v, &t, &length, &data, nullptr, &offset) != napi_ok || t != type) return false;
+  out->data = static_cast<uint8_t*>(data);
+  out->len = length * (type == napi_float64_array ? sizeof(double) : 1);
+  // An empty array may have no buffer at all.
+  if (out->data == nullptr && out->len != 0) return false;
+  return true;
+}
+
+bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
+  if (!v.IsNumber()) return false;
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= lo && d <= hi) || std::floor(d) != d) return false;
+  *out = static_cast<size_t>(d);
+  return true;
+}
+
+// key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
+//             out: Uint8Array, meta: Float64Array(9), outOffset = 0) -> 0 ok | 1 invalid | 2 unsupported
+// The text is written at out[outOffset..], which must have room for min(4*span, body bytes).
+// meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
+//        stream 0/1, escapes (1 model, 2 prompt_cache_key)]; a string member's span covers its
+//        quotes, begin = end = 0 when absent.
+Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t api = 0, span = 0, prefix = 0, depth = 0;
+  if (!Int(info[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
+  View body, out, meta;
+  if (!GetView(info[1], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
+  if (!Int(info[2], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
+  if (!Int(info[3], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
+  if (!Int(info[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
+  if (!GetView(info[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
+  if (!GetView(info[6], napi_float64_array, &meta) || meta.len < 9 * sizeof(double))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 9", true);
+  size_t offset = 0;
+  if (!info[7].IsUndefined() && !Int(info[7], 0, static_cast<double>(out.len), &offset))
+    return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
+  if (out.len - offset < pr::key::out_capacity(span, body.len))
+    return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for min(4*span, body bytes) after outOffset");
+  out.data += offset;
+  out.len -= offset;
+  const auto overlap = [](const View& a, const View& b) { return a.data < b.data + b.len && b.data < a.data + a.len; };
+  if (overlap(out, body) || overlap(out, meta) || overlap(meta, body))
+    return Throw(env, "ERR_INVALID_ARG_VALUE", "body, out and meta must not overlap");
+  pr::key::KeyParams p;
+  p.span = span;
+  p.prefix = prefix;
+  p.scan.max_depth = depth;
+  const pr::key::KeyResult r = pr::key::extract(static_cast<pr::key::Api>(api), body.data, body.len, p, out.data);
+  double* m = reinterpret_cast<double*>(meta.data);
+  m[0] = static_cast<double>(r.len);
+  m[1] = static_cast<double>(r.key_bytes);
+  m[2] = r.has_anchor ? static_cast<double>(r.anchor_bytes) : -1;
+  m[3] = static_cast<double>(r.model.begin);
+  m[4] = static_cast<double>(r.model.end);
+  m[5] = static_cast<double>(r.prompt_cache_key.begin);
+  m[6] = static_cast<double>(r.prompt_cache_key.end);
+  m[7] = r.stream ? 1 : 0;
+  m[8] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? 1 : 0) +
+         (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? 2 : 0);
+  return Napi::Number::New(env, static_cast<double>(r.status));
+}
+
+Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View text;
+  if (!GetView(info[1], napi_uint8_array, &text)) return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+  size_t key = 0, anchor = 0;
+  if (!Int(info[7], 0, static_cast<double>(text.len), &key))
+    return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
+  if (!info[4].IsUndefined() && !Int(info[4], 0, static_cast<double>(text.len), &anchor))
+    return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+  return pr::PickPrepared(info);
+}
+
+}  // namespace
+
+namespace pr {
+
+void RegisterKey(Napi::Env env, Napi::Object exports) {
+  exports.Set("key_extract", Napi::Function::New(env, KeyExtract, "key_extract"));
+  exports.Set("router_pick_extracted", Napi::Function::New(env, RouterPickExtracted, "router_pick_extracted"));
+}
+
+}  // namespace pr

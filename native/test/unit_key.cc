@@ -1,0 +1,212 @@
+// Unit tests for the routing-key scanner (native/key/). Same conventions as unit.cc: CHECK
+// counts, the last line is "N passed, M failed", non-zero exit on a failure. Built and run
+// under ASan+UBSan by native/test/run.sh.
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../key/json_scan.h"
+#include "../key/openai_key.h"
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (cond) {                                                                     \
+      g_passed++;                                                                   \
+    } else {                                                                        \
+      g_failed++;                                                                   \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                               \
+  } while (0)
+
+using pr::key::Scan;
+
+Scan validate(const std::string& s, bool scalar = false, size_t depth = 64) {
+  pr::key::RootFields root;
+  pr::key::ScanOptions o;
+  o.scalar = scalar;
+  o.max_depth = depth;
+  // Copied so that ASan sees a read past the end of the text.
+  std::vector<uint8_t> buf(s.begin(), s.end());
+  return pr::key::validate(buf.data(), buf.size(), o, &root);
+}
+
+void test_grammar() {
+  const char* ok[] = {
+      "{}", "[]", " \t\r\n{} ", "0", "-0", "1.5e+10", "-12.0E-3", "1e5", "\"\"", "true", "false", "null",
+      "{\"a\":[1,2,{\"b\":null}],\"c\":\"x\"}", "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\uD83D\\uDE00\\uD800\"]",
+      "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"", "{\"a\":1,\"a\":2}", "[[[[]]]]", "\"\x7F\"",
+  };
+  for (const char* s : ok) {
+    CHECK(validate(s) == Scan::Ok);
+    CHECK(validate(s, true) == Scan::Ok);
+  }
+  const char* invalid[] = {
+      "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{,}", "01", "1.", ".5", "+1", "-", "1e", "1e+", "--1", "0x1",
+      "NaN", "Infinity", "tru", "nul", "'a'", "\"a", "\"\\x\"", "\"\\u12\"", "\"\\u12G4\"", "\"a\nb\"", "\"\t\"",
+      "{\"a\"}", "{\"a\" 1}", "{1:2}", "[1 2]", "{} {}", "{}x", "\xEF\xBB\xBF{}", "[\"a\"]]", "\x80",
+  };
+  for (const char* s : invalid) {
+    CHECK(validate(s) == Scan::Invalid);
+    CHECK(validate(s, true) == Scan::Invalid);
+  }
+  // Bytes Buffer#toString would replace: left to the TypeScript path.
+  const char* unsupported[] = {
+      "\"\x80\"", "\"\xC0\xAF\"", "\"\xC3\"", "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"", "\"\xF5\x80\x80\x80\"",
+      "\"\xE0\x80\xAF\"", "\"\xF0\x80\x80\xAF\"", "\"\xE2\x82\"",
+  };
+  for (const char* s : unsupported) CHECK(validate(s) == Scan::Unsupported);
+  CHECK(validate("[[[]]]", false, 3) == Scan::Ok);
+  CHECK(validate("[[[[]]]]", false, 3) == Scan::Unsupported);
+  // Every prefix of a valid document but the whole is invalid.
+  const std::string doc = "{\"messages\":[{\"role\":\"user\",\"content\":\"hello \\u00e9\"}],\"n\":-1.5e3}";
+  for (size_t i = 0; i < doc.size(); i++) CHECK(validate(doc.substr(0, i)) == Scan::Invalid);
+}
+
+struct Out {
+  Scan status;
+  std::string text;
+  size_t key, anchor;
+  bool has_anchor, stream;
+  std::string model;
+};
+
+Out extract(const std::string& body, pr::key::Api api, size_t span, size_t prefix, bool scalar = false) {
+  pr::key::KeyParams p;
+  p.span = span;
+  p.prefix = prefix;
+  p.scan.scalar = scalar;
+  std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(span, body.size()));
+  const pr::key::KeyResult r = pr::key::extract(api, in.data(), in.size(), p, out.data());
+  Out o{r.status, std::string(out.begin(), out.begin() + static_cast<long>(r.len)), r.key_bytes, r.anchor_bytes, r.has_anchor, r.stream, ""};
+  if (r.model.present()) o.model = body.substr(r.model.begin, r.model.end - r.model.begin);
+  return o;
+}
+
+const std::string kOpen = "\xE2\x90\x9E", kClose = "\xE2\x90\x9F";
+
+void test_chat() {
+  using pr::key::Api;
+  Out o = extract("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"},"
+                  "{\"role\":\"assistant\",\"content\":null}],\"stream\":true}",
+                  Api::Chat, 100, 100);
+  CHECK(o.status == Scan::Ok);
+  const std::string want = kOpen + "system" + kClose + "be brief" + kOpen + "user" + kClose + "hi" + kOpen + "assistant" + kClose;
+  CHECK(o.text == want);
+  CHECK(o.has_anchor && o.anchor == (kOpen + "system" + kClose + "be brief" + kOpen + "user" + kClose + "hi").size());
+  CHECK(o.key == want.size());
+  CHECK(o.stream);
+  CHECK(o.model == "\"m\"");
+
+  // The last duplicate wins, at the root and in a message; escaped keys count.
+  o = extract("{\"messages\":[],\"m\\u0065ssages\":[{\"role\":\"x\",\"r\\u006fle\":\"user\",\"content\":[{\"text\":\"a\",\"text\":\"b\"}]}],"
+              "\"stream\":true,\"stream\":false}",
+              Api::Chat, 100, 100);
+  CHECK(o.status == Scan::Ok && o.text == kOpen + "user" + kClose + "b" && !o.stream && o.has_anchor);
+
+  // Parts: text wins over type; image URLs as a string or an object; non-objects skipped.
+  o = extract("{\"messages\":[{\"role\":\"user\",\"content\":[1,null,[],\"s\",{\"type\":\"image_url\",\"image_url\":{\"url\":\"u\"}},"
+              "{\"type\":\"image_url\",\"image_url\":\"v\"},{\"type\":\"image_url\",\"image_url\":[\"w\"]},{\"type\":\"image_url\"},"
+              "{\"type\":\"text\",\"text\":\"t\"},{\"type\":\"image_url\",\"text\":\"over\"}]}]}",
+              Api::Chat, 100, 100);
+  CHECK(o.status == Scan::Ok && o.text == kOpen + "user" + kClose + "[image:u][image:v][image:][image:]tover");
+
+  // A surrogate pair split across two parts joins; lone ones become U+FFFD.
+  o = extract("{\"messages\":[{\"role\":\"u\",\"content\":[{\"text\":\"\\uD83D\"},{\"text\":\"\\uDE00\\uDC00x\\uD800\"}]}]}", Api::Chat, 100, 100);
+  CHECK(o.status == Scan::Ok && o.text == kOpen + "u" + kClose + "\xF0\x9F\x98\x80\xEF\xBF\xBDx\xEF\xBF\xBD" + kOpen.substr(0, 0));
+  CHECK(!o.has_anchor);
+
+  // Shapes the TypeScript path refuses.
+  const char* refused[] = {
+      "[]", "{\"messages\":[]}", "{\"messages\":{}}", "{}", "{\"messages\":[1]}", "{\"messages\":[{\"content\":\"x\"}]}",
+      "{\"messages\":[{\"role\":1}]}", "{\"messages\":[{\"role\":\"u\",\"content\":5}]}", "{\"messages\":[{\"role\":\"u\",\"content\":{}}]}",
+      "{\"model\":1,\"messages\":[{\"role\":\"u\"}]}", "{\"prompt_cache_key\":null,\"messages\":[{\"role\":\"u\"}]}",
+      "{\"messages\":[[\"role\"]]}",
+  };
+  for (const char* s : refused) CHECK(extract(s, Api::Chat, 100, 100).status == Scan::Invalid);
+
+  // The loop stops at 2*span UTF-16 units: a bad message after that is never looked at, one
+  // before it is.
+  const std::string longc(200, 'a');
+  o = extract("{\"messages\":[{\"role\":\"u\",\"content\":\"" + longc + "\"},{\"role\":5}]}", Api::Chat, 100, 50);
+  CHECK(o.status == Scan::Ok && o.text.size() == kOpen.size() + 1 + kClose.size() + 97 && o.key == kOpen.size() + 1 + kClose.size() + 47);
+  CHECK(extract("{\"messages\":[{\"role\":\"u\",\"content\":\"" + longc + "\"},{\"role\":5}]}", Api::Chat, 102, 50).status == Scan::Invalid);
+  // ...and a message under way is shape-checked even past the cap.
+  CHECK(extract("{\"messages\":[{\"role\":\"" + longc + "\",\"content\":5}]}", Api::Chat, 50, 50).status == Scan::Invalid);
+  // Past the span, a long string's units come from validate's record, not from reading it:
+  // 30 escaped and 100 raw two-byte characters, each one unit, decide where the cap falls.
+  std::string esc, raw;
+  for (int k = 0; k < 30; k++) esc += "\\u00e9";
+  for (int k = 0; k < 100; k++) raw += "\xC3\xA9";
+  const auto then_bad = [](const std::string& c) { return "{\"messages\":[{\"role\":\"u\",\"content\":\"" + c + "\"},{\"role\":5}]}"; };
+  CHECK(extract(then_bad(esc), Api::Chat, 16, 16).status == Scan::Ok);        // 33 units >= cap 32
+  CHECK(extract(then_bad(esc), Api::Chat, 17, 16).status == Scan::Invalid);   // 33 < 34: the next one counts
+  CHECK(extract(then_bad(raw), Api::Chat, 51, 16).status == Scan::Ok);        // 103 >= 102
+  CHECK(extract(then_bad(raw), Api::Chat, 52, 16).status == Scan::Invalid);   // 103 < 104
+  CHECK(extract(then_bad(esc + raw), Api::Chat, 66, 1).status == Scan::Ok);   // 133 >= 132
+  CHECK(extract(then_bad(esc + raw), Api::Chat, 67, 1).status == Scan::Invalid);
+
+  // The text is never longer than the body, which sizes the output: the densest shapes.
+  for (const char* s : {"{\"messages\":[{\"role\":\"\"},{\"role\":\"\"}]}", "{\"messages\":[{\"role\":\"\",\"content\":[{\"type\":\"image_url\"},{\"type\":\"image_url\"}]}]}",
+                        "{\"messages\":[{\"role\":\"\\uD800\\uD83D\\uDE00\\n\"}]}", "{\"prompt\":\"\\u0800\\uDC00\"}"}) {
+    pr::key::KeyParams p;
+    p.span = 1000;
+    p.prefix = 10;
+    const std::string body(s);
+    std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(p.span, body.size()));
+    const auto api = body.find("prompt") != std::string::npos ? pr::key::Api::Completions : pr::key::Api::Chat;
+    const pr::key::KeyResult r = pr::key::extract(api, in.data(), in.size(), p, out.data());
+    CHECK(r.status == Scan::Ok && !r.overflowed && r.len > 0 && r.len <= body.size());
+  }
+  // An astral character at the span's end is one code point of four bytes.
+  o = extract("{\"messages\":[{\"role\":\"user\",\"content\":\"\xF0\x9F\x98\x80\\uD83D\\uDE00z\"}]}", Api::Chat, 8, 7);
+  CHECK(o.status == Scan::Ok && o.text == kOpen + "user" + kClose + "\xF0\x9F\x98\x80\xF0\x9F\x98\x80" && o.key == o.text.size() - 4);
+  CHECK(o.has_anchor && o.anchor == o.text.size());
+}
+
+void test_completions() {
+  using pr::key::Api;
+  Out o = extract("{\"prompt\":\"hello\"}", Api::Completions, 3, 2);
+  CHECK(o.status == Scan::Ok && o.text == "hel" && o.key == 2 && !o.has_anchor);
+  o = extract("{\"prompt\":[\"first\",\"second\"]}", Api::Completions, 100, 100);
+  CHECK(o.status == Scan::Ok && o.text == "first");
+  CHECK(extract("{\"prompt\":[1,2]}", Api::Completions, 100, 100).status == Scan::Unsupported);
+  CHECK(extract("{\"prompt\":[[1,2]]}", Api::Completions, 100, 100).status == Scan::Unsupported);
+  for (const char* s : {"{\"prompt\":[]}", "{\"prompt\":5}", "{\"prompt\":null}", "{}", "{\"prompt\":[null]}", "{\"prompt\":[{}]}"})
+    CHECK(extract(s, Api::Completions, 100, 100).status == Scan::Invalid);
+}
+
+// The SIMD and scalar string paths agree on random documents built from pieces that stress
+// the 16-byte blocks: escapes, quotes and multi-byte sequences at every offset.
+void test_paths_agree() {
+  const char* pieces[] = {"a", "bcdefghijklmnopq", "\\\"", "\\\\", "\\u00e9", "\\uD83D", "\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " ", "\\n"};
+  std::mt19937 rng(7);
+  int differ = 0;
+  for (int t = 0; t < 2000; t++) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 40);
+    for (int k = 0; k < n; k++) s += pieces[rng() % (sizeof pieces / sizeof *pieces)];
+    const std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"" + s + "\"},{\"text\":\"" + s + "\"}]}]}";
+    const size_t span = 1 + rng() % 64;
+    const size_t prefix = 1 + rng() % span;
+    const Out a = extract(body, pr::key::Api::Chat, span, prefix, false);
+    const Out b = extract(body, pr::key::Api::Chat, span, prefix, true);
+    if (a.status != Scan::Ok || a.status != b.status || a.text != b.text || a.key != b.key || a.anchor != b.anchor) differ++;
+  }
+  CHECK(differ == 0);
+}
+
+}  // namespace
+
+int main() {
+  test_grammar();
+  test_chat();
+  test_completions();
+  test_paths_agree();
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,125 @@
+// The routing key of a chat or completions body read natively from its bytes: one call
+// validates the whole body as JSON.parse would and writes the routing text that openAIRequest
+// builds, already as the UTF-8 Router.pick hashes, so that neither a parsed tree nor the
+// prompt as a JS string is ever made. Bodies it does not take ('invalid' or 'unsupported')
+// go to openAIRequest, which gives the exact error or result.
+import { native, type NativeHandle } from '../native.js'
+import type { OpenAIApi } from './openai-key.js'
+
+interface KeyBinding {
+  key_extract(api: number, body: Uint8Array, span: number, prefix: number, maxDepth: number, out: Uint8Array, meta: Float64Array, outOffset?: number): number
+  router_pick_extracted(
+    h: NativeHandle,
+    text: Uint8Array,
+    tenant: string | undefined,
+    group: string | undefined,
+    anchorBytes: number | undefined,
+    out: Float64Array,
+    avoid: number[] | undefined,
+    keyBytes: number,
+  ): number
+}
+
+/** @internal the bindings of native/key_addon.cc */
+export const keyBinding = native as unknown as KeyBinding
+
+/**
+ * Routing text extracted natively: the UTF-8 of its first `span` code points (a lone
+ * surrogate as U+FFFD), exactly as Router.pick converts the string openAIRequest returns.
+ * Router.pick takes it in place of that string.
+ */
+export class ExtractedKey extends Uint8Array {
+  // Methods that make a new array (subarray, slice, map) make plain ones: the marks below
+  // describe this text only.
+  static get [Symbol.species](): Uint8ArrayConstructor {
+    return Uint8Array
+  }
+
+  /** Bytes of the first prefixLength code points: the part the consistent hash places by. */
+  readonly keyBytes: number
+  /** Chat: bytes up to the end of the first user message (longest_prefix hashes only those). */
+  readonly anchorBytes: number | undefined
+
+  /** A view of `length` bytes of `buffer` at `byteOffset`: the key does not copy its text. */
+  constructor(buffer: ArrayBuffer, byteOffset: number, length: number, keyBytes: number, anchorBytes: number | undefined) {
+    super(buffer, byteOffset, length)
+    this.keyBytes = keyBytes
+    this.anchorBytes = anchorBytes
+  }
+
+  /** A key over a copy of `text` (one that crossed threads, for instance). */
+  static copyOf(text: Uint8Array, keyBytes: number, anchorBytes: number | undefined): ExtractedKey {
+    const own = new Uint8Array(text)
+    return new ExtractedKey(own.buffer, 0, own.length, keyBytes, anchorBytes)
+  }
+}
+
+export interface NativeRequest {
+  key: ExtractedKey
+  model: string | undefined
+  /** Unchecked: tenantOf validates it, as for the TypeScript path. */
+  promptCacheKey: string | undefined
+  stream: boolean
+}
+
+export type NativeOutcome = { status: 'ok'; request: NativeRequest } | { status: 'invalid' | 'unsupported' }
+
+export interface NativeKeyOptions {
+  /** Code points of text wanted: textSpan(prefixLength, strategy, matchLength). */
+  span: number
+  prefixLength: number
+  /** Nesting beyond this is left to the TypeScript path. */
+  maxDepth: number
+}
+
+const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
+
+/** The APIs the native extraction reads; the others always take the TypeScript path. */
+export const nativeApis = Object.keys(API) as OpenAIApi[]
+
+const meta = new Float64Array(9)
+
+// Keys are written into slabs and handed out as views, as Buffer hands out small buffers from
+// its pool: a typed array of its own costs an external allocation (measured: 2-3 µs for 4 KiB,
+// as much as the whole scan of an 8 KiB body), a view of a slab next to nothing. A slab lives
+// until the last key in it is collected, so it is kept small: a long-lived request (a stream)
+// holds at most this much beside its own body.
+const SLAB_BYTES = 64 * 1024
+let slab = new Uint8Array(0)
+let used = 0
+
+// A string member's value from its token: most are plain text between the quotes; one with
+// escapes is decoded by JSON.parse itself, so it cannot differ.
+function stringAt(raw: Buffer, begin: number, end: number, escaped: boolean): string | undefined {
+  if (end <= begin) return undefined
+  return escaped ? (JSON.parse(raw.toString('utf8', begin, end)) as string) : raw.toString('utf8', begin + 1, end - 1)
+}
+
+export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): NativeOutcome {
+  const code = API[api]
+  if (code === undefined) return { status: 'unsupported' }
+  const prefix = Math.min(o.prefixLength, o.span)
+  // The text is never longer than the body (see out_capacity in native/key/openai_key.h).
+  const room = Math.min(o.span * 4, body.length)
+  if (slab.length - used < room) {
+    slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
+    used = 0
+  }
+  const status = keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used)
+  if (status === 1) return { status: 'invalid' }
+  if (status !== 0) return { status: 'unsupported' }
+  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  const escapes = meta[8]!
+  const len = meta[0]!
+  const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!)
+  used += (len + 7) & ~7
+  return {
+    status: 'ok',
+    request: {
+      key,
+      model: stringAt(raw, meta[3]!, meta[4]!, (escapes & 1) !== 0),
+      promptCacheKey: stringAt(raw, meta[5]!, meta[6]!, (escapes & 2) !== 0),
+      stream: meta[7] === 1,
+    },
+  }
+}

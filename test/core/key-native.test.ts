@@ -1,0 +1,401 @@
+// The native key extraction against the TypeScript reference (openAIRequest + the string
+// pick's UTF-8 conversion): generated chat and completions bodies in every JSON spelling
+// (whitespace, key order, duplicates, every escape, astral characters, lone surrogates,
+// lengths around the span and the cap), then mutated. Native ok must mean TS accepts with the
+// same key material and the same pick; native invalid must mean TS rejects.
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { RequestError } from '../../src/core/errors.js'
+import { xxh3 } from '../../src/core/hash.js'
+import { keyHash } from '../../src/core/key/key-hash.js'
+import { ExtractedKey, keyBinding, nativeRequest, type NativeOutcome } from '../../src/core/key/native-key.js'
+import { native, type NativeHandle } from '../../src/core/native.js'
+import { openAIRequest, type OpenAIRequest } from '../../src/core/key/openai-key.js'
+import { tenantOf } from '../../src/core/key/tenant.js'
+import { Router } from '../../src/core/router.js'
+import { ProxyError } from '../../src/proxy/errors.js'
+import { ParsePool } from '../../src/proxy/parse-pool.js'
+
+// ---- a JSON value model, written out in randomly chosen but equivalent spellings ----------
+
+type J = { obj: [string, J][] } | { arr: J[] } | { str: string } | { raw: string }
+
+const str = (s: string): J => ({ str: s })
+const obj = (...m: [string, J][]): J => ({ obj: m })
+
+// A small seeded generator for spelling choices, so one fast-check seed replays a whole body.
+function rng(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+const WS = [' ', '\n', '\t', '\r', '  \n    ']
+const SHORT: Record<string, string> = { '"': '\\"', '\\': '\\\\', '/': '\\/', '\b': '\\b', '\f': '\\f', '\n': '\\n', '\r': '\\r', '\t': '\\t' }
+
+function hex4(u: number, r: () => number): string {
+  const h = u.toString(16).padStart(4, '0')
+  return `\\u${r() < 0.5 ? h : h.toUpperCase()}`
+}
+
+function writeString(s: string, r: () => number): string {
+  let out = '"'
+  for (let i = 0; i < s.length; i++) {
+    const u = s.charCodeAt(i)
+    const pair = u >= 0xd800 && u <= 0xdbff && i + 1 < s.length && s.charCodeAt(i + 1) >= 0xdc00 && s.charCodeAt(i + 1) <= 0xdfff
+    if (pair) {
+      out += r() < 0.5 ? s.slice(i, i + 2) : hex4(u, r) + hex4(s.charCodeAt(i + 1), r)
+      i++
+    } else if (u >= 0xd800 && u <= 0xdfff) {
+      out += hex4(u, r) // a lone surrogate has no UTF-8 spelling
+    } else if (SHORT[s[i]!] !== undefined && (s[i] !== '/' || r() < 0.5)) {
+      out += r() < 0.7 ? SHORT[s[i]!] : hex4(u, r)
+    } else if (u < 0x20) {
+      out += hex4(u, r)
+    } else {
+      out += r() < 0.1 ? hex4(u, r) : s[i]
+    }
+  }
+  return `${out}"`
+}
+
+function write(v: J, r: () => number): string {
+  const ws = () => (r() < 0.2 ? WS[Math.floor(r() * WS.length)]! : '')
+  if ('str' in v) return writeString(v.str, r)
+  if ('raw' in v) return v.raw
+  if ('arr' in v) return `[${ws()}${v.arr.map((x) => `${ws()}${write(x, r)}${ws()}`).join(',')}]`
+  const members = v.obj.map(([k, x]) => `${ws()}${writeString(k, r)}${ws()}:${ws()}${write(x, r)}${ws()}`)
+  return `${ws()}{${members.join(',')}}${ws()}`
+}
+
+// Same members in another order, the last of each duplicate kept last (it is the one that counts).
+function shuffle(m: [string, J][], r: () => number): [string, J][] {
+  const firsts = m.filter(([k], i) => m.findLastIndex(([k2]) => k2 === k) !== i)
+  const lasts = m.filter(([k], i) => m.findLastIndex(([k2]) => k2 === k) === i)
+  for (let i = lasts.length - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1))
+    ;[lasts[i], lasts[j]] = [lasts[j]!, lasts[i]!]
+  }
+  return [...firsts, ...lasts]
+}
+
+// ---- generators ---------------------------------------------------------------------------
+
+const unit = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom('a', 'b', ' ', 'Z', '0', '.', '/') },
+  { weight: 2, arbitrary: fc.constantFrom('"', '\\', '\n', '\t', '\b', '\f', '\r', '\u0001', '\u001f', '\u007f') },
+  { weight: 2, arbitrary: fc.constantFrom('é', 'ß', '€', '中', '\u241e', '\u241f', '\ufffd', '\u0800', '\uffff') },
+  { weight: 2, arbitrary: fc.constantFrom('😀', '𝄞', '\u{10ffff}', '\u{10000}') },
+  { weight: 1, arbitrary: fc.constantFrom('\ud800', '\udbff', '\udc00', '\udfff', '\ud83d', '\ude00') },
+)
+const text = fc.oneof(
+  { weight: 4, arbitrary: fc.array(unit, { maxLength: 12 }).map((a) => a.join('')) },
+  // Long enough to reach the span (and the cap, 2×span units) of the routers below.
+  { weight: 1, arbitrary: fc.tuple(fc.array(unit, { minLength: 1, maxLength: 4 }), fc.integer({ min: 100, max: 800 })).map(([a, n]) => a.join('').repeat(n)) },
+)
+
+const junk: fc.Arbitrary<J> = fc.constantFrom<J>({ raw: '5' }, { raw: '-0.5e-3' }, { raw: 'null' }, { raw: 'true' }, { raw: '{}' }, { raw: '[1,[2]]' }, str('x'))
+
+const part: fc.Arbitrary<J> = fc.oneof(
+  { weight: 4, arbitrary: text.map((t) => obj(['type', str('text')], ['text', str(t)])) },
+  { weight: 2, arbitrary: fc.tuple(text, fc.boolean()).map(([u, asString]) => obj(['type', str('image_url')], ['image_url', asString ? str(u) : obj(['detail', str('low')], ['url', str(u)])])) },
+  { weight: 1, arbitrary: junk.map((x) => obj(['type', str('image_url')], ['image_url', x])) },
+  { weight: 1, arbitrary: fc.tuple(junk, text).map(([x, t]) => obj(['text', x], ['type', str(t)])) },
+  { weight: 1, arbitrary: junk },
+)
+
+const content: fc.Arbitrary<J | undefined> = fc.oneof(
+  { weight: 5, arbitrary: text.map(str) },
+  { weight: 3, arbitrary: fc.array(part, { maxLength: 4 }).map((arr): J => ({ arr })) },
+  { weight: 1, arbitrary: fc.constantFrom<J | undefined>(undefined, { raw: 'null' }) },
+  { weight: 1, arbitrary: fc.constantFrom<J>({ raw: '5' }, { raw: '{}' }, { raw: 'false' }) }, // refused
+)
+
+const role = fc.oneof({ weight: 8, arbitrary: fc.constantFrom('user', 'system', 'assistant').map(str) }, { weight: 1, arbitrary: text.map(str) }, { weight: 1, arbitrary: junk })
+
+const message: fc.Arbitrary<J> = fc.oneof(
+  { weight: 12, arbitrary: fc.tuple(role, content, fc.option(junk)).map(([r, c, decoy]): J => {
+      const m: [string, J][] = decoy ? [['role', decoy]] : []
+      m.push(['role', r])
+      if (c) m.push(['content', c])
+      return { obj: m }
+    }) },
+  { weight: 1, arbitrary: junk },
+)
+
+const top = fc.record({
+  model: fc.option(fc.oneof({ weight: 5, arbitrary: text.map(str) }, { weight: 1, arbitrary: junk }), { nil: undefined }),
+  cacheKey: fc.option(fc.oneof({ weight: 5, arbitrary: fc.constantFrom('k1', 'tenant-a', 'with space', '').map(str) }, { weight: 1, arbitrary: text.map(str) }, { weight: 1, arbitrary: junk }), { nil: undefined }),
+  stream: fc.option(fc.constantFrom<J>({ raw: 'true' }, { raw: 'false' }, str('true'), { raw: '1' }), { nil: undefined }),
+  extra: fc.array(fc.tuple(fc.constantFrom('temperature', 'max_tokens', 'n', 'user', '__proto__'), junk), { maxLength: 3 }),
+  // Earlier members of the same name, which JSON.parse overwrites.
+  decoys: fc.array(fc.tuple(fc.constantFrom('model', 'stream', 'messages', 'prompt', 'prompt_cache_key'), junk), { maxLength: 2 }),
+})
+
+type Top = typeof top extends fc.Arbitrary<infer T> ? T : never
+
+function members(t: Top, body: [string, J][]): [string, J][] {
+  const m: [string, J][] = [...t.decoys, ...t.extra]
+  if (t.model) m.push(['model', t.model])
+  if (t.cacheKey) m.push(['prompt_cache_key', t.cacheKey])
+  if (t.stream) m.push(['stream', t.stream])
+  return [...m, ...body]
+}
+
+const chatBody = fc.tuple(top, fc.array(message, { maxLength: 6 }), fc.integer()).map(([t, msgs, seed]) => {
+  const r = rng(seed)
+  return Buffer.from(write({ obj: shuffle(members(t, [['messages', { arr: msgs }]]), r) }, r))
+})
+
+const promptValue: fc.Arbitrary<J> = fc.oneof(
+  { weight: 5, arbitrary: text.map(str) },
+  { weight: 3, arbitrary: fc.array(text, { minLength: 1, maxLength: 3 }).map((a): J => ({ arr: a.map(str) })) },
+  { weight: 1, arbitrary: fc.constantFrom<J>({ raw: '[1,2,3]' }, { raw: '[[1,2]]' }, { raw: '[]' }, { raw: '[null]' }, { raw: '7' }, { raw: 'null' }) },
+)
+const completionsBody = fc.tuple(top, promptValue, fc.integer()).map(([t, p, seed]) => {
+  const r = rng(seed)
+  return Buffer.from(write({ obj: shuffle(members(t, [['prompt', p]]), r) }, r))
+})
+
+// Truncations, byte flips, insertions and deletions: mostly syntax errors and bad UTF-8.
+const mutated = (body: fc.Arbitrary<Buffer>) =>
+  fc.tuple(body, fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 }), fc.integer({ min: 0, max: 3 })), { minLength: 1, maxLength: 3 })).map(([b, edits]) => {
+    let out = b
+    for (const [at, byte, kind] of edits) {
+      const i = out.length === 0 ? 0 : at % out.length
+      if (kind === 0) out = out.subarray(0, i)
+      else if (kind === 1 && out.length > 0) (out = Buffer.from(out))[i] = byte
+      else if (kind === 2) out = Buffer.concat([out.subarray(0, i), Buffer.of(byte), out.subarray(i)])
+      else out = Buffer.concat([out.subarray(0, i), out.subarray(i + 1)])
+    }
+    return out
+  })
+
+// ---- the reference: what the string path hands the router --------------------------------
+
+/** The UTF-8 the router hashes for a string: its first n code points, a lone surrogate as U+FFFD. */
+function utf8Prefix(s: string, n: number): Buffer {
+  return Buffer.from([...s].slice(0, n).join(''))
+}
+
+function reference(api: 'chat' | 'completions', raw: Buffer, span: number): OpenAIRequest | RequestError {
+  try {
+    return openAIRequest(api, raw, span)
+  } catch (err) {
+    if (err instanceof RequestError) return err
+    throw err
+  }
+}
+
+function compare(api: 'chat' | 'completions', raw: Buffer, span: number, prefix: number): NativeOutcome {
+  const got = nativeRequest(api, raw, { span, prefixLength: prefix, maxDepth: 64 })
+  const want = reference(api, raw, span)
+  if (got.status === 'invalid') expect(want).toBeInstanceOf(RequestError)
+  if (got.status !== 'ok') return got
+  expect(want).not.toBeInstanceOf(RequestError)
+  const r = want as OpenAIRequest
+  const k = got.request.key
+  expect(Buffer.from(k)).toEqual(utf8Prefix(r.text, span))
+  expect(k.keyBytes).toBe(utf8Prefix(r.text, prefix).length)
+  if (r.anchor === undefined) expect(k.anchorBytes).toBeUndefined()
+  else expect(k.anchorBytes).toBe(Math.min(Buffer.byteLength(r.text.slice(0, r.anchor)), k.length))
+  expect(got.request.model).toBe(r.model)
+  expect(got.request.promptCacheKey).toBe(r.promptCacheKey)
+  expect(got.request.stream).toBe(r.stream)
+  return got
+}
+
+describe('native key extraction matches openAIRequest', () => {
+  const spans = fc.tuple(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1, max: 40 })).map(([a, b]) => ({ span: Math.max(a, b), prefix: Math.min(a, b) }))
+
+  it('chat bodies: same text, marks, model, prompt_cache_key and stream; a shape TS refuses is refused', () => {
+    let ok = 0
+    fc.assert(
+      fc.property(chatBody, spans, (raw, { span, prefix }) => {
+        const got = compare('chat', raw, span, prefix)
+        if (got.status === 'ok') ok++
+        // Every generated body is valid JSON in valid UTF-8: the native side takes them all.
+        expect(got.status).not.toBe('unsupported')
+      }),
+      { numRuns: 400 },
+    )
+    expect(ok).toBeGreaterThan(100)
+  })
+
+  it('completions bodies, token ids left to TypeScript', () => {
+    fc.assert(
+      fc.property(completionsBody, spans, (raw, { span, prefix }) => {
+        const got = compare('completions', raw, span, prefix)
+        if (got.status === 'unsupported') {
+          const p = (JSON.parse(raw.toString()) as { prompt?: unknown }).prompt
+          expect(Array.isArray(p) && (typeof p[0] === 'number' || Array.isArray(p[0]))).toBe(true)
+        }
+      }),
+      { numRuns: 300 },
+    )
+  })
+
+  it('mutated bodies: native ok means TS gives the same; native invalid means TS refuses', () => {
+    fc.assert(
+      fc.property(mutated(chatBody), spans, (raw, { span, prefix }) => void compare('chat', raw, span, prefix)),
+      { numRuns: 400 },
+    )
+    fc.assert(
+      fc.property(mutated(completionsBody), spans, (raw, { span, prefix }) => void compare('completions', raw, span, prefix)),
+      { numRuns: 200 },
+    )
+  })
+
+  it('invalid UTF-8 and deep nesting fall back; a BOM is refused as JSON.parse refuses it', () => {
+    const body = (s: string) => Buffer.from(`{"messages":[{"role":"user","content":"${s}"}]}`)
+    expect(nativeRequest('chat', Buffer.concat([body('a').subarray(0, 39), Buffer.of(0xff), body('a').subarray(39)]), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('unsupported')
+    expect(nativeRequest('chat', Buffer.concat([Buffer.of(0xef, 0xbb, 0xbf), body('a')]), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('invalid')
+    expect(() => openAIRequest('chat', Buffer.concat([Buffer.of(0xef, 0xbb, 0xbf), body('a')]), 8)).toThrow(RequestError)
+    const deep = Buffer.from(`{"messages":[{"role":"user","content":"a"}],"x":${'['.repeat(70)}${']'.repeat(70)}}`)
+    expect(nativeRequest('chat', deep, { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('unsupported')
+    expect(nativeRequest('chat', deep, { span: 8, prefixLength: 8, maxDepth: 128 }).status).toBe('ok')
+    expect(nativeRequest('embeddings', Buffer.from('{"input":"x"}'), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('unsupported')
+  })
+
+  it('reads a body in shared memory (as gathered for the parse worker) and an empty one', () => {
+    const text = Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    const shared = Buffer.from(new SharedArrayBuffer(text.length + 8), 4, text.length)
+    text.copy(shared)
+    const got = nativeRequest('chat', shared, { span: 8, prefixLength: 8, maxDepth: 64 })
+    expect(got.status === 'ok' && [Buffer.from(got.request.key).toString(), got.request.model]).toEqual(['\u241euser\u241fhi', 'm'])
+    expect(nativeRequest('chat', Buffer.alloc(0), { span: 8, prefixLength: 8, maxDepth: 64 }).status).toBe('invalid')
+  })
+})
+
+describe('a Router picks the same for an ExtractedKey as for the string', () => {
+  const ids = Array.from({ length: 12 }, (_, i) => ({ id: `i${i}` }))
+  for (const strategy of ['prefix_aware', 'longest_prefix'] as const) {
+    it(strategy, () => {
+      // Two routers in step: one picks by the TS text, the other by the native key. Their
+      // index state (longest_prefix) evolves only if their picks agree.
+      const opts = { instances: ids, strategy, prefixLength: 1024, matchLength: 1024, blockSize: 16 }
+      const a = new Router(opts)
+      const b = new Router(opts)
+      let compared = 0
+      try {
+        fc.assert(
+          fc.property(fc.oneof(chatBody, completionsBody.map((c) => ({ c }))), (x) => {
+            const api = Buffer.isBuffer(x) ? 'chat' : 'completions'
+            const raw = Buffer.isBuffer(x) ? x : x.c
+            const got = compare(api, raw, 1024, 1024)
+            if (got.status !== 'ok') return
+            const r = openAIRequest(api, raw, 1024)
+            let tenant: string | undefined
+            try {
+              tenant = tenantOf(undefined, r.promptCacheKey)
+            } catch {
+              return // refused by tenantOf on both paths alike
+            }
+            const la = a.pick(r.text, { tenant, ...(r.anchor !== undefined && { anchor: r.anchor }) })
+            const lb = b.pick(got.request.key, { tenant })
+            expect(lb.instance).toBe(la.instance)
+            la.release()
+            lb.release()
+            if (strategy === 'prefix_aware' && !/[\ud800-\udfff]/u.test(r.text)) {
+              const k = got.request.key
+              expect(xxh3(k.subarray(0, k.keyBytes), tenant === undefined ? 0n : xxh3(tenant))).toBe(keyHash(r.text, tenant, 1024))
+            }
+            compared++
+          }),
+          { numRuns: 250 },
+        )
+      } finally {
+        a.close()
+        b.close()
+      }
+      expect(compared).toBeGreaterThan(50)
+    })
+  }
+
+  it('an ExtractedKey is still a Uint8Array of its text, and its copies are plain arrays', () => {
+    const got = nativeRequest('chat', Buffer.from('{"messages":[{"role":"user","content":"hi"}]}'), { span: 1024, prefixLength: 1024, maxDepth: 64 })
+    expect(got.status).toBe('ok')
+    const k = (got as { request: { key: ExtractedKey } }).request.key
+    expect(Buffer.from(k).toString()).toBe('\u241euser\u241fhi')
+    expect(k.subarray(1)).not.toBeInstanceOf(ExtractedKey)
+  })
+})
+
+describe('the parse worker', () => {
+  it('reads a body natively as the main thread does, and declines the same bodies to openAIRequest', async () => {
+    const pool = new ParsePool({ size: 1 })
+    const o = { span: 64, prefixLength: 32, maxDepth: 64 }
+    let native = 0
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.oneof(chatBody, mutated(chatBody)), async (raw) => {
+          const here = nativeRequest('chat', raw, o)
+          const there = await pool.parseKey('chat', raw, o).then((r) => r, (e: unknown) => e)
+          if (here.status === 'ok') {
+            native++
+            const { key, ...facts } = here.request
+            expect(there).toMatchObject({ native: facts })
+            const k = (there as { native: { key: ExtractedKey } }).native.key
+            expect(k).toBeInstanceOf(ExtractedKey)
+            expect([Buffer.from(k), k.keyBytes, k.anchorBytes]).toEqual([Buffer.from(key), key.keyBytes, key.anchorBytes])
+            return
+          }
+          const want = reference('chat', raw, o.span)
+          if (want instanceof RequestError) expect(there).toMatchObject({ code: want.code, message: want.message, status: want.status })
+          else expect(there).toStrictEqual({ request: want })
+          if (want instanceof RequestError) expect(there).toBeInstanceOf(ProxyError)
+        }),
+        { numRuns: 80 },
+      )
+    } finally {
+      await pool.close()
+    }
+    expect(native).toBeGreaterThan(10)
+  })
+})
+
+describe('the native entry points', () => {
+  const meta = new Float64Array(9)
+  const body = Buffer.from('{"messages":[{"role":"user","content":"hi"}]}')
+
+  it('refuse bad arguments with coded errors, never a crash', () => {
+    const out = new Uint8Array(64)
+    const code = (fn: () => unknown) => {
+      try {
+        fn()
+      } catch (e) {
+        return (e as { code?: string }).code
+      }
+      return 'returned'
+    }
+    expect(code(() => keyBinding.key_extract(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    // Room for min(4*span, body bytes) is needed: 32 here.
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(8)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
+    const h = native.router_create(undefined, 64, 64)
+    native.router_set_instances(h, ['a', 'b'], [1, 1])
+    const picked = new Float64Array(4)
+    const text = new Uint8Array(8)
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, undefined, picked, undefined, 9))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, 9, picked, undefined, 8))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, 'x' as unknown as Uint8Array, undefined, undefined, undefined, picked, undefined, 0))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.router_pick_extracted({} as NativeHandle, text, undefined, undefined, undefined, picked, undefined, 8))).toBe('ERR_INVALID_ARG_TYPE')
+    // Text in shared memory reads as any other (it used to be read through a missing ArrayBuffer).
+    const shared = new Uint8Array(new SharedArrayBuffer(8))
+    expect(keyBinding.router_pick_extracted(h, shared, undefined, undefined, undefined, picked, undefined, 8)).toBe(0)
+    expect(native.router_release(h, picked[0]!)).toBe(true)
+    expect(native.xxh3(shared, 0n)).toBe(native.xxh3(new Uint8Array(8), 0n))
+    native.router_close(h)
+  })
+})
