@@ -97,7 +97,8 @@ void fill_derived(Snapshot* snap) {
 
 std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
   std::string err;
-  auto r = Region::create("", slot_capacity, vnodes, 0, &err);
+  auto r = Region::create("", slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
+                          PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
   if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
   return r;
 }
@@ -119,7 +120,7 @@ RouterState::RouterState(std::unique_ptr<Region> region)
       header_(region_->header()),
       vnodes_(header_->vnodes),
       slots_(region_->slots(), header_->slot_capacity),
-      index_(header_->slot_capacity) {
+      index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
   current_.store(s, std::memory_order_release);
@@ -127,7 +128,8 @@ RouterState::RouterState(std::unique_ptr<Region> region)
 
 std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path, uint32_t vnodes_per_weight,
                                                         uint32_t slot_capacity, std::string* err) {
-  auto region = Region::create(path, slot_capacity, vnodes_per_weight, 0, err);
+  auto region = Region::create(path, slot_capacity, vnodes_per_weight, PrefixIndex::kDefaultNodes,
+                               PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), err);
   if (!region) return nullptr;
   std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
   if (!st->claim_row(err)) return nullptr;
@@ -261,7 +263,7 @@ void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks,
 }
 
 void RouterState::drained(uint32_t slot) {
-  std::lock_guard<std::mutex> l(index_.mutex());
+  std::lock_guard<IndexMutex> l(index_.mutex());
   if (slots_[slot].word.load(std::memory_order_acquire) == 0) index_.clear_slot(slot);
 }
 
@@ -278,7 +280,7 @@ void RouterState::publish_locked(Snapshot* next, bool members_changed) {
   if (members_changed)
     for (uint32_t slot : next->slot_of) slots_[slot].word.fetch_add(kPin, std::memory_order_acq_rel);
   {
-    std::lock_guard<std::mutex> l(index_.mutex());
+    std::lock_guard<IndexMutex> l(index_.mutex());
     for (size_t i = 0; i < next->slot_of.size(); i++) {
       const uint32_t b = next->ring->member(i).index_blocks;
       index_.set_capacity(next->slot_of[i], b == 0 ? next->params.index_default : b);
@@ -355,7 +357,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       slot = free_slots.back();
       free_slots.pop_back();
       {
-        std::lock_guard<std::mutex> l(index_.mutex());
+        std::lock_guard<IndexMutex> l(index_.mutex());
         index_.clear_slot(slot);
       }
       slots_[slot].set_id(m.id);

@@ -69,6 +69,7 @@ struct RegionHeader {
   uint32_t processes;
   uint64_t size;
   uint64_t slots_offset, held_offset, blob_offset, index_offset, index_bytes;
+  uint32_t index_nodes;  // the prefix index's node pool (prefix_index.h)
   int32_t creator_pid;
 
   // Bumped (under meta) by every publication; a process rebuilds its local snapshot when the
@@ -89,7 +90,7 @@ class Region {
   // path empty: process-private memory. Otherwise a new file at path (which must not
   // exist), mapped shared. On failure returns null and says why in *err.
   static std::unique_ptr<Region> create(const std::string& path, uint32_t slot_capacity, uint32_t vnodes,
-                                        uint64_t index_bytes, std::string* err) {
+                                        uint32_t index_nodes, uint64_t index_bytes, std::string* err) {
     const uint32_t procs = path.empty() ? 0 : kMaxProcesses;
     Layout l = layout(slot_capacity, procs, index_bytes);
     int fd = -1;
@@ -103,7 +104,7 @@ class Region {
         return nullptr;
       }
     }
-    void* base = ::mmap(nullptr, l.size, PROT_READ | PROT_WRITE, path.empty() ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
+    void* base = ::mmap(nullptr, l.size, PROT_READ | PROT_WRITE, path.empty() ? MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE : MAP_SHARED, fd, 0);
     if (fd >= 0) ::close(fd);
     if (base == MAP_FAILED) {
       *err = std::string("cannot map the router state: ") + std::strerror(errno);
@@ -123,6 +124,7 @@ class Region {
     h->blob_offset = l.blob;
     h->index_offset = l.index;
     h->index_bytes = index_bytes;
+    h->index_nodes = index_nodes;
     h->creator_pid = static_cast<int32_t>(::getpid());
     h->meta.init();
     h->params = RoutingParams();
@@ -150,6 +152,10 @@ class Region {
       return nullptr;
     }
     const Layout l = layout(h->slot_capacity, h->processes, h->index_bytes);
+    if (h->index_bytes < uint64_t{h->index_nodes} * 40) {
+      *err = "'" + path + "' has an inconsistent header";
+      return nullptr;
+    }
     if (h->layout != kLayoutVersion || h->size != size || l.size != size || h->slots_offset != l.slots ||
         h->held_offset != l.held || h->blob_offset != l.blob || h->index_offset != l.index) {
       *err = "'" + path + "' was made by another version of prefix-router";

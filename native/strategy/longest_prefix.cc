@@ -48,7 +48,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     const RoutingParams& p = ctx.snap.params;
     if (in.nblocks == 0) return place_with_overflow(ctx, home_position(ring, in.key, ctx.eligible));
 
-    std::lock_guard<std::mutex> lock(ctx.index.mutex());
+    std::lock_guard<IndexMutex> lock(ctx.index.mutex());
     // Per-thread scratch indexed by slot, reset after use through `touched`.
     thread_local std::vector<uint32_t> match;
     thread_local std::vector<uint32_t> touched;

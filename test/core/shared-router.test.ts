@@ -180,6 +180,33 @@ describe('Router shared between processes', () => {
     expect(r.instances().map((i) => i.inFlight)).toEqual([0, 0, 0])
   })
 
+  it('longest_prefix: a prompt routed by one process is matched by another', async () => {
+    const instances = ids(8).map((id) => ({ id }))
+    const r = shared({ instances, strategy: 'longest_prefix' })
+    const [a, b] = await Promise.all([spawn(r.sharedPath!), spawn(r.sharedPath!)])
+    // Prompts shorter than prefixLength hash whole, so a longer turn of the same conversation
+    // has another key: only the index can send it where its opening went.
+    const text = (i: number, n: number) => Array.from({ length: n }, (_, k) => `turn ${i} line ${k} `.padEnd(32, '.')).join('')
+    const first = Array.from({ length: 12 }, (_, i) => text(i, 20))
+    const later = first.map((p, i) => p + text(i + 100, 20))
+    const placed = await a.pick(first, false)
+    expect(r.stats().indexEntries).toBeGreaterThan(0) // the child's inserts are in the shared index
+    const matched = await b.pick(later, false)
+    expect(matched.map((m) => m.instance)).toEqual(placed.map((p) => p.instance))
+
+    // Without a shared index (two processes' own routers), the later turns go by their hash.
+    const own1 = new Router({ instances, strategy: 'longest_prefix' })
+    const own2 = new Router({ instances, strategy: 'longest_prefix' })
+    routers.push(own1, own2)
+    const apart = first.map((p, i) => {
+      own1.pick(p).release()
+      const l = own2.pick(later[i]!)
+      l.release()
+      return l.instance
+    })
+    expect(apart.filter((inst, i) => inst === placed[i]!.instance).length).toBeLessThan(first.length)
+  })
+
   it('a lease dropped without release() is ended by the garbage collector and counted', async () => {
     const gc = (globalThis as { gc?: () => void }).gc
     const r = new Router({ instances: [{ id: 'a' }] })
