@@ -232,6 +232,7 @@ void RouterState::refresh() {
 }
 
 RoutingParams RouterState::params() {
+  refresh();  // an attached router reports what its creator last published
   std::lock_guard<std::mutex> lock(writer_);
   return current_.load(std::memory_order_acquire)->params;
 }
