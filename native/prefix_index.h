@@ -40,7 +40,7 @@ class IndexMutex {
 class PrefixIndex {
  public:
   // Blocks the pool holds across all slots by default (about 40 bytes each, plus the table).
-  static constexpr uint32_t kDefaultNodes = uint32_t{1} << 22;
+  static constexpr uint32_t kDefaultNodes = (uint32_t{1} << 22) - 1;  // a table of 2^23 buckets
   // Bytes of area an index of this size needs.
   static uint64_t area_bytes(uint32_t slot_capacity, uint32_t node_capacity);
   // Over `area` (zeroed, area_bytes long); `init`: the caller created it (else it attaches).

@@ -119,7 +119,7 @@ RouterState::RouterState(std::unique_ptr<Region> region)
     : region_(std::move(region)),
       header_(region_->header()),
       vnodes_(header_->vnodes),
-      slots_(region_->slots(), header_->slot_capacity),
+      slots_(region_->slots(), region_->ids(), header_->slot_capacity),
       index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
@@ -327,7 +327,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   std::unordered_map<std::string, uint32_t> live;
   std::vector<uint32_t> free_slots;
   for (uint32_t i = slots_.capacity(); i-- > 0;) {
-    if (slots_[i].word.load(std::memory_order_acquire) != 0) live.emplace(slots_[i].id(), i);
+    if (slots_[i].word.load(std::memory_order_acquire) != 0) live.emplace(slots_.id(i), i);
     else free_slots.push_back(i);
   }
   size_t needed = 0;
@@ -361,7 +361,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
         std::lock_guard<IndexMutex> l(index_.mutex());
         index_.clear_slot(slot);
       }
-      slots_[slot].set_id(m.id);
+      slots_.set_id(slot, m.id);
       slots_[slot].prefill.store(0, std::memory_order_relaxed);
       slots_[slot].generation.fetch_add(1, std::memory_order_relaxed);
     }
@@ -497,12 +497,12 @@ int64_t RouterState::in_flight(int reader, const std::string& id) {
   // Not a member: a removed instance whose leases are draining keeps its slot (and id) until
   // its word drops to zero.
   for (uint32_t i = 0; i < slots_.capacity(); i++)
-    if (slots_[i].word.load(std::memory_order_acquire) != 0 && slots_[i].id() == id) return slots_[i].in_flight();
+    if (slots_[i].word.load(std::memory_order_acquire) != 0 && slots_.id(i) == id) return slots_[i].in_flight();
   return -1;
 }
 
 std::string RouterState::slot_id(uint32_t slot) {
-  return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_[slot].id() : std::string();
+  return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_.id(slot) : std::string();
 }
 
 std::vector<InstanceInfo> RouterState::instances(int reader) {
