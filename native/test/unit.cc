@@ -5,6 +5,7 @@
 #include <xxhash.h>  // reference XXH3 (Debian libxxhash-dev)
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -806,6 +807,42 @@ void test_shared_churn() {
   creator->release_reader(reader);
 }
 
+// A process that dies holding the index's mutex (mid-insert, as far as anyone knows) leaves
+// it to the next locker, which clears the index instead of blocking forever.
+void test_shared_index_owner_died() {
+  const uint32_t slots = 4, nodes = 1024;
+  const size_t bytes = pr::PrefixIndex::area_bytes(slots, nodes);
+  void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(area != MAP_FAILED);
+  if (area == MAP_FAILED) return;
+  {
+    pr::PrefixIndex idx(area, slots, nodes, true);
+    const uint64_t h[3] = {11, 22, 33};
+    {
+      std::lock_guard<pr::IndexMutex> l(idx.mutex());
+      idx.set_capacity(1, 100);
+      idx.insert(1, h, 3);
+      CHECK(idx.entries() == 3);
+    }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      pr::PrefixIndex other(area, slots, nodes, false);
+      other.mutex().lock();
+      ::_exit(0);  // never unlocks
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    std::lock_guard<pr::IndexMutex> l(idx.mutex());  // would block forever on a plain mutex
+    CHECK(idx.entries() == 0);
+    idx.insert(1, h, 3);  // capacities survive the clearing; the index works on
+    std::vector<uint32_t> match(slots, 0), touched;
+    idx.match(h, 3, match, touched);
+    CHECK(match[1] == 3 && idx.entries() == 3);
+  }
+  ::munmap(area, bytes);
+}
+
 }  // namespace
 
 int main() {
@@ -834,6 +871,7 @@ int main() {
       {"shared state attach", test_shared_attach},
       {"shared state dead process", test_shared_dead_process},
       {"shared state membership churn", test_shared_churn},
+      {"shared index owner died", test_shared_index_owner_died},
   };
   for (const auto& t : tests) {
     std::printf("%s\n", t.name);

@@ -160,6 +160,16 @@ describe('Router shared between processes', () => {
     expect(() => r.releaseProcess(0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
   })
 
+  it("a child's close() ends the leases it still holds", async () => {
+    const r = shared({ instances: [{ id: 'a' }, { id: 'b' }], concurrencyThreshold: 100 })
+    const c = await spawn(r.sharedPath!)
+    await c.pick(['1', '2', '3'], true)
+    expect(r.inFlight('a') + r.inFlight('b')).toBe(3)
+    await c.ask({ cmd: 'close' })
+    expect(r.inFlight('a') + r.inFlight('b')).toBe(0)
+    expect(r.releaseProcess(c.proc.pid!)).toBe(0)
+  })
+
   it('an attached router follows the creator: membership and configure(); and cannot change them itself', async () => {
     const r = shared({ instances: [{ id: 'a' }, { id: 'b' }], concurrencyThreshold: 7 })
     const c = await spawn(r.sharedPath!)
