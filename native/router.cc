@@ -420,7 +420,7 @@ PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::st
     in.blocks = blocks;
     in.nblocks = blocks == nullptr ? 0 : nblocks;
     in.anchor_blocks = anchor_blocks;
-    const PickContext ctx{s, slots_, index_, eligible, in};
+    const PickContext ctx{s, slots_, index_, eligible, in, &header_->members_version};
     const Choice c = impl.pick(ctx);
     const uint32_t slot = s.slot_of[c.member];
     if (header_->members_version.load(std::memory_order_acquire) != s.members_version) {

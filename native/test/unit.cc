@@ -755,29 +755,32 @@ void test_shared_churn() {
   auto worker = [&](pr::RouterState* st, int seed) {
     const int reader = st->acquire_reader();
     std::mt19937_64 rng(seed);
-    std::vector<uint32_t> held;
+    std::vector<std::pair<uint32_t, uint32_t>> held;  // (slot, queued prefill)
     while (!stop.load(std::memory_order_relaxed)) {
-      uint32_t slot;
+      uint32_t slot, prefill;
       std::string expected;
       {
         pr::SnapshotGuard g(*st, reader);
-        auto r = st->pick(g, rng());
+        // A few prompts' chained blocks, for the rounds that run longest_prefix.
+        const uint64_t conv = rng() % 8, blocks[3] = {conv, conv * 7 + 1, conv * 13 + 2};
+        auto r = st->pick(g, rng(), nullptr, blocks, 3);
         if (r.slot < 0) continue;
         slot = static_cast<uint32_t>(r.slot);
+        prefill = r.prefill;
         const auto& s = g.snap();
         for (size_t m = 0; m < s.slot_of.size(); m++)
           if (s.slot_of[m] == slot) expected = s.ring->member(m).id;
       }
       picks++;
       if (expected.empty() || st->slot_id(slot) != expected) wrong++;
-      held.push_back(slot);
+      held.emplace_back(slot, prefill);
       if (held.size() > 3 || rng() % 2 == 0) {
         const size_t i = rng() % held.size();
-        if (!st->release(held[i])) failures++;
+        if (!st->release(held[i].first, held[i].second)) failures++;
         held.erase(held.begin() + static_cast<long>(i));
       }
     }
-    for (uint32_t s : held) if (!st->release(s)) failures++;
+    for (auto [s, p] : held) if (!st->release(s, p)) failures++;
     st->release_reader(reader);
   };
   std::vector<std::thread> threads;
@@ -790,7 +793,7 @@ void test_shared_churn() {
   while (rounds < 400 || picks.load() < 3000) {
     m.clear();
     for (size_t k = 0; k < 4; k++) m.push_back({"id-" + std::to_string(rounds + k), 1.0});
-    creator->configure(static_cast<pr::Strategy>(rounds % 3), 4096, 1 + rounds % 3);
+    creator->configure(static_cast<pr::Strategy>(rounds % 4), 4096, 1 + rounds % 3);
     if (!creator->set_instances(m).empty()) errors++;
     rounds++;
   }
