@@ -139,6 +139,11 @@ std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path,
 std::unique_ptr<RouterState> RouterState::attach(const std::string& path, std::string* err) {
   auto region = Region::attach(path, err);
   if (!region) return nullptr;
+  const RegionHeader* h = region->header();
+  if (h->index_bytes != PrefixIndex::area_bytes(h->slot_capacity, h->index_nodes)) {
+    *err = "'" + path + "' was made by another version of prefix-router";
+    return nullptr;
+  }
   std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
   if (!st->claim_row(err)) return nullptr;
   return st;
