@@ -98,6 +98,7 @@ struct HeldCount {
   std::atomic<uint64_t> leases{0};
   std::atomic<uint64_t> prefill{0};
   void sub(std::atomic<uint64_t>& c, uint64_t n) {  // saturating, like Slot::sub_prefill
+    if (n == 0) return;
     uint64_t v = c.load(std::memory_order_relaxed);
     while (v != 0 && !c.compare_exchange_weak(v, v > n ? v - n : 0, std::memory_order_relaxed)) {
     }
