@@ -14,7 +14,7 @@ import { Writable } from 'node:stream'
 import { context, createContextKey } from '@opentelemetry/api'
 import { pino, type Logger } from 'pino'
 import { Pool, request } from 'undici'
-import type { Config } from '../config.js'
+import { ConfigSchema, type Config } from '../config.js'
 
 export interface WarmupResult {
   /** Requests answered by the sink through the throwaway proxy. */
@@ -140,25 +140,28 @@ function h2cClient(url: string): { send: Send; close(): Promise<void> } {
   }
 }
 
-/** The live configuration with everything that reaches outside the process replaced by loopback copies. */
+/**
+ * The live configuration with everything that reaches outside the process replaced by
+ * loopback copies. Parsed again, so that it is the same shape of object as the live one: the
+ * optimised code then fits the live server's objects too.
+ */
 function warmConfig(config: Config, sinkPort: number): Config {
-  // TLS upstreams (h2) would need a certificate the sink does not have: their requests take the
-  // same forward code over HTTP/1.1 here.
-  const protocol = config.upstream.protocol === 'h2c' ? 'h2c' : 'http1'
-  return {
-    ...config,
+  const { tls: _tls, endpoints, ...rest } = config
+  return ConfigSchema.parse({
+    ...rest,
     listen: { host: '127.0.0.1', port: 0 },
     admin: { host: '127.0.0.1', port: 0 },
-    tls: undefined,
+    // TLS upstreams (h2) would need a certificate the sink does not have: their requests take
+    // the same forward code over HTTP/1.1 here.
+    upstream: { ...config.upstream, protocol: config.upstream.protocol === 'h2c' ? 'h2c' : 'http1' },
     warmup: { ...config.warmup, requests: 0 },
-    upstream: { ...config.upstream, protocol },
     log: { ...config.log, prompts: false },
-    endpoints: config.endpoints.map((ep) => ({
+    endpoints: endpoints.map((ep) => ({
       name: ep.name,
       routing: ep.routing,
-      instances: Array.from({ length: SINK_INSTANCES }, (_, i) => ({ url: `http://127.0.0.1:${sinkPort}/i${i}`, weight: 1, models: [], indexBlocks: undefined })),
+      instances: Array.from({ length: SINK_INSTANCES }, (_, i) => `http://127.0.0.1:${sinkPort}/i${i}`),
     })),
-  }
+  })
 }
 
 const discard = () =>
