@@ -8,7 +8,7 @@ export interface Started {
   /** The ready pattern's match. */
   match: RegExpExecArray
   pid: number
-  /** Everything the watched stream printed so far. */
+  /** What it printed so far: the watched stream, then the other. */
   output(): string
   /** SIGTERM, and resolves once it exited. */
   stop(): Promise<void>
@@ -26,6 +26,7 @@ export function startProcess(cmd: string, args: string[], ready: RegExp, stream:
   const kill = () => child.kill('SIGKILL')
   live.add(kill)
   let out = ''
+  let other = ''
   const exited = new Promise<void>((r) => child.once('exit', () => r()))
   void exited.then(() => live.delete(kill))
   return new Promise((resolve, reject) => {
@@ -37,7 +38,8 @@ export function startProcess(cmd: string, args: string[], ready: RegExp, stream:
     }, readyMs)
     timer.unref()
     child[stream]!.on('data', (d: Buffer) => {
-      out += d.toString()
+      // What comes after the ready line is kept only up to a bound: a router's log can run for minutes.
+      if (!matched || out.length < 1 << 20) out += d.toString()
       const m = matched ? null : ready.exec(out)
       if (!m) return
       matched = true
@@ -45,7 +47,7 @@ export function startProcess(cmd: string, args: string[], ready: RegExp, stream:
       resolve({
         match: m,
         pid: child.pid!,
-        output: () => out,
+        output: () => `${out}${other}`,
         stop: async () => {
           if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
           await exited
@@ -53,7 +55,9 @@ export function startProcess(cmd: string, args: string[], ready: RegExp, stream:
       })
     })
     // The other stream is read too, so that a chatty child never blocks on a full pipe.
-    child[stream === 'stdout' ? 'stderr' : 'stdout']!.on('data', () => {})
+    child[stream === 'stdout' ? 'stderr' : 'stdout']!.on('data', (d: Buffer) => {
+      if (other.length < 1 << 20) other += d.toString()
+    })
     child.once('exit', (c) => reject(new Error(`${cmd} ${args.join(' ')} exited ${c}: ${out}`)))
   })
 }
