@@ -89,8 +89,8 @@ export class ProxyServer implements ProxyCore {
     const { requests, timeoutMs } = this.config.warmup
     if (requests === 0) return
     const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false }))
-    const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut }
-    if (r.errors > 0) this.log.warn(line, 'warmed up, but some warm-up requests failed; starting anyway')
+    const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut, failure: r.failure }
+    if (r.errors > 0 || r.failure !== undefined) this.log.warn(line, 'warm-up incomplete: some of it failed; starting anyway')
     else this.log.info(line, 'warmed up')
   }
 

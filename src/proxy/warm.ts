@@ -24,6 +24,8 @@ export interface WarmupResult {
   ms: number
   /** The time bound cut it short. */
   timedOut: boolean
+  /** Why the warm-up stopped early, when something other than a request failed. */
+  failure?: string
 }
 
 /** Requests in flight at once: enough to exercise connection pools and the streaming path concurrently. */
@@ -173,7 +175,8 @@ const discard = () =>
 
 /**
  * Sends up to `requests` requests through a throwaway server built from `config` by `start`,
- * for at most `timeoutMs`, and closes it all. Never throws: a failure is counted in `errors`.
+ * for at most `timeoutMs`, and closes it all. Never throws: failed requests are counted in
+ * `errors`, and anything else that stops it early is in `failure`.
  */
 export async function warmUp(config: Config, requests: number, timeoutMs: number, start: StartWarmServer): Promise<WarmupResult> {
   const t0 = performance.now()
@@ -181,17 +184,20 @@ export async function warmUp(config: Config, requests: number, timeoutMs: number
   let done = 0
   let errors = 0
   let timedOut = false
-  const sink = await startSink(config.upstream.protocol === 'h2c')
-  const cfg = warmConfig(config, sink.port)
   const logger: Logger = pino({ level: config.log.level }, discard())
+  let sink: Awaited<ReturnType<typeof startSink>> | undefined
   let server: WarmServer | undefined
+  const clients: { send: Send; close(): Promise<void> }[] = []
+  let failure: string | undefined
   try {
+    sink = await startSink(config.upstream.protocol === 'h2c')
+    const cfg = warmConfig(config, sink.port)
     // Started in a context that tells an embedding application's tracer to record nothing:
     // the server's request handlers run in it.
     server = await context.with(context.active().setValue(SUPPRESS_TRACING, true), () => start(cfg, logger))
     const url = server.url
     // Most clients speak HTTP/1.1; one in four requests goes over h2c, whose server code differs.
-    const clients = [h1Client(url), h1Client(url), h1Client(url), h2cClient(url)]
+    clients.push(h1Client(url), h1Client(url), h1Client(url), h2cClient(url))
     const names = cfg.endpoints.map((ep) => ep.name)
     let next = 0
     const worker = async () => {
@@ -219,12 +225,12 @@ export async function warmUp(config: Config, requests: number, timeoutMs: number
     // The admin port's /metrics, rendered from a registry of the live one's shape.
     const m = await request(`${server.adminUrl}/metrics`)
     await m.body.dump({ limit: Infinity })
-    await Promise.all(clients.map((c) => c.close()))
-  } catch {
-    errors++
+  } catch (err) {
+    failure = (err as Error).message
   } finally {
+    await Promise.all(clients.map((c) => c.close().catch(() => undefined)))
     await server?.close()
-    await sink.close()
+    await sink?.close()
   }
-  return { requests: done, errors, ms: performance.now() - t0, timedOut }
+  return { requests: done, errors, ms: performance.now() - t0, timedOut, ...(failure !== undefined && { failure }) }
 }
