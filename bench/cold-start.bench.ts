@@ -81,9 +81,10 @@ async function once(upstream: string, warm: boolean): Promise<Run> {
   const args = ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--config', CONFIG, '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', ...warmFlag]
   const p = await startProcess(process.execPath, args, /on (http:\/\/[\d.:]+) \(admin/, 'stderr', { cwd: root })
   const startMs = performance.now() - t
-  const warmLine = /^.*"msg":"warmed up.*$/m.exec(p.output())?.[0]
   try {
-    return { ...(await load(p.match[1]!)), startMs, warmLine }
+    const measured = await load(p.match[1]!)
+    // Read after the load: the log (stdout) may arrive after the ready line (stderr).
+    return { ...measured, startMs, warmLine: /^.*"msg":"warm.*$/m.exec(p.output())?.[0] }
   } finally {
     await p.stop()
   }
