@@ -1,7 +1,7 @@
 // Warm-up before the front port opens. A fresh process runs the request path in V8's
-// interpreter until enough calls have gone through it to be optimised, and loads and opens
-// what it needs on first use: a replica started under load (a rollout, an autoscaler) queued
-// its first seconds of traffic behind that. Here the whole path runs first, for real, on a
+// interpreter until enough calls have gone through it to be optimised, and loads modules on
+// first use: a replica started under load (a rollout, an autoscaler) queued its first
+// seconds of traffic behind that. Here the whole path runs first, for real, on a
 // throwaway server of the same class as the live one, built from the live configuration
 // but listening on 127.0.0.1:0 and routing to a loopback sink: its own endpoints and native
 // routers, its own metrics registry, a logger that discards. Nothing of the live fleet
