@@ -69,7 +69,8 @@ function sinkHandler(req: http.IncomingMessage | http2.Http2ServerRequest, res: 
   req.on('end', () => {
     const stream = Buffer.concat(chunks).includes('"stream":true')
     if (!stream) {
-      out.writeHead(200, { 'content-type': 'application/json' })
+      // With its length, as vLLM answers: the router's code then sees the header set it will see live.
+      out.writeHead(200, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(JSON_ANSWER)) })
       out.end(JSON_ANSWER)
       return
     }
