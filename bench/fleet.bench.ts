@@ -1,8 +1,12 @@
-// The fleet benchmark, live: `prefix-router serve` in front of `prefix-router sim` workers,
-// each in its own process, over loopback HTTP, with the simulator's clock running
-// TIME_SCALE times faster than wall time. The same workload, seed and duration also go
-// through `replay` (the virtual engine), and the two tables are printed side by side: live
-// and virtual hit rates should agree within 5 points.
+// A consistency check, not a measurement of the router: one model of a vLLM fleet (the
+// simulator's) run in two harnesses. Live: `prefix-router serve` in front of
+// `prefix-router sim` workers, each in its own process, over loopback HTTP, the simulator's
+// clock running TIME_SCALE times faster than wall time. Virtual: the same workload, seed and
+// duration through `replay`. The two tables are printed side by side and their hit rates
+// should agree within 5 points; that they do says the live path (HTTP, the proxy, real
+// processes) routes as the virtual engine does. Both sides are the same model, so neither
+// says how a real fleet would fare, and the TTFT figures are simulated milliseconds; the
+// router's own cost is bench/proxy.bench.ts's.
 // Run: npm run bench:fleet    (WORKLOAD=long-context DURATION=6m TIME_SCALE=8 INSTANCES=7
 //      STRATEGIES=random,prefix_aware,longest_prefix,longest_prefix:hash SEED=1 to change it)
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -131,7 +135,7 @@ async function main(): Promise<void> {
   if (w === undefined) throw new Error(`WORKLOAD must be one of ${Object.keys(WORKLOADS).join(', ')}`)
   const params = resolveParams(w)
   const requests = [...w.generate(params, { seed: SEED, durationMs: DURATION_MS })]
-  console.log(`fleet benchmark: ${WORKLOAD}, ${INSTANCES} instances (llama-3.1-70b-p5), ${formatDuration(DURATION_MS)} simulated, seed ${SEED}, ${requests.length} requests; live at time scale ${TIME_SCALE} (${formatDuration(DURATION_MS / TIME_SCALE)} of wall time per strategy)\n`)
+  console.log(`fleet consistency check (one simulated model, live and virtual; not a measurement of the router): ${WORKLOAD}, ${INSTANCES} instances (llama-3.1-70b-p5), ${formatDuration(DURATION_MS)} simulated, seed ${SEED}, ${requests.length} requests; live at time scale ${TIME_SCALE} (${formatDuration(DURATION_MS / TIME_SCALE)} of wall time per strategy)\n`)
 
   const virtual = await runReplay({
     requests,

@@ -2,6 +2,7 @@
 // it, so what the benchmark measures is the proxy. Streaming requests get 8 SSE chunks.
 // Usage: node bench/stub-upstream.mjs [--h2c]; prints "listening <port>".
 import http from 'node:http'
+import http2 from 'node:http2'
 
 const answer = JSON.stringify({
   id: 'chatcmpl-stub',
@@ -13,7 +14,8 @@ const answer = JSON.stringify({
 })
 const chunk = (i) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: `t${i}` } }] })}\n\n`
 
-const server = http.createServer({ keepAliveTimeout: 60_000 }, (req, res) => {
+// --h2c: HTTP/2 with prior knowledge, the baseline for the benchmark's h2c rows.
+const handler = (req, res) => {
   if (req.method === 'GET') {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(req.url === '/v1/models' ? '{"object":"list","data":[{"id":"stub","object":"model"}]}' : '{}')
@@ -35,6 +37,7 @@ const server = http.createServer({ keepAliveTimeout: 60_000 }, (req, res) => {
     for (let i = 0; i < 8; i++) res.write(chunk(i))
     res.end('data: [DONE]\n\n')
   })
-})
+}
+const server = process.argv.includes('--h2c') ? http2.createServer({ settings: { maxConcurrentStreams: 1000 } }, handler) : http.createServer({ keepAliveTimeout: 60_000 }, handler)
 server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`))
 process.on('SIGTERM', () => process.exit(0))

@@ -172,6 +172,15 @@ export const ConfigSchema = z
       .object({ modelsIntervalMs: ms(30_000), metricsIntervalMs: ms(10_000) })
       .strict()
       .prefault({}),
+    warmup: z
+      .object({
+        /** Requests sent through a throwaway copy of the proxy before the front port opens; 0 skips it. */
+        requests: int(0, 1_000_000).default(1000),
+        /** The warm-up stops here even if requests are left, so a slow start stays bounded. */
+        timeoutMs: ms(10_000),
+      })
+      .strict()
+      .prefault({}),
     debugHeaders: z.boolean().default(false),
     log: z
       .object({

@@ -13,10 +13,15 @@ export class ProxyMetrics {
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
 
-  constructor(endpoints: () => Iterable<Endpoint>, front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined) {
+  constructor(
+    endpoints: () => Iterable<Endpoint>,
+    front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined,
+    // Off for a throwaway registry: the GC observer and event-loop monitor they start are never stopped.
+    opts: { processMetrics?: boolean | undefined } = {},
+  ) {
     const registers = [this.registry]
     // The process's own: resident memory, heap, event-loop lag, descriptors, GC time.
-    collectDefaultMetrics({ register: this.registry })
+    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     this.requests = new Counter({
       name: 'prefix_router_requests_total',
       help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status.',

@@ -11,6 +11,7 @@ import { listenAdmin, type AdminServer } from './admin.js'
 import type { ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
+import { warmUp } from './warm.js'
 
 export interface ProxyOptions {
   /** Re-reads the configuration for a reload (SIGHUP, POST /admin/reload). */
@@ -18,6 +19,11 @@ export interface ProxyOptions {
   logger?: Logger
   /** Run one round of health and model probes before accepting traffic (default true). */
   probeFirst?: boolean
+  /**
+   * Register the process's own metrics (heap, GC, event-loop lag) in this server's registry
+   * (default true). Off for a second server in the process: they would be measured twice.
+   */
+  processMetrics?: boolean
 }
 
 export interface ReloadResult {
@@ -50,6 +56,7 @@ export class ProxyServer implements ProxyCore {
     this.metrics = new ProxyMetrics(
       () => this.#endpoints.values(),
       () => this.#front,
+      { processMetrics: opts.processMetrics },
     )
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
   }
@@ -67,6 +74,7 @@ export class ProxyServer implements ProxyCore {
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = p.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
+      await p.#warmUp()
       p.#front = await listenFront(config, (req, res) => void handle(p, req, res))
       p.#admin = await listenAdmin(p, config.admin)
     } catch (err) {
@@ -74,6 +82,16 @@ export class ProxyServer implements ProxyCore {
       throw err
     }
     return p
+  }
+
+  /** Before the port opens, so that neither traffic nor /health meets a process still in the interpreter. */
+  async #warmUp(): Promise<void> {
+    const { requests, timeoutMs } = this.config.warmup
+    if (requests === 0) return
+    const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false }))
+    const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut, failure: r.failure }
+    if (r.errors > 0 || r.failure !== undefined) this.log.warn(line, 'warm-up incomplete: some of it failed; starting anyway')
+    else this.log.info(line, 'warmed up')
   }
 
   get url(): string {

@@ -17,6 +17,8 @@ export function testConfig(endpoints: unknown[], overrides: Record<string, unkno
     health: { intervalMs: 0, timeoutMs: 2000 },
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
     debugHeaders: true,
+    // Tests start many routers; the warm-up has tests of its own (warm.test.ts).
+    warmup: { requests: 0 },
     ...overrides,
     endpoints,
   })
