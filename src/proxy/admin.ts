@@ -53,7 +53,7 @@ export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<
     void (async () => {
       const path = (req.url ?? '/').split('?')[0]
       if (req.method === 'GET' && path === '/metrics') {
-        const text = await p.metrics.registry.metrics()
+        const text = await p.metricsText()
         res.writeHead(200, { 'content-type': p.metrics.registry.contentType })
         res.end(text)
       } else if (req.method === 'GET' && path === '/admin/instances') {

@@ -1,0 +1,93 @@
+// A cluster worker: the front port and the requests on it. Its configuration, instances and
+// health come from the primary; it listens only once ProxyServer.start has done everything
+// it does before listening, and says so, so the primary counts it ready.
+import cluster from 'node:cluster'
+import { pino } from 'pino'
+import { listenError } from '../commands/listen-error.js'
+import type { Config } from '../config.js'
+import { ProxyServer } from '../proxy/proxy.js'
+import { isMessage, type ToPrimary, type ToWorker } from './messages.js'
+import { WorkerFleet } from './worker-fleet.js'
+
+function send(m: ToPrimary): void {
+  // The primary has gone: the worker is about to be ended with it (node:cluster exits on disconnect).
+  if (process.connected) process.send!(m)
+}
+
+/** The start message: the first thing the primary sends. */
+function started(): Promise<Extract<ToWorker, { prefixRouter: 'start' }>> {
+  return new Promise((resolve) => {
+    const on = (m: unknown) => {
+      if (!isMessage<ToWorker>(m) || m.prefixRouter !== 'start') return
+      process.off('message', on)
+      resolve(m)
+    }
+    process.on('message', on)
+    send({ prefixRouter: 'hello' })
+  })
+}
+
+/** A port bound by the primary on the worker's behalf fails as 'bind', where one process says 'listen'. */
+function startError(err: unknown, config: Config): { message: string; exitCode: number } {
+  const e = err as NodeJS.ErrnoException & { port?: number }
+  const asListen = e?.syscall === 'bind' ? { code: e.code, port: e.port, syscall: 'listen' } : err
+  const cli = listenError(asListen, config)
+  return cli ? { message: cli.message, exitCode: cli.exitCode } : { message: (err as Error)?.stack ?? String(err), exitCode: 1 }
+}
+
+export async function runWorker(): Promise<void> {
+  if (!cluster.isWorker) throw new Error('runWorker runs in a node:cluster worker')
+  // SIGHUP is the primary's to act on (it reloads and tells the workers); its default would end us.
+  process.on('SIGHUP', () => undefined)
+  const start = await started()
+  const fleet = new WorkerFleet(start.config, start.routers, start.fleet, send)
+  let proxy: ProxyServer | undefined
+  let pending: ToWorker[] = []
+  const apply = (m: ToWorker) => {
+    switch (m.prefixRouter) {
+      case 'membership':
+        return fleet.membership(m.membership)
+      case 'streak':
+        return fleet.streak(m.endpoint, m.instance, m.failing)
+      case 'config':
+        fleet.configure(m.config, m.routers)
+        return void proxy!.reload(m.config)
+      case 'drain':
+        return void drain()
+      case 'metrics':
+        return void proxy!.metrics.registry.getMetricsAsJSON().then((metrics) => send({ prefixRouter: 'metrics', id: m.id, metrics }))
+      default:
+    }
+  }
+  process.on('message', (m: unknown) => {
+    if (!isMessage<ToWorker>(m)) return
+    // Membership applies to endpoints as they are built; the rest waits for the server.
+    if (proxy === undefined && m.prefixRouter !== 'membership' && m.prefixRouter !== 'streak') pending.push(m)
+    else apply(m)
+  })
+
+  let draining: Promise<void> | undefined
+  const drain = () => {
+    draining ??= proxy!.shutdown().then(() => process.exit(0))
+    return draining
+  }
+  // Ctrl-C reaches the whole process group: the worker drains as the primary would have told it
+  // to; a second signal ends it at once, as it does one process.
+  const onSignal = (s: NodeJS.Signals) => {
+    if (draining !== undefined || proxy === undefined) process.exit(s === 'SIGINT' ? 130 : 143)
+    void drain()
+  }
+  process.on('SIGINT', onSignal)
+  process.on('SIGTERM', onSignal)
+
+  const log = pino({ level: start.config.log.level }).child({ worker: cluster.worker!.id })
+  try {
+    proxy = await ProxyServer.start(start.config, { role: 'worker', logger: log, endpointEvents: fleet.events() })
+  } catch (err) {
+    send({ prefixRouter: 'failed', ...startError(err, start.config) })
+    process.exit(1)
+  }
+  for (const m of pending) apply(m)
+  pending = []
+  send({ prefixRouter: 'ready', url: proxy.url })
+}
