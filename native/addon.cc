@@ -258,7 +258,8 @@ Handle* GetHandle(const Napi::CallbackInfo& info) {
   return h;
 }
 
-// router_create(name | undefined, vnodesPerWeight, slotCapacity)
+// router_create(name | undefined, vnodes, slotCapacity, sharedPath?): with sharedPath, the
+// state lives in a new file there that other processes open with router_attach.
 Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[1].IsNumber() || !info[2].IsNumber())
@@ -267,7 +268,16 @@ Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
   const int64_t slots = info[2].As<Napi::Number>().Int64Value();
   if (vnodes < 1 || vnodes > 65536) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
   if (slots < 1 || slots > 16384) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
-  auto state = std::make_shared<RouterState>(static_cast<uint32_t>(vnodes), static_cast<uint32_t>(slots));
+  if (!info[3].IsUndefined() && !info[3].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "sharedPath must be a string", true);
+  std::shared_ptr<RouterState> state;
+  if (info[3].IsString()) {
+    std::string err;
+    state = RouterState::create_shared(info[3].As<Napi::String>().Utf8Value(), static_cast<uint32_t>(vnodes),
+                                       static_cast<uint32_t>(slots), &err);
+    if (!state) return Throw(env, "ROUTER_SHARED_STATE", err);
+  } else {
+    state = std::make_shared<RouterState>(static_cast<uint32_t>(vnodes), static_cast<uint32_t>(slots));
+  }
   if (info[0].IsString()) {
     std::string name = info[0].As<Napi::String>().Utf8Value();
     std::lock_guard<std::mutex> lock(g_registry_mutex);
@@ -277,6 +287,49 @@ Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
     g_registry[name] = state;
   }
   return Wrap(env, std::move(state));
+}
+
+// router_attach(path): the state another process created with a sharedPath.
+Napi::Value RouterAttach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "path must be a string", true);
+  std::string err;
+  std::shared_ptr<RouterState> state = RouterState::attach(info[0].As<Napi::String>().Utf8Value(), &err);
+  if (!state) return Throw(env, "ROUTER_SHARED_STATE", err);
+  return Wrap(env, std::move(state));
+}
+
+// router_shared_path(h) -> the region file's path, or undefined for a process-private router.
+Napi::Value RouterSharedPath(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  const std::string& path = h->state->shared_path();
+  return path.empty() ? env.Undefined() : Napi::String::New(env, path);
+}
+
+// router_release_process(h, pid) -> leases released: what a process that exited still held.
+Napi::Value RouterReleaseProcess(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "pid must be a number", true);
+  const double pid = info[1].As<Napi::Number>().DoubleValue();
+  if (!(pid >= 1 && pid <= 2147483647.0)) return Throw(env, "ERR_OUT_OF_RANGE", "pid must be a positive integer");
+  return Napi::Number::New(env, static_cast<double>(h->state->release_process(static_cast<int32_t>(pid))));
+}
+
+// router_lease_collected(h, slot, prefill): a lease the garbage collector found unreleased.
+Napi::Value RouterLeaseCollected(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber() || !info[2].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "slot and prefill must be numbers", true);
+  const int64_t slot = info[1].As<Napi::Number>().Int64Value();
+  const int64_t prefill = info[2].As<Napi::Number>().Int64Value();
+  if (slot < 0 || slot > 0xFFFFFFFF || prefill < 0 || prefill > 0xFFFFFFFF) return env.Undefined();
+  if (h->state->release(static_cast<uint32_t>(slot), static_cast<uint32_t>(prefill))) h->state->count_collected();
+  return env.Undefined();
 }
 
 Napi::Value RouterOpen(const Napi::CallbackInfo& info) {
@@ -305,6 +358,7 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
+  if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator configures it");
   if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
   for (size_t i = 2; i <= 9; i++)
     if (!info[i].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
@@ -331,6 +385,28 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// router_params(h) -> the parameters picks use now: for an attached router, those its creator
+// last published.
+Napi::Value RouterParams(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  const pr::RoutingParams p = pr::SnapshotGuard(*h->state, h->reader).params();
+  const auto& list = pr::strategy_registry();
+  const uint32_t id = static_cast<uint32_t>(p.strategy);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("strategy", id < list.size() ? list[id].name : "prefix_aware");
+  o.Set("prefixLength", p.prefix_length);
+  o.Set("concurrencyThreshold", p.threshold);
+  o.Set("blockSize", p.block_bytes);
+  o.Set("indexBlocks", p.index_default);
+  o.Set("placementChoices", p.placement_choices);
+  o.Set("matchLength", p.match_length);
+  o.Set("loadFactor", p.load_factor);
+  o.Set("prefillWeight", p.prefill_weight);
+  return o;
+}
+
 // strategy_names() -> string[]: the registry, in order.
 Napi::Value StrategyNames(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -345,6 +421,7 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
+  if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator sets its instances");
   if (!info[1].IsArray() || !info[2].IsArray())
     return Throw(env, "ERR_INVALID_ARG_TYPE", "ids and weights must be arrays", true);
   Napi::Array ids = info[1].As<Napi::Array>(), weights = info[2].As<Napi::Array>();
@@ -545,6 +622,7 @@ Napi::Value RouterStats(const Napi::CallbackInfo& info) {
   o.Set("ringBytes", static_cast<double>(h->state->ring_memory_bytes(h->reader)));
   o.Set("indexEntries", static_cast<double>(h->state->index_entries()));
   o.Set("indexBytes", static_cast<double>(h->state->index_memory_bytes()));
+  o.Set("leasesCollected", static_cast<double>(h->state->leases_collected()));
   return o;
 }
 
@@ -555,6 +633,11 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("build_info", Napi::Function::New(env, BuildInfo, "build_info"));
   exports.Set("router_create", Napi::Function::New(env, RouterCreate, "router_create"));
   exports.Set("router_open", Napi::Function::New(env, RouterOpen, "router_open"));
+  exports.Set("router_params", Napi::Function::New(env, RouterParams, "router_params"));
+  exports.Set("router_attach", Napi::Function::New(env, RouterAttach, "router_attach"));
+  exports.Set("router_shared_path", Napi::Function::New(env, RouterSharedPath, "router_shared_path"));
+  exports.Set("router_release_process", Napi::Function::New(env, RouterReleaseProcess, "router_release_process"));
+  exports.Set("router_lease_collected", Napi::Function::New(env, RouterLeaseCollected, "router_lease_collected"));
   exports.Set("router_close", Napi::Function::New(env, RouterClose, "router_close"));
   exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));

@@ -3,16 +3,21 @@
 // in_flight the leases taken on it. The slot is free again exactly when the word drops
 // to zero, whichever of "last lease released" or "last snapshot retired" comes second,
 // so a lease taken before a membership change always releases the counter it raised.
+//
+// Slots are plain data with lock-free atomics so that they can live in memory mapped by
+// several processes (shared_region.h): no pointers, no heap-owned members.
 #pragma once
 #include <atomic>
 #include <cstdint>
-#include <memory>
+#include <cstring>
 #include <string>
 
 namespace pr {
 
 constexpr uint64_t kPin = uint64_t{1} << 32;
 constexpr uint64_t kCountMask = kPin - 1;
+// Instance ids are at most 1024 UTF-16 units (src/core/options.ts): at most 3 bytes of UTF-8 each.
+constexpr uint32_t kMaxIdBytes = 3072;
 
 struct alignas(64) Slot {  // one cache line each: counters of different instances never share one
   std::atomic<uint64_t> word{0};
@@ -20,7 +25,16 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
   // longest_prefix: blocks of prompt routed here whose prefill has not finished (the first
   // token has not come back): the queue a new request would wait behind.
   std::atomic<uint64_t> prefill{0};
-  std::string id;                       // written only while the slot is free, under the router's writer lock
+  // Written only by the router's writer, only while the word is zero (no pin, no lease) and
+  // before the slot is pinned and published; read only through a published snapshot or a lease.
+  uint32_t id_len = 0;
+  char id_bytes[kMaxIdBytes];
+
+  std::string id() const { return std::string(id_bytes, id_len); }
+  void set_id(const std::string& s) {
+    id_len = static_cast<uint32_t>(s.size() < kMaxIdBytes ? s.size() : kMaxIdBytes);
+    std::memcpy(id_bytes, s.data(), id_len);
+  }
 
   uint32_t in_flight() const { return static_cast<uint32_t>(word.load(std::memory_order_relaxed) & kCountMask); }
 
@@ -35,13 +49,17 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
 
   // False when there is no lease to release (a backstop: the TypeScript lease already
   // guarantees one release per pick). On success *after is the word after the decrement.
-  bool release(uint64_t* after) {
+  bool release(uint64_t* after) { return release_n(1, after) == 1; }
+  // Ends up to n leases (fewer if fewer are counted); returns how many.
+  uint64_t release_n(uint64_t n, uint64_t* after) {
     uint64_t w = word.load(std::memory_order_relaxed);
+    uint64_t take;
     do {
-      if ((w & kCountMask) == 0) return false;
-    } while (!word.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel, std::memory_order_relaxed));
-    *after = w - 1;
-    return true;
+      take = (w & kCountMask) < n ? (w & kCountMask) : n;
+      if (take == 0) return 0;
+    } while (!word.compare_exchange_weak(w, w - take, std::memory_order_acq_rel, std::memory_order_relaxed));
+    *after = w - take;
+    return take;
   }
 
   void add_prefill(uint64_t blocks) { if (blocks != 0) prefill.fetch_add(blocks, std::memory_order_relaxed); }
@@ -54,16 +72,31 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
   }
 };
 
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "slot counters must be lock-free to be shared between processes");
+
+// A view of the slot array, which lives in the router's region.
 class SlotTable {
  public:
-  explicit SlotTable(uint32_t capacity) : capacity_(capacity), slots_(new Slot[capacity]) {}
+  SlotTable(Slot* slots, uint32_t capacity) : capacity_(capacity), slots_(slots) {}
   uint32_t capacity() const { return capacity_; }
   Slot& operator[](uint32_t i) { return slots_[i]; }
   const Slot& operator[](uint32_t i) const { return slots_[i]; }
 
  private:
   uint32_t capacity_;
-  std::unique_ptr<Slot[]> slots_;
+  Slot* slots_;
+};
+
+// Leases and queued prefill one process holds on one slot, so that a process that dies can
+// have its share taken off the slot's counters (RouterState::release_process).
+struct HeldCount {
+  std::atomic<uint64_t> leases{0};
+  std::atomic<uint64_t> prefill{0};
+  void sub(std::atomic<uint64_t>& c, uint64_t n) {  // saturating, like Slot::sub_prefill
+    uint64_t v = c.load(std::memory_order_relaxed);
+    while (v != 0 && !c.compare_exchange_weak(v, v > n ? v - n : 0, std::memory_order_relaxed)) {
+    }
+  }
 };
 
 }  // namespace pr

@@ -1,7 +1,9 @@
 #include "router.h"
 
-#include <algorithm>
+#include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <thread>
 #include <unordered_map>
 
@@ -9,19 +11,163 @@
 
 namespace pr {
 
+namespace {
+
+// The membership record in the region: count, then per ring member (in ring order) its slot,
+// weight, index capacity, id and groups. Only the creator writes it, under meta.
+void put_u32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
+void put_str(std::string& out, const std::string& v) {
+  put_u32(out, static_cast<uint32_t>(v.size()));
+  out.append(v);
+}
+
+std::string serialize(const Snapshot& s) {
+  std::string out;
+  const Ring& ring = *s.ring;
+  put_u32(out, static_cast<uint32_t>(ring.member_count()));
+  for (size_t i = 0; i < ring.member_count(); i++) {
+    const RingMember& m = ring.member(i);
+    put_u32(out, s.slot_of[i]);
+    out.append(reinterpret_cast<const char*>(&m.weight), 8);
+    put_u32(out, m.index_blocks);
+    put_str(out, m.id);
+    put_u32(out, static_cast<uint32_t>(m.groups.size()));
+    for (const std::string& g : m.groups) put_str(out, g);
+  }
+  return out;
+}
+
+struct Reader {
+  const char* p;
+  const char* end;
+  bool ok = true;
+  bool take(void* dst, size_t n) {
+    if (!ok || static_cast<size_t>(end - p) < n) return ok = false;
+    std::memcpy(dst, p, n);
+    p += n;
+    return true;
+  }
+  uint32_t u32() { uint32_t v = 0; take(&v, 4); return v; }
+  std::string str() {
+    const uint32_t n = u32();
+    if (!ok || static_cast<size_t>(end - p) < n) { ok = false; return {}; }
+    std::string v(p, n);
+    p += n;
+    return v;
+  }
+};
+
+// False when the record is malformed (it never is unless the region was written by another
+// build or torn by a creator that died mid-write).
+bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<RingMember>* members, std::vector<uint32_t>* slots) {
+  Reader r{blob.data(), blob.data() + blob.size()};
+  const uint32_t n = r.u32();
+  if (!r.ok || n > kMaxMembers) return false;
+  for (uint32_t i = 0; i < n && r.ok; i++) {
+    RingMember m;
+    const uint32_t slot = r.u32();
+    r.take(&m.weight, 8);
+    m.index_blocks = r.u32();
+    m.id = r.str();
+    const uint32_t ng = r.u32();
+    for (uint32_t j = 0; j < ng && r.ok; j++) m.groups.push_back(r.str());
+    if (slot >= slot_capacity) return false;
+    slots->push_back(slot);
+    members->push_back(std::move(m));
+  }
+  return r.ok;
+}
+
+// Weights and group bitsets, from the ring and slot_of.
+void fill_derived(Snapshot* snap) {
+  const Ring& ring = *snap->ring;
+  snap->cum_weight.resize(ring.member_count());
+  double sum = 0;
+  for (size_t i = 0; i < ring.member_count(); i++) {
+    const RingMember& m = ring.member(i);
+    sum += m.weight;
+    snap->cum_weight[i] = sum;
+    for (const std::string& g : m.groups) {
+      auto& bits = snap->groups[g];
+      bits.resize((ring.member_count() + 63) / 64);
+      bits[i / 64] |= uint64_t{1} << (i % 64);
+    }
+  }
+}
+
+std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
+  std::string err;
+  auto r = Region::create("", slot_capacity, vnodes, 0, &err);
+  if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
+  return r;
+}
+
+}  // namespace
+
 SnapshotGuard::SnapshotGuard(RouterState& st, int reader) : st_(st), reader_(reader), snap_(st.enter(reader)) {}
 SnapshotGuard::~SnapshotGuard() { st_.leave(reader_); }
+void SnapshotGuard::renew() const {
+  st_.leave(reader_);
+  snap_ = st_.enter(reader_);
+}
 
 RouterState::RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity)
-    : vnodes_(vnodes_per_weight), slots_(slot_capacity), index_(slot_capacity), slot_used_(slot_capacity, false) {
+    : RouterState(private_region(vnodes_per_weight, slot_capacity)) {}
+
+RouterState::RouterState(std::unique_ptr<Region> region)
+    : region_(std::move(region)),
+      header_(region_->header()),
+      vnodes_(header_->vnodes),
+      slots_(region_->slots(), header_->slot_capacity),
+      index_(header_->slot_capacity) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
   current_.store(s, std::memory_order_release);
-  free_slots_.reserve(slot_capacity);
-  for (uint32_t i = slot_capacity; i > 0; i--) free_slots_.push_back(i - 1);
 }
 
-RouterState::~RouterState() { delete current_.load(); }
+std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path, uint32_t vnodes_per_weight,
+                                                        uint32_t slot_capacity, std::string* err) {
+  auto region = Region::create(path, slot_capacity, vnodes_per_weight, 0, err);
+  if (!region) return nullptr;
+  std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
+  if (!st->claim_row(err)) return nullptr;
+  return st;
+}
+
+std::unique_ptr<RouterState> RouterState::attach(const std::string& path, std::string* err) {
+  auto region = Region::attach(path, err);
+  if (!region) return nullptr;
+  std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
+  if (!st->claim_row(err)) return nullptr;
+  return st;
+}
+
+bool RouterState::claim_row(std::string* err) {
+  const int32_t pid = static_cast<int32_t>(::getpid());
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t row = 0; row < header_->processes; row++) {
+      int32_t expected = 0;
+      if (header_->pids[row].compare_exchange_strong(expected, pid, std::memory_order_acq_rel)) {
+        row_ = static_cast<int32_t>(row);
+        held_ = region_->held(row);
+        return true;
+      }
+    }
+    // Full: rows of processes that are gone (and nobody released) are taken back first.
+    for (uint32_t row = 0; row < header_->processes; row++) {
+      const int32_t p = header_->pids[row].load(std::memory_order_acquire);
+      if (p != 0 && ::kill(p, 0) != 0 && errno == ESRCH) release_row(row, p);
+    }
+  }
+  *err = "at most " + std::to_string(header_->processes) + " processes can open one shared router";
+  return false;
+}
+
+RouterState::~RouterState() {
+  // Leases this process still holds end with it: nobody could release them later.
+  if (row_ >= 0) release_row(static_cast<uint32_t>(row_), static_cast<int32_t>(::getpid()));
+  delete current_.load();
+}
 
 int RouterState::acquire_reader() {
   for (uint32_t i = 0; i < kMaxReaders; i++) {
@@ -37,13 +183,50 @@ void RouterState::release_reader(int reader) {
 }
 
 const Snapshot* RouterState::enter(int reader) {
-  const Snapshot* s = current_.load(std::memory_order_acquire);
   for (;;) {
+    const Snapshot* s = current_.load(std::memory_order_acquire);
     hazards_[reader].ptr.store(s, std::memory_order_seq_cst);
-    const Snapshot* again = current_.load(std::memory_order_seq_cst);
-    if (again == s) return s;
-    s = again;
+    if (current_.load(std::memory_order_seq_cst) != s) continue;
+    // One load per pick: has any process published since this snapshot was built?
+    if (s->version == header_->version.load(std::memory_order_acquire)) return s;
+    leave(reader);  // refresh() waits out readers of the old snapshot: not this one
+    refresh();
   }
+}
+
+void RouterState::refresh() {
+  std::lock_guard<std::mutex> lock(writer_);
+  const Snapshot* cur = current_.load(std::memory_order_acquire);
+  // The creator publishes only under writer_, so by now its snapshot is current.
+  if (writable() || cur->version == header_->version.load(std::memory_order_acquire)) return;
+  RoutingParams params;
+  std::string blob;
+  uint64_t version, members_version;
+  header_->meta.lock_repairing();
+  version = header_->version.load(std::memory_order_acquire);
+  members_version = header_->members_version.load(std::memory_order_acquire);
+  params = header_->params;
+  if (members_version != cur->members_version) blob.assign(region_->blob(), std::min(header_->blob_len, kBlobCapacity));
+  header_->meta.unlock();
+
+  Snapshot* next;
+  std::vector<RingMember> members;
+  std::vector<uint32_t> slots;
+  if (members_version == cur->members_version || !deserialize(blob, slots_.capacity(), &members, &slots)) {
+    next = new Snapshot(*cur);  // parameters only (or an unreadable record: keep the last membership)
+  } else {
+    next = new Snapshot();
+    next->ring = std::make_shared<const Ring>(members, vnodes_);
+    std::unordered_map<std::string, uint32_t> slot_by_id;
+    for (size_t i = 0; i < members.size(); i++) slot_by_id.emplace(members[i].id, slots[i]);
+    next->slot_of.resize(next->ring->member_count());
+    for (size_t i = 0; i < next->ring->member_count(); i++) next->slot_of[i] = slot_by_id[next->ring->member(i).id];
+    fill_derived(next);
+  }
+  next->params = params;
+  next->version = version;
+  next->members_version = members_version;
+  swap_locked(next);
 }
 
 RoutingParams RouterState::params() {
@@ -52,12 +235,13 @@ RoutingParams RouterState::params() {
 }
 
 void RouterState::configure(const RoutingParams& p) {
+  if (!writable()) return;
   std::lock_guard<std::mutex> lock(writer_);
   const Snapshot* cur = current_.load(std::memory_order_acquire);
   auto* next = new Snapshot(*cur);  // shares the ring; copies slots, weights and groups
   next->params = p;
   if (next->params.placement_choices < 1) next->params.placement_choices = 1;
-  publish_locked(next);
+  publish_locked(next, false);
 }
 
 void RouterState::configure(Strategy s, uint32_t prefix_length, uint32_t threshold) {
@@ -76,26 +260,23 @@ void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks,
   configure(p);
 }
 
-void RouterState::free_slot_locked(uint32_t slot) {
-  if (!slot_used_[slot]) return;
-  {
-    std::lock_guard<std::mutex> l(index_.mutex());
-    index_.clear_slot(slot);
-  }
-  slot_used_[slot] = false;
-  slots_[slot].id.clear();
-  free_slots_.push_back(slot);
+void RouterState::drained(uint32_t slot) {
+  std::lock_guard<std::mutex> l(index_.mutex());
+  if (slots_[slot].word.load(std::memory_order_acquire) == 0) index_.clear_slot(slot);
 }
 
-void RouterState::unpin_and_free(const Snapshot* s) {
-  for (uint32_t slot : s->slot_of) {
-    uint64_t after = slots_[slot].word.fetch_sub(kPin, std::memory_order_acq_rel) - kPin;
-    if (after == 0) free_slot_locked(slot);
-  }
+void RouterState::swap_locked(Snapshot* next) {
+  const Snapshot* old = current_.exchange(next, std::memory_order_seq_cst);
+  // Readers hold a snapshot for the length of one pick (microseconds), so waiting them out
+  // here is cheap and lets the old one go right away.
+  for (uint32_t i = 0; i < kMaxReaders; i++)
+    while (hazards_[i].ptr.load(std::memory_order_seq_cst) == old) std::this_thread::yield();
+  delete old;
 }
 
-void RouterState::publish_locked(Snapshot* next) {
-  for (uint32_t slot : next->slot_of) slots_[slot].word.fetch_add(kPin, std::memory_order_acq_rel);
+void RouterState::publish_locked(Snapshot* next, bool members_changed) {
+  if (members_changed)
+    for (uint32_t slot : next->slot_of) slots_[slot].word.fetch_add(kPin, std::memory_order_acq_rel);
   {
     std::lock_guard<std::mutex> l(index_.mutex());
     for (size_t i = 0; i < next->slot_of.size(); i++) {
@@ -103,16 +284,34 @@ void RouterState::publish_locked(Snapshot* next) {
       index_.set_capacity(next->slot_of[i], b == 0 ? next->params.index_default : b);
     }
   }
-  const Snapshot* old = current_.exchange(next, std::memory_order_seq_cst);
-  // Readers hold a snapshot for the length of one pick (microseconds), so waiting them out
-  // here is cheap and lets the old one go right away.
-  for (uint32_t i = 0; i < kMaxReaders; i++)
-    while (hazards_[i].ptr.load(std::memory_order_seq_cst) == old) std::this_thread::yield();
-  unpin_and_free(old);
-  delete old;
+  std::string blob;
+  if (members_changed && region_->shared()) blob = serialize(*next);
+  header_->meta.lock_repairing();
+  header_->params = next->params;
+  if (members_changed && region_->shared()) {
+    std::memcpy(region_->blob(), blob.data(), blob.size());
+    header_->blob_len = blob.size();
+  }
+  const uint64_t mv = header_->members_version.load(std::memory_order_relaxed) + (members_changed ? 1 : 0);
+  const uint64_t v = header_->version.load(std::memory_order_relaxed) + 1;
+  header_->members_version.store(mv, std::memory_order_seq_cst);
+  header_->version.store(v, std::memory_order_seq_cst);
+  header_->meta.unlock();
+  next->version = v;
+  next->members_version = mv;
+  const Snapshot* old = current_.load(std::memory_order_acquire);
+  std::vector<uint32_t> old_slots = members_changed ? old->slot_of : std::vector<uint32_t>{};
+  swap_locked(next);
+  // After members_version moved: a pick that leases one of these slots from now on sees the
+  // new version and gives the lease back (see router.h).
+  for (uint32_t slot : old_slots) {
+    const uint64_t after = slots_[slot].word.fetch_sub(kPin, std::memory_order_acq_rel) - kPin;
+    if (after == 0) drained(slot);
+  }
 }
 
 std::string RouterState::set_instances(const std::vector<RingMember>& members) {
+  if (!writable()) return "this router is attached to another process's state: only its creator changes the membership";
   if (members.size() > kMaxMembers) return "at most 4096 instances";
   {
     std::unordered_map<std::string, int> seen;
@@ -121,21 +320,30 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   }
   std::lock_guard<std::mutex> lock(writer_);
   // Live slots by id, members and draining alike: an instance removed and re-added while
-  // its leases drain gets its old counter back.
+  // its leases drain gets its old counter back. A slot whose word is zero is free.
   std::unordered_map<std::string, uint32_t> live;
-  for (uint32_t i = 0; i < slots_.capacity(); i++)
-    if (slot_used_[i]) live.emplace(slots_[i].id, i);
+  std::vector<uint32_t> free_slots;
+  for (uint32_t i = slots_.capacity(); i-- > 0;) {
+    if (slots_[i].word.load(std::memory_order_acquire) != 0) live.emplace(slots_[i].id(), i);
+    else free_slots.push_back(i);
+  }
   size_t needed = 0;
   for (const auto& m : members) needed += live.count(m.id) ? 0 : 1;
-  if (needed > free_slots_.size()) return "no free instance slots (too many instances draining)";
+  if (needed > free_slots.size()) return "no free instance slots (too many instances draining)";
+  if (region_->shared()) {
+    size_t bytes = 4;
+    for (const auto& m : members) {
+      bytes += 24 + m.id.size();
+      for (const auto& g : m.groups) bytes += 4 + g.size();
+    }
+    if (bytes > kBlobCapacity) return "the membership is too large for a shared router (over 16 MiB of ids and groups)";
+  }
 
   auto* snap = new Snapshot();
   snap->ring = std::make_shared<const Ring>(members, vnodes_);
   snap->params = current_.load(std::memory_order_acquire)->params;
   const Ring& ring = *snap->ring;
   snap->slot_of.resize(ring.member_count());
-  snap->cum_weight.resize(ring.member_count());
-  double sum = 0;
   for (size_t i = 0; i < ring.member_count(); i++) {
     const RingMember& m = ring.member(i);
     uint32_t slot;
@@ -143,23 +351,21 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
     if (it != live.end()) {
       slot = it->second;
     } else {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-      slot_used_[slot] = true;
-      slots_[slot].id = m.id;
+      // Rewritten while unpinned and unleased: no published snapshot lists it (router.h).
+      slot = free_slots.back();
+      free_slots.pop_back();
+      {
+        std::lock_guard<std::mutex> l(index_.mutex());
+        index_.clear_slot(slot);
+      }
+      slots_[slot].set_id(m.id);
       slots_[slot].prefill.store(0, std::memory_order_relaxed);
       slots_[slot].generation.fetch_add(1, std::memory_order_relaxed);
     }
     snap->slot_of[i] = slot;
-    sum += m.weight;
-    snap->cum_weight[i] = sum;
-    for (const std::string& g : m.groups) {
-      auto& bits = snap->groups[g];
-      bits.resize((ring.member_count() + 63) / 64);
-      bits[i / 64] |= uint64_t{1} << (i % 64);
-    }
   }
-  publish_locked(snap);
+  fill_derived(snap);
+  publish_locked(snap, true);
   return {};
 }
 
@@ -171,59 +377,74 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
 
 PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
                               size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
-  PickResult r;
-  const Snapshot& s = g.snap();
-  Eligible eligible;
-  eligible.count = s.ring->member_count();
-  if (group != nullptr) {
-    auto it = s.groups.find(*group);
-    if (it == s.groups.end()) {
-      r.no_group = true;
-      return r;
+  for (;;) {
+    PickResult r;
+    const Snapshot& s = g.snap();
+    Eligible eligible;
+    eligible.count = s.ring->member_count();
+    if (group != nullptr) {
+      auto it = s.groups.find(*group);
+      if (it == s.groups.end()) {
+        r.no_group = true;
+        return r;
+      }
+      eligible.bits = it->second.data();
+      eligible.count = 0;
+      for (uint64_t w : it->second) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
     }
-    eligible.bits = it->second.data();
-    eligible.count = 0;
-    for (uint64_t w : it->second) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
-  }
-  // Avoiding members narrows the eligible set: a copy of the group's bits (or all members)
-  // without them. Only retries pass an avoid list, so the common pick allocates nothing.
-  std::vector<uint64_t> narrowed;
-  if (navoid > 0 && eligible.count > 0) {
-    const size_t members = s.ring->member_count();
-    narrowed.assign((members + 63) / 64, 0);
-    for (size_t m = 0; m < members; m++) {
-      if (!eligible(static_cast<uint32_t>(m))) continue;
-      const uint32_t slot = s.slot_of[m];
-      if (std::find(avoid, avoid + navoid, slot) != avoid + navoid) continue;
-      narrowed[m / 64] |= uint64_t{1} << (m % 64);
+    // Avoiding members narrows the eligible set: a copy of the group's bits (or all members)
+    // without them. Only retries pass an avoid list, so the common pick allocates nothing.
+    std::vector<uint64_t> narrowed;
+    if (navoid > 0 && eligible.count > 0) {
+      const size_t members = s.ring->member_count();
+      narrowed.assign((members + 63) / 64, 0);
+      for (size_t m = 0; m < members; m++) {
+        if (!eligible(static_cast<uint32_t>(m))) continue;
+        const uint32_t slot = s.slot_of[m];
+        if (std::find(avoid, avoid + navoid, slot) != avoid + navoid) continue;
+        narrowed[m / 64] |= uint64_t{1} << (m % 64);
+      }
+      eligible.bits = narrowed.data();
+      eligible.count = 0;
+      for (uint64_t w : narrowed) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
     }
-    eligible.bits = narrowed.data();
-    eligible.count = 0;
-    for (uint64_t w : narrowed) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
+    if (eligible.count == 0) return r;
+    const auto& registry = strategy_registry();
+    const uint32_t id = static_cast<uint32_t>(s.params.strategy);
+    const RoutingStrategy& impl = (id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
+    PickInput in;
+    in.key = key;
+    in.blocks = blocks;
+    in.nblocks = blocks == nullptr ? 0 : nblocks;
+    in.anchor_blocks = anchor_blocks;
+    const PickContext ctx{s, slots_, index_, eligible, in};
+    const Choice c = impl.pick(ctx);
+    const uint32_t slot = s.slot_of[c.member];
+    if (header_->members_version.load(std::memory_order_acquire) != s.members_version) {
+      // The membership changed under this pick: the lease may sit on a slot that no longer
+      // (or no longer only) names this member. Give it back and pick on the new snapshot.
+      uint64_t after = 0;
+      if (slots_[slot].release(&after) && after == 0) drained(slot);
+      g.renew();
+      continue;
+    }
+    slots_[slot].add_prefill(c.prefill);
+    if (held_ != nullptr) {
+      held_[slot].leases.fetch_add(1, std::memory_order_relaxed);
+      if (c.prefill != 0) held_[slot].prefill.fetch_add(c.prefill, std::memory_order_relaxed);
+    }
+    r.slot = static_cast<int32_t>(slot);
+    r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
+    r.overflow = c.overflow;
+    r.prefill = c.prefill;
+    return r;
   }
-  if (eligible.count == 0) return r;
-  const auto& registry = strategy_registry();
-  const uint32_t id = static_cast<uint32_t>(s.params.strategy);
-  const RoutingStrategy& impl = (id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
-  PickInput in;
-  in.key = key;
-  in.blocks = blocks;
-  in.nblocks = blocks == nullptr ? 0 : nblocks;
-  in.anchor_blocks = anchor_blocks;
-  const PickContext ctx{s, slots_, index_, eligible, in};
-  const Choice c = impl.pick(ctx);
-  const uint32_t slot = s.slot_of[c.member];
-  slots_[slot].add_prefill(c.prefill);
-  r.slot = static_cast<int32_t>(slot);
-  r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
-  r.overflow = c.overflow;
-  r.prefill = c.prefill;
-  return r;
 }
 
 void RouterState::first_token(uint32_t slot, uint32_t prefill) {
   if (slot >= slots_.capacity()) return;
   slots_[slot].sub_prefill(prefill);
+  if (held_ != nullptr) held_[slot].sub(held_[slot].prefill, prefill);
 }
 
 bool RouterState::release(uint32_t slot, uint32_t prefill) {
@@ -232,30 +453,53 @@ bool RouterState::release(uint32_t slot, uint32_t prefill) {
   slots_[slot].sub_prefill(prefill);
   uint64_t after = 0;
   if (!slots_[slot].release(&after)) return false;
-  if (after == 0) {  // last lease of a removed instance: its slot can be reused
-    std::lock_guard<std::mutex> lock(writer_);
-    if (slots_[slot].word.load(std::memory_order_acquire) == 0) free_slot_locked(slot);
+  if (held_ != nullptr) {
+    held_[slot].sub(held_[slot].leases, 1);
+    held_[slot].sub(held_[slot].prefill, prefill);
   }
+  if (after == 0) drained(slot);  // last lease of a removed instance: its slot can be reused
   return true;
 }
 
+uint64_t RouterState::release_row(uint32_t row, int32_t pid) {
+  HeldCount* held = region_->held(row);
+  uint64_t total = 0;
+  for (uint32_t slot = 0; slot < slots_.capacity(); slot++) {
+    const uint64_t n = held[slot].leases.exchange(0, std::memory_order_relaxed);
+    const uint64_t p = held[slot].prefill.exchange(0, std::memory_order_relaxed);
+    if (p != 0) slots_[slot].sub_prefill(p);
+    uint64_t after = 1;
+    if (n != 0) total += slots_[slot].release_n(n, &after);
+    if (after == 0) drained(slot);
+  }
+  int32_t expected = pid;
+  header_->pids[row].compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  return total;
+}
+
+uint64_t RouterState::release_process(int32_t pid) {
+  if (pid <= 0) return 0;
+  uint64_t total = 0;
+  for (uint32_t row = 0; row < header_->processes; row++)
+    if (static_cast<int32_t>(row) != row_ && header_->pids[row].load(std::memory_order_acquire) == pid) total += release_row(row, pid);
+  return total;
+}
+
 int64_t RouterState::in_flight(int reader, const std::string& id) {
-  int64_t result;
   {
     SnapshotGuard g(*this, reader);
     const int idx = g.snap().ring->index_of(id);
-    result = idx >= 0 ? static_cast<int64_t>(slots_[g.snap().slot_of[idx]].in_flight()) : -1;
+    if (idx >= 0) return static_cast<int64_t>(slots_[g.snap().slot_of[idx]].in_flight());
   }
-  if (result >= 0) return result;
-  std::lock_guard<std::mutex> lock(writer_);
+  // Not a member: a removed instance whose leases are draining keeps its slot (and id) until
+  // its word drops to zero.
   for (uint32_t i = 0; i < slots_.capacity(); i++)
-    if (slot_used_[i] && slots_[i].id == id) return slots_[i].in_flight();
+    if (slots_[i].word.load(std::memory_order_acquire) != 0 && slots_[i].id() == id) return slots_[i].in_flight();
   return -1;
 }
 
 std::string RouterState::slot_id(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(writer_);
-  return slot < slots_.capacity() && slot_used_[slot] ? slots_[slot].id : std::string();
+  return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_[slot].id() : std::string();
 }
 
 std::vector<InstanceInfo> RouterState::instances(int reader) {
@@ -271,8 +515,9 @@ std::vector<InstanceInfo> RouterState::instances(int reader) {
 }
 
 uint32_t RouterState::slots_in_use() {
-  std::lock_guard<std::mutex> lock(writer_);
-  return static_cast<uint32_t>(slots_.capacity() - free_slots_.size());
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < slots_.capacity(); i++) n += slots_[i].word.load(std::memory_order_relaxed) != 0;
+  return n;
 }
 
 size_t RouterState::ring_memory_bytes(int reader) {

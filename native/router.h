@@ -1,6 +1,16 @@
 // Router state shared by every thread that opens it: snapshots (membership, groups and routing
 // parameters, published together by one atomic pointer), per-instance counters, and the
-// longest_prefix index.
+// longest_prefix index. The counters, parameters and membership live in a Region
+// (shared_region.h), which several processes may map: each keeps its own snapshot, rebuilt
+// from the region's membership record when the region's version moves.
+//
+// Why a snapshot that is out of date never leases the wrong instance: the writer rewrites a
+// slot (generation, id, index) only while its word is zero, i.e. unpinned by every
+// publication and with no lease; it unpins a removed member's slot only after bumping
+// members_version. A pick takes its lease (a CAS on the word, acq_rel) and then reads
+// members_version: if the CAS came after the unpin it synchronises with it and sees the new
+// version, so it gives the lease back and picks again on a fresh snapshot; if it came before,
+// the slot still belonged to the instance the snapshot names, and the lease keeps it so.
 //
 // Locking: pick() reads its snapshot under a hazard pointer and updates counters with atomics;
 // for random, least_outstanding_requests and prefix_aware it takes no lock. longest_prefix
@@ -18,6 +28,7 @@
 #include "load.h"
 #include "prefix_index.h"
 #include "ring.h"
+#include "shared_region.h"
 #include "snapshot.h"
 
 namespace pr {
@@ -47,16 +58,25 @@ class SnapshotGuard {
   SnapshotGuard& operator=(const SnapshotGuard&) = delete;
   const Snapshot& snap() const { return *snap_; }
   const RoutingParams& params() const { return snap_->params; }
+  // Moves to the current snapshot: a pick whose snapshot lost the race with a membership
+  // change retries on the new one (RouterState::pick); the guard is otherwise read-only.
+  void renew() const;
 
  private:
   RouterState& st_;
   int reader_;
-  const Snapshot* snap_;
+  mutable const Snapshot* snap_;
 };
 
 class RouterState {
  public:
+  // Process-private state.
   RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity);
+  // Creates a region file at `path` that other processes attach to. Null with *err on failure.
+  static std::unique_ptr<RouterState> create_shared(const std::string& path, uint32_t vnodes_per_weight, uint32_t slot_capacity,
+                                                    std::string* err);
+  // Opens a region another process created; read-only for membership and parameters.
+  static std::unique_ptr<RouterState> attach(const std::string& path, std::string* err);
   ~RouterState();
   RouterState(const RouterState&) = delete;
   RouterState& operator=(const RouterState&) = delete;
@@ -76,6 +96,17 @@ class RouterState {
 
   // Atomic swap of the membership. Returns an empty string or an error message.
   std::string set_instances(const std::vector<RingMember>& members);
+
+  // False for a router attached to another process's region: set_instances and configure
+  // belong to the creator.
+  bool writable() const { return region_->owner(); }
+  const std::string& shared_path() const { return region_->path(); }
+  // Takes off the slots' counters every lease and queued prefill that process `pid` holds
+  // (it died, or closed without releasing) and frees its row. Returns the leases released.
+  uint64_t release_process(int32_t pid);
+  // A lease the embedder dropped without releasing, ended by the garbage collector.
+  void count_collected() { region_->header()->leases_collected.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t leases_collected() const { return region_->header()->leases_collected.load(std::memory_order_relaxed); }
 
   // key: XXH3 of the prefix, already seeded by the tenant. With a group, only members listing
   // it are candidates: the ring walk skips the others, which is consistent hashing over that
@@ -104,27 +135,38 @@ class RouterState {
 
  private:
   friend class SnapshotGuard;
+  RouterState(std::unique_ptr<Region> region);
   const Snapshot* enter(int reader);
   void leave(int reader) { hazards_[reader].ptr.store(nullptr, std::memory_order_release); }
-  // Publishes `next` (writer_ held): pins its slots, swaps, waits out readers of the old one.
-  void publish_locked(Snapshot* next);
-  void unpin_and_free(const Snapshot* s);
-  void free_slot_locked(uint32_t slot);
+  // Rebuilds this process's snapshot from the region when another process published.
+  void refresh();
+  // Publishes `next` (writer_ held): pins its slots (when the membership changed), bumps the
+  // region's versions, swaps, waits out readers of the old one, unpins the old slots.
+  void publish_locked(Snapshot* next, bool members_changed);
+  void swap_locked(Snapshot* next);
+  // The slot's word reached zero: its index entries go (unless the writer took it again).
+  void drained(uint32_t slot);
+  // Claims a row of the process table for this process (shared regions).
+  bool claim_row(std::string* err);
+  // Takes everything row `row` (owned by pid) holds off the slots; frees the row.
+  uint64_t release_row(uint32_t row, int32_t pid);
 
   struct alignas(64) Hazard {
     std::atomic<const Snapshot*> ptr{nullptr};
     std::atomic<bool> claimed{false};
   };
 
+  std::unique_ptr<Region> region_;
+  RegionHeader* header_;
   uint32_t vnodes_;
   SlotTable slots_;
+  HeldCount* held_ = nullptr;  // this process's row of the process table (shared regions only)
+  int32_t row_ = -1;
   std::atomic<const Snapshot*> current_;
   Hazard hazards_[kMaxReaders];
   PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
 
-  std::mutex writer_;                // publication, slot allocation and freeing
-  std::vector<uint32_t> free_slots_;  // guarded by writer_
-  std::vector<bool> slot_used_;       // guarded by writer_
+  std::mutex writer_;  // this process's publication (creator) or snapshot rebuild (attached)
 };
 
 }  // namespace pr

@@ -36,6 +36,9 @@ struct Snapshot {
   std::vector<double> cum_weight;  // running sum of weights, for weighted random
   std::unordered_map<std::string, std::vector<uint64_t>> groups;  // group -> bitset over members
   RoutingParams params;
+  // The region's version and members_version this snapshot was built from (shared_region.h).
+  uint64_t version = 0;
+  uint64_t members_version = 0;
 };
 
 }  // namespace pr

@@ -1,6 +1,6 @@
 export { xxh3, xxh3Blocks } from './core/hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
-export { Router, Lease, type PickOptions } from './core/router.js'
+export { Router, Lease, type PickOptions, type SharedRouterOptions } from './core/router.js'
 export {
   STRATEGIES,
   PLACEMENTS,
@@ -19,6 +19,7 @@ export {
   OutOfRangeError,
   NoInstanceError,
   RouterClosedError,
+  SharedRouterError,
   RequestError,
   type PrefixRouterErrorOptions,
 } from './core/errors.js'

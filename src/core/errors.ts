@@ -80,6 +80,20 @@ export class RouterClosedError extends PrefixRouterError {
 }
 
 /**
+ * A router shared between processes: `ROUTER_READ_ONLY` when a process that attached to
+ * another's state tries to change it (only the creator sets instances and parameters),
+ * `ROUTER_SHARED_STATE` when the state file cannot be created or opened (the message names
+ * the path and why).
+ */
+export class SharedRouterError extends PrefixRouterError {
+  declare readonly code: 'ROUTER_READ_ONLY' | 'ROUTER_SHARED_STATE'
+  constructor(code: 'ROUTER_READ_ONLY' | 'ROUTER_SHARED_STATE', message: string, options?: PrefixRouterErrorOptions) {
+    super(code, message, options)
+    this.name = 'SharedRouterError'
+  }
+}
+
+/**
  * A request that cannot be routed as sent (a body without a prompt, a bad tenant id, a body
  * over the limit): `code` names the problem in OpenAI's style (`missing_messages`,
  * `invalid_tenant`) and `status` is the HTTP status a server answers it with.

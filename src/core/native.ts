@@ -12,7 +12,26 @@ export interface NativeBuildInfo {
 }
 
 export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[]; queuedPrefillBlocks: number }
-export interface NativeStats { slotsInUse: number; ringPoints: number; ringBytes: number; indexEntries: number; indexBytes: number }
+export interface NativeStats {
+  slotsInUse: number
+  ringPoints: number
+  ringBytes: number
+  indexEntries: number
+  indexBytes: number
+  /** Leases the garbage collector ended because the embedder never released them (a bug to fix). */
+  leasesCollected: number
+}
+export interface NativeParams {
+  strategy: string
+  prefixLength: number
+  concurrencyThreshold: number
+  blockSize: number
+  indexBlocks: number
+  placementChoices: number
+  matchLength: number
+  loadFactor: number
+  prefillWeight: number
+}
 
 declare const handleBrand: unique symbol
 export type NativeHandle = { readonly [handleBrand]: true }
@@ -22,8 +41,13 @@ export interface NativeBinding {
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
   xxh3_chain(data: Uint8Array | string, blockBytes: number, seed: bigint, out: BigUint64Array | Float64Array): number
   build_info(): NativeBuildInfo
-  router_create(name: string | undefined, vnodes: number, slots: number): NativeHandle
+  router_create(name: string | undefined, vnodes: number, slots: number, sharedPath?: string): NativeHandle
   router_open(name: string): NativeHandle
+  router_attach(path: string): NativeHandle
+  router_shared_path(h: NativeHandle): string | undefined
+  router_release_process(h: NativeHandle, pid: number): number
+  router_lease_collected(h: NativeHandle, slot: number, prefill: number): void
+  router_params(h: NativeHandle): NativeParams
   router_close(h: NativeHandle): void
   router_configure(
     h: NativeHandle,

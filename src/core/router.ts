@@ -1,7 +1,10 @@
 // Router: a thin class over one native handle. Validation lives here; the native side
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
-import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError } from './errors.js'
-import { native, type NativeHandle, type NativeInstance, type NativeStats } from './native.js'
+import { existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
+import { native, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
   checkTenant,
@@ -19,6 +22,42 @@ import {
 export { NoInstanceError }
 
 const SLOT_CAPACITY = 8192
+
+export interface SharedRouterOptions extends RouterOptions {
+  /**
+   * Keep the state (counters, membership, parameters, prefix index) in a file under /dev/shm
+   * that other processes open with `Router.attach(router.sharedPath)`: their picks and this
+   * one's see each other's leases as one process would.
+   */
+  shared?: boolean | undefined
+}
+
+// Where shared state files go: tmpfs when the system has one (no disk writes), else the
+// temporary directory. The name says what the file is and which process made it, so one
+// left behind by a primary that crashed can be recognised and removed.
+let sharedFiles = 0
+function sharedStatePath(): string {
+  const dir = existsSync('/dev/shm') ? '/dev/shm' : tmpdir()
+  const nonce = Math.floor(Math.random() * 0x100000000).toString(16)
+  return join(dir, `prefix-router-state-${process.pid}-${++sharedFiles}-${nonce}`)
+}
+
+// Native errors carry a code but are plain Errors; shared-state ones become SharedRouterError.
+function nativeCall<T>(call: () => T): T {
+  try {
+    return call()
+  } catch (err) {
+    const code = (err as { code?: unknown }).code
+    if (code === 'ROUTER_READ_ONLY' || code === 'ROUTER_SHARED_STATE') throw new SharedRouterError(code, (err as Error).message, { cause: err })
+    throw err
+  }
+}
+
+// What the garbage collector needs to end a lease nobody released: updated by firstToken.
+interface Held {
+  slot: number
+  prefill: number
+}
 
 export interface PickOptions {
   /** Tenant id (SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id): same prefix, different tenant, separate keys. */
@@ -45,8 +84,7 @@ export interface PickOptions {
  */
 export class Lease {
   #router: Router | null
-  readonly #slot: number
-  #prefill: number
+  readonly #held: Held
   /** Id of the instance the request goes to. */
   readonly instance: string
   /** True when load sent the request away from where the strategy would have put it. */
@@ -54,15 +92,15 @@ export class Lease {
 
   constructor(router: Router, slot: number, instance: string, overflow: boolean, prefill = 0) {
     this.#router = router
-    this.#slot = slot
+    this.#held = { slot, prefill }
     this.instance = instance
     this.overflow = overflow
-    this.#prefill = prefill
+    router._track(this, this.#held)
   }
 
   /** @internal the counter slot, for PickOptions.avoid */
   get _slot(): number {
-    return this.#slot
+    return this.#held.slot
   }
 
   get released(): boolean {
@@ -72,17 +110,17 @@ export class Lease {
   /** The instance has sent the first token: the prompt's prefill is over. Later calls do nothing. */
   firstToken(): void {
     const r = this.#router
-    if (r === null || this.#prefill === 0) return
-    r._firstToken(this.#slot, this.#prefill)
-    this.#prefill = 0
+    if (r === null || this.#held.prefill === 0) return
+    r._firstToken(this.#held.slot, this.#held.prefill)
+    this.#held.prefill = 0
   }
 
   release(): void {
     const r = this.#router
     if (r === null) return
     this.#router = null
-    r._release(this.#slot, this.#prefill)
-    this.#prefill = 0
+    r._release(this.#held.slot, this.#held.prefill, this)
+    this.#held.prefill = 0
   }
 }
 
@@ -105,17 +143,38 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
 // and read at once, so the call allocates nothing.
 const picked = new Float64Array(4)
 
+function resolvedFromNative(p: NativeParams): ResolvedParams {
+  return {
+    strategy: p.strategy,
+    prefixLength: p.prefixLength,
+    concurrencyThreshold: p.concurrencyThreshold,
+    thresholdSet: true,
+    blockSize: p.blockSize,
+    indexBlocks: p.indexBlocks,
+    placement: p.placementChoices === PLACEMENT_CHOICES.hash ? 'hash' : 'balanced',
+    matchLength: p.matchLength,
+    loadFactor: p.loadFactor,
+    prefillWeight: p.prefillWeight,
+  }
+}
+
 export class Router {
   #handle: NativeHandle | null
   #params: ResolvedParams
+  #attached = false
+  // Last resort for a lease the embedder dropped without release(): the collector ends it,
+  // and stats().leasesCollected counts it so the bug shows.
+  readonly #unreleased = new FinalizationRegistry<Held>((held) => {
+    if (this.#handle !== null) native.router_lease_collected(this.#handle, held.slot, held.prefill)
+  })
   // Instance id per slot, cached with the slot's generation so a reused slot is re-read.
   readonly #ids: string[] = []
   readonly #gens: number[] = []
 
-  constructor(options: RouterOptions)
+  constructor(options: SharedRouterOptions)
   /** @internal used by Router.open */
   constructor(options: RouterOptions, handle: NativeHandle)
-  constructor(options: RouterOptions, handle?: NativeHandle) {
+  constructor(options: SharedRouterOptions, handle?: NativeHandle) {
     if (handle !== undefined) {
       this.#handle = handle
       this.#params = resolveParams(options)
@@ -129,7 +188,9 @@ export class Router {
     if (options.name !== undefined && (typeof options.name !== 'string' || options.name.length === 0 || options.name.length > 256)) {
       throw new OutOfRangeError('name', 'a string of 1 to 256 characters', options.name)
     }
-    const h = native.router_create(options.name, vnodes, SLOT_CAPACITY)
+    const shared = options.shared
+    if (shared !== undefined && typeof shared !== 'boolean') throw new InvalidArgTypeError('shared', 'a boolean', shared)
+    const h = nativeCall(() => native.router_create(options.name, vnodes, SLOT_CAPACITY, shared === true ? sharedStatePath() : undefined))
     configureNative(h, params)
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
     this.#handle = h
@@ -146,15 +207,50 @@ export class Router {
     return new Router({ instances: [] }, native.router_open(name))
   }
 
+  /**
+   * Opens from another process the state a router created with `shared: true` keeps at
+   * `path` (its `sharedPath`). Picks, releases and the counters are shared with every process
+   * that has it open; instances and parameters follow the creator's (setInstances and
+   * configure throw SharedRouterError `ROUTER_READ_ONLY` here).
+   */
+  static attach(path: string): Router {
+    if (typeof path !== 'string' || path.length === 0) throw new InvalidArgTypeError('path', 'a non-empty string', path)
+    const r = new Router({ instances: [] }, nativeCall(() => native.router_attach(path)))
+    r.#attached = true
+    return r
+  }
+
+  /** The shared state file, for `Router.attach`; undefined for a router private to this process. */
+  get sharedPath(): string | undefined {
+    return native.router_shared_path(this.#h())
+  }
+
   get params(): Readonly<ResolvedParams> {
+    // An attached router follows its creator's configure().
+    if (this.#attached && this.#handle !== null) return resolvedFromNative(native.router_params(this.#handle))
     return this.#params
   }
 
   /** Changes routing parameters for every later pick, in every thread (published with the membership, never half-applied). */
   configure(params: RoutingParams): void {
+    const h = this.#h()
+    this.#writable()
     const next = resolveParams(params, this.#params)
-    configureNative(this.#h(), next)
+    configureNative(h, next)
     this.#params = next
+  }
+
+  /**
+   * Ends every lease process `pid` still holds on this router's shared state, and gives back
+   * its queued prefill: call it when a process that attached exits. Returns the leases ended
+   * (0 for a process that held none, or for a private router).
+   */
+  releaseProcess(pid: number): number {
+    const h = this.#h()
+    if (typeof pid !== 'number' || !Number.isInteger(pid) || pid < 1 || pid > 0x7fffffff) {
+      throw new OutOfRangeError('pid', 'a positive integer process id', pid)
+    }
+    return native.router_release_process(h, pid)
   }
 
   /**
@@ -196,14 +292,21 @@ export class Router {
   }
 
   /** @internal called by Lease.release */
-  _release(slot: number, prefill: number): void {
+  _release(slot: number, prefill: number, lease: Lease): void {
+    this.#unreleased.unregister(lease)
     // A lease outliving a closed handle has nothing left to decrement through it.
     if (this.#handle !== null) native.router_release(this.#handle, slot, prefill)
+  }
+
+  /** @internal called by the Lease constructor */
+  _track(lease: Lease, held: Held): void {
+    this.#unreleased.register(lease, held, lease)
   }
 
   /** Replaces the membership atomically; leases taken before still release their own counters. */
   setInstances(instances: readonly InstanceSpec[], vnodes?: number): void {
     const h = this.#h()
+    this.#writable()
     const v = LIMITS.vnodes
     const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
@@ -223,11 +326,21 @@ export class Router {
     return native.router_stats(this.#h())
   }
 
-  /** Releases this handle. The shared state goes when the last handle in the process closes. */
+  /**
+   * Releases this handle. The state goes when the last handle in the process closes; for a
+   * shared router, leases this process still holds are ended then, and the creator's close
+   * removes the state file (a creator that crashed leaves it behind in /dev/shm).
+   */
   close(): void {
     if (this.#handle === null) return
     native.router_close(this.#handle)
     this.#handle = null
+  }
+
+  #writable(): void {
+    if (this.#attached) {
+      throw new SharedRouterError('ROUTER_READ_ONLY', 'this router is attached to another process\'s state: only the process that created it changes instances or parameters')
+    }
   }
 
   #h(): NativeHandle {
