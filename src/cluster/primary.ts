@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url'
 import type { Logger } from 'pino'
 import { CliError } from '../commands/cli-error.js'
 import type { Config } from '../config.js'
+import { RouterClosedError } from '../core/errors.js'
 import type { Router } from '../core/router.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
@@ -15,7 +16,7 @@ import { RestartBackoff } from './backoff.js'
 import { membershipOf } from './membership.js'
 import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
-import { createShared, sharedPathOf } from './routers.js'
+import { createShared } from './routers.js'
 
 export interface ClusterOptions {
   workers: number
@@ -27,7 +28,8 @@ const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance
 export class ClusterPrimary {
   #proxy!: ProxyServer
   #metrics: ClusterMetrics | undefined
-  #routers = new Map<string, Router>()
+  /** Every shared router made, until it is found closed: a removed endpoint's drains first. */
+  #routers = new Set<Router>()
   /** Workers that said they are listening. */
   #ready = new Set<Worker>()
   #published = new Map<string, string>()
@@ -51,7 +53,7 @@ export class ClusterPrimary {
     c.#proxy = await ProxyServer.start(config, {
       role: 'primary',
       ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
-      endpointEvents: { router: (name, options) => c.#createRouter(name, options), onSync: (ep) => c.#publish(ep) },
+      endpointEvents: { router: (_name, options) => c.#createRouter(options), onSync: (ep) => c.#publish(ep) },
       onReload: (next) => c.#reconfigure(next),
       metricsText: () => c.#metrics?.text(c.#ready) ?? c.#proxy.metrics.registry.metrics(),
     })
@@ -92,15 +94,15 @@ export class ClusterPrimary {
     await this.#stop(false)
   }
 
-  #createRouter(name: string, options: Parameters<typeof createShared>[0]): Router {
+  #createRouter(options: Parameters<typeof createShared>[0]): Router {
     const r = createShared(options)
-    this.#routers.set(name, r)
+    this.#routers.add(r)
     return r
   }
 
   #sharedRouters(): SharedRouters {
     const out: SharedRouters = {}
-    for (const ep of this.#proxy.endpoints()) out[ep.name] = sharedPathOf(ep.router)
+    for (const ep of this.#proxy.endpoints()) out[ep.name] = ep.router.sharedPath
     return out
   }
 
@@ -119,7 +121,6 @@ export class ClusterPrimary {
 
   #reconfigure(config: Config): void {
     const names = new Set(config.endpoints.map((e) => e.name))
-    for (const name of this.#routers.keys()) if (!names.has(name)) this.#routers.delete(name)
     for (const name of this.#published.keys()) if (!names.has(name)) this.#published.delete(name)
     this.#broadcast({ prefixRouter: 'config', config, routers: this.#sharedRouters() })
     // The membership of endpoints the reload created went out before the workers had them.
@@ -171,7 +172,14 @@ export class ClusterPrimary {
     const pid = w.process.pid
     // What the dead process held on the shared state would otherwise stay counted for ever.
     let released = 0
-    for (const r of this.#routers.values()) released += releaseProcess(r, pid)
+    for (const r of this.#routers) {
+      try {
+        if (pid !== undefined) released += r.releaseProcess(pid)
+      } catch (err) {
+        if (!(err instanceof RouterClosedError)) throw err
+        this.#routers.delete(r)
+      }
+    }
     if (this.#stopping) return
     const wait = this.#backoff.next(Date.now())
     this.#metrics?.restarts.inc()
@@ -193,11 +201,4 @@ export class ClusterPrimary {
     await Promise.all(exited)
     await this.#proxy.close()
   }
-}
-
-/** Releases a dead process's leases, where the router supports it. */
-function releaseProcess(r: Router, pid: number | undefined): number {
-  const release = (r as Router & { releaseProcess?(pid: number): number }).releaseProcess
-  if (pid === undefined || release === undefined) return 0
-  return release.call(r, pid)
 }

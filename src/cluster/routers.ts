@@ -1,17 +1,12 @@
 // Where each endpoint's routing state lives when several processes route: created by the
-// primary, attached by every worker, so that in-flight counts and the prefix index are one.
+// primary in shared memory, attached by every worker, so that in-flight counts and
+// overflow decisions are one fleet-wide.
 import type { RouterOptions } from '../core/options.js'
 import { Router } from '../core/router.js'
 
 /** The primary's router for an endpoint: the one that publishes membership and parameters. */
 export function createShared(options: RouterOptions): Router {
-  return new Router(options)
-}
-
-/** Where another process finds it; undefined when it cannot be shared. */
-export function sharedPathOf(router: Router): string | undefined {
-  void router
-  return undefined
+  return new Router({ ...options, shared: true })
 }
 
 /**
@@ -19,6 +14,5 @@ export function sharedPathOf(router: Router): string | undefined {
  * the worker's own that it keeps in step with the membership the primary sends.
  */
 export function workerRouter(path: string | undefined, options: RouterOptions): Router {
-  void path
-  return new Router(options)
+  return path === undefined ? new Router(options) : Router.attach(path)
 }

@@ -36,7 +36,9 @@ describe('serve --workers: a worker that dies', () => {
     await untilMetric(served.admin, 'prefix_router_in_flight', 1)
     await untilMetric(served.admin, 'prefix_router_workers', 2)
     expect(metricSum(await metrics(served.admin), 'prefix_router_worker_restarts_total')).toBe(1)
-    expect(served.stdout()).toMatch(/worker exited; starting another/)
+    // The primary ended the lease the dead worker held on the shared state.
+    const exit = served.stdout().split('\n').find((l) => l.includes('worker exited; starting another'))
+    expect(JSON.parse(exit!)).toMatchObject({ level: 40, worker: Number(a!.pid), signal: 'SIGKILL', releasedLeases: 1 })
 
     // The replacement takes connections: two workers again, the killed one not among them.
     const fresh = await clientsOnDistinctWorkers(served.url, 2)
