@@ -88,6 +88,9 @@ main()
     console.error(err)
     process.exitCode = 1
   })
-  .finally(() => {
-    for (const c of children) c.kill('SIGKILL')
+  .finally(async () => {
+    // Routers get two signals (drain, then now), so that they remove their shared state files.
+    for (const c of children) c.kill('SIGTERM')
+    await new Promise((r) => setTimeout(r, 500))
+    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM')
   })

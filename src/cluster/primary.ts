@@ -58,6 +58,11 @@ export class ClusterPrimary {
       metricsText: () => c.#metrics?.text(c.#ready) ?? c.#proxy.metrics.registry.metrics(),
     })
     c.#metrics = new ClusterMetrics(c.#proxy.metrics.registry, () => c.#ready.size)
+    // A second signal exits without the drain: the state files in /dev/shm go with the process
+    // all the same (closing the creator's router removes its file; closing twice is harmless).
+    process.once('exit', () => {
+      for (const r of c.#routers) r.close()
+    })
     cluster.setupPrimary({ exec: fileURLToPath(new URL('./worker-main.js', import.meta.url)), args: [] })
     try {
       await Promise.all(Array.from({ length: opts.workers }, () => c.#startWorker()))

@@ -34,10 +34,15 @@ export function serve(args: string[]): Promise<Served> {
   })
 }
 
-/** Stops it: SIGKILL, so that a failed test leaves no process behind (workers follow their primary). */
+/**
+ * Stops it at once, as an operator's second signal does: the workers follow their primary,
+ * and the primary removes its shared state files (a SIGKILL would leave them in /dev/shm).
+ */
 export async function stop(s: Served | undefined): Promise<void> {
   if (s === undefined || s.child.exitCode !== null || s.child.signalCode !== null) return
-  s.child.kill('SIGKILL')
+  s.child.kill('SIGTERM')
+  await until(() => s.child.exitCode !== null || s.stderr().includes('draining'), 50_000, 'the drain to begin')
+  if (s.child.exitCode === null) s.child.kill('SIGTERM')
   await s.exited
 }
 
