@@ -38,18 +38,15 @@ export class ClusterPrimary {
   #backoff = new RestartBackoff()
   #stopping = false
   #url = ''
-  readonly #size: number
 
-  private constructor(size: number) {
-    this.#size = size
-  }
+  private constructor() {}
 
   /**
    * Starts the primary's server (admin port, probes, discovery) and `workers` workers, and
    * resolves once every worker listens; rejects with the first worker's failure to start.
    */
   static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
-    const c = new ClusterPrimary(opts.workers)
+    const c = new ClusterPrimary()
     c.#proxy = await ProxyServer.start(config, {
       role: 'primary',
       ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
