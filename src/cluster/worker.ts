@@ -2,7 +2,6 @@
 // health come from the primary; it listens only once ProxyServer.start has done everything
 // it does before listening, and says so, so the primary counts it ready.
 import cluster from 'node:cluster'
-import { pino } from 'pino'
 import { listenError } from '../commands/listen-error.js'
 import type { Config } from '../config.js'
 import { ProxyServer } from '../proxy/proxy.js'
@@ -80,9 +79,9 @@ export async function runWorker(): Promise<void> {
   process.on('SIGINT', onSignal)
   process.on('SIGTERM', onSignal)
 
-  const log = pino({ level: start.config.log.level }).child({ worker: cluster.worker!.id })
   try {
-    proxy = await ProxyServer.start(start.config, { role: 'worker', logger: log, endpointEvents: fleet.events() })
+    // Its log lines carry its pid, as the primary's line about a worker's exit does.
+    proxy = await ProxyServer.start(start.config, { role: 'worker', endpointEvents: fleet.events() })
   } catch (err) {
     send({ prefixRouter: 'failed', ...startError(err, start.config) })
     process.exit(1)

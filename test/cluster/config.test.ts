@@ -1,12 +1,12 @@
 // --workers as a setting, and a reload reaching every worker.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { until, type Stub } from '../proxy/helpers.js'
-import { clientsOnDistinctWorkers, holdingStub, serve, stop, type Client, type Served } from './helpers.js'
+import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, stop, type Client, type Served } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-cluster-'))
@@ -33,6 +33,19 @@ describe('serve --workers', () => {
       const r = spawnSync(process.execPath, [cli, 'serve', '--upstream', 'http://127.0.0.1:1', ...args], { encoding: 'utf8', env: { ...process.env, ...env } })
       expect(r.status, r.stderr).toBe(2)
       expect(r.stderr).toMatch(new RegExp(`workers: must be auto or a whole number of processes from 1 to 1024; got "[^"]+" \\(from ${from}\\)`))
+    }
+  })
+
+  it('auto: one worker per core available, or the single process on one core', async () => {
+    stubs = [await holdingStub('a')]
+    served = await serve(['--workers', 'auto', '--upstream', stubs[0]!.url])
+    const n = availableParallelism()
+    if (n === 1) {
+      expect(served.stderr()).not.toMatch(/worker processes/)
+      expect(metricSum(await metrics(served.admin), 'prefix_router_workers')).toBe(0)
+    } else {
+      expect(served.stderr()).toMatch(new RegExp(`in ${n} worker processes on `))
+      expect(metricSum(await metrics(served.admin), 'prefix_router_workers')).toBe(n)
     }
   })
 
