@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
-import { startStub, type Stub } from '../proxy/helpers.js'
+import { startStub, until, type Stub } from '../proxy/helpers.js'
 import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, stop, untilMetric, type Client, type Served } from './helpers.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-cluster-'))
@@ -40,6 +40,7 @@ describe('serve --workers: outlier detection', () => {
     served = await serve(['--workers', '2', '--config', file])
     const [a, b] = (await clientsOnDistinctWorkers(served.url, 2)).map((w) => w.client)
     clients.push(a!, b!)
+    for (const c of [a!, b!]) expect(JSON.parse((await c.request('GET', '/health')).body)).toMatchObject({ status: 'ok', healthyInstances: 2 })
 
     // A prompt whose target is the failing instance; the one that finds it is its first 500.
     let prompt = ''
@@ -57,6 +58,8 @@ describe('serve --workers: outlier detection', () => {
     await untilMetric(served.admin, 'prefix_router_ejections_total', 1)
     expect(metricSum(await metrics(served.admin), 'prefix_router_instance_ejected', `instance="${bad.url}"`)).toBe(1)
 
+    // Each worker has the primary's view of its instances: its /health counts one healthy.
+    for (const c of [a!, b!]) await until(async () => JSON.parse((await c.request('GET', '/health')).body).healthyInstances === 1, 50_000, 'one healthy instance in each worker')
     // Both workers now send the prompt to the instance left.
     for (const c of [a!, b!]) {
       const r = await c.chat(prompt)
