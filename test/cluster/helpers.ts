@@ -17,9 +17,18 @@ export interface Served {
   exited: Promise<number | null>
 }
 
+// A test that fails half-way must not leave a router running: whatever is still up when the
+// test process ends is killed (its workers follow it).
+const running = new Set<ChildProcessWithoutNullStreams>()
+process.once('exit', () => {
+  for (const c of running) c.kill('SIGKILL')
+})
+
 /** Starts `serve` with the flags given (loopback, any free ports); resolves once it says it is routing. */
 export function serve(args: string[]): Promise<Served> {
   const child = spawn(process.execPath, [cli, 'serve', '--host', '127.0.0.1', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--debug-headers', ...args])
+  running.add(child)
+  child.once('exit', () => running.delete(child))
   let err = ''
   let out = ''
   child.stdout.on('data', (d: Buffer) => (out += d.toString()))
@@ -40,9 +49,14 @@ export function serve(args: string[]): Promise<Served> {
  */
 export async function stop(s: Served | undefined): Promise<void> {
   if (s === undefined || s.child.exitCode !== null || s.child.signalCode !== null) return
+  const gone = () => s.child.exitCode !== null || s.child.signalCode !== null
+  // Bounds for a clean-up after a failure, never for a result: a router that does not stop is killed.
+  const within = (ms: number, p: Promise<unknown>) => Promise.race([p, new Promise((r) => setTimeout(r, ms).unref())])
   s.child.kill('SIGTERM')
-  await until(() => s.child.exitCode !== null || s.stderr().includes('draining'), 50_000, 'the drain to begin')
-  if (s.child.exitCode === null) s.child.kill('SIGTERM')
+  await within(10_000, until(() => gone() || s.stderr().includes('draining'), 10_000, 'the drain to begin').catch(() => undefined))
+  if (!gone()) s.child.kill('SIGTERM')
+  await within(10_000, s.exited)
+  if (!gone()) s.child.kill('SIGKILL')
   await s.exited
 }
 
