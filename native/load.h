@@ -25,16 +25,6 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
   // longest_prefix: blocks of prompt routed here whose prefill has not finished (the first
   // token has not come back): the queue a new request would wait behind.
   std::atomic<uint64_t> prefill{0};
-  // Written only by the router's writer, only while the word is zero (no pin, no lease) and
-  // before the slot is pinned and published; read only through a published snapshot or a lease.
-  uint32_t id_len = 0;
-  char id_bytes[kMaxIdBytes];
-
-  std::string id() const { return std::string(id_bytes, id_len); }
-  void set_id(const std::string& s) {
-    id_len = static_cast<uint32_t>(s.size() < kMaxIdBytes ? s.size() : kMaxIdBytes);
-    std::memcpy(id_bytes, s.data(), id_len);
-  }
 
   uint32_t in_flight() const { return static_cast<uint32_t>(word.load(std::memory_order_relaxed) & kCountMask); }
 
@@ -74,17 +64,32 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "slot counters must be lock-free to be shared between processes");
 
-// A view of the slot array, which lives in the router's region.
+// A slot's instance id, kept apart from the counters so that scanning every slot's word
+// touches one cache line per slot, not its id's pages. Written only by the router's writer,
+// only while the slot's word is zero (no pin, no lease) and before it is pinned and published;
+// read only through a published snapshot or a lease.
+struct SlotId {
+  uint32_t len;
+  char bytes[kMaxIdBytes];
+};
+
+// A view of the slot and id arrays, which live in the router's region.
 class SlotTable {
  public:
-  SlotTable(Slot* slots, uint32_t capacity) : capacity_(capacity), slots_(slots) {}
+  SlotTable(Slot* slots, SlotId* ids, uint32_t capacity) : capacity_(capacity), slots_(slots), ids_(ids) {}
   uint32_t capacity() const { return capacity_; }
   Slot& operator[](uint32_t i) { return slots_[i]; }
   const Slot& operator[](uint32_t i) const { return slots_[i]; }
+  std::string id(uint32_t i) const { return std::string(ids_[i].bytes, ids_[i].len); }
+  void set_id(uint32_t i, const std::string& s) {
+    ids_[i].len = static_cast<uint32_t>(s.size() < kMaxIdBytes ? s.size() : kMaxIdBytes);
+    std::memcpy(ids_[i].bytes, s.data(), ids_[i].len);
+  }
 
  private:
   uint32_t capacity_;
   Slot* slots_;
+  SlotId* ids_;
 };
 
 // Leases and queued prefill one process holds on one slot, so that a process that dies can

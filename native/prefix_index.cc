@@ -1,7 +1,11 @@
 #include "prefix_index.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "xxh3.h"
 
@@ -14,52 +18,146 @@ size_t chain_hashes(const uint8_t* data, size_t len, size_t block, uint64_t seed
   return n;
 }
 
-PrefixIndex::PrefixIndex(uint32_t slot_capacity) : lru_(slot_capacity) {}
+namespace {
+uint64_t align64(uint64_t v) { return (v + 63) / 64 * 64; }
+}  // namespace
 
-double PrefixIndex::decayed(double value, uint64_t since) const {
-  return since == requests_ ? value : value * std::exp2(-static_cast<double>(requests_ - since) / kCommonHalfLife);
+void IndexMutex::lock() {
+  if (owner_->h_->mu.lock_repairing()) owner_->clear_all();
+}
+void IndexMutex::unlock() { owner_->h_->mu.unlock(); }
+
+uint64_t PrefixIndex::max_table(uint32_t node_capacity) {
+  uint64_t t = 1024;
+  while (t < 2 * (uint64_t{node_capacity} + 1)) t *= 2;  // load at most 1/2 with every node in use
+  return t;
 }
 
-size_t PrefixIndex::find_bucket(uint64_t h) const {
-  if (keys_.empty()) return SIZE_MAX;
-  const size_t mask = keys_.size() - 1;
-  for (size_t b = static_cast<size_t>(h * 0x9E3779B97F4A7C15ULL >> 20) & mask;; b = (b + 1) & mask) {
-    if (heads_[b] == kNil) return SIZE_MAX;
-    if (keys_[b] == h) return b;
+uint64_t PrefixIndex::area_bytes(uint32_t slot_capacity, uint32_t node_capacity) {
+  const uint64_t table = max_table(node_capacity);
+  return align64(sizeof(Header)) + align64(uint64_t{slot_capacity} * sizeof(Lru)) +
+         align64((uint64_t{node_capacity} + 1) * sizeof(Node)) + 2 * (align64(table * 8) + align64(table * 4));
+}
+
+void PrefixIndex::lay_out(void* area) {
+  char* p = static_cast<char*>(area);
+  const uint64_t table = max_table(node_cap_);
+  h_ = reinterpret_cast<Header*>(p);
+  p += align64(sizeof(Header));
+  lru_ = reinterpret_cast<Lru*>(p);
+  p += align64(uint64_t{slot_cap_} * sizeof(Lru));
+  nodes_ = reinterpret_cast<Node*>(p);
+  p += align64((uint64_t{node_cap_} + 1) * sizeof(Node));
+  for (int t = 0; t < 2; t++) {
+    keys_[t] = reinterpret_cast<uint64_t*>(p);
+    p += align64(table * 8);
+    heads_[t] = reinterpret_cast<uint32_t*>(p);
+    p += align64(table * 4);
+  }
+  mutex_.owner_ = this;
+}
+
+PrefixIndex::PrefixIndex(void* area, uint32_t slot_capacity, uint32_t node_capacity, bool init)
+    : slot_cap_(slot_capacity), node_cap_(node_capacity) {
+  lay_out(area);
+  // Zeroed memory is an empty index: only the mutex needs setting up.
+  if (init) h_->mu.init();
+}
+
+PrefixIndex::PrefixIndex(uint32_t slot_capacity, uint32_t node_capacity) : slot_cap_(slot_capacity), node_cap_(node_capacity) {
+  own_bytes_ = area_bytes(slot_capacity, node_capacity);
+  own_area_ = ::mmap(nullptr, own_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (own_area_ == MAP_FAILED) std::abort();
+  lay_out(own_area_);
+  h_->mu.init();
+}
+
+PrefixIndex::~PrefixIndex() {
+  if (own_area_ != nullptr) ::munmap(own_area_, own_bytes_);
+}
+
+void PrefixIndex::clear_all() {
+  h_->requests = 0;
+  h_->recent = 0;
+  h_->sent_all = 0;
+  h_->node_count = 0;
+  h_->free_head = kNil;
+  h_->table_size = 0;
+  h_->table = 0;
+  h_->used = 0;
+  for (uint32_t s = 0; s < slot_cap_; s++) {
+    const uint32_t capacity = lru_[s].capacity;
+    lru_[s] = Lru();
+    lru_[s].capacity = capacity;
   }
 }
 
+uint32_t PrefixIndex::new_node() {
+  if (h_->free_head != kNil) {
+    const uint32_t n = h_->free_head;
+    h_->free_head = nodes_[n].next;
+    return n;
+  }
+  if (h_->node_count >= node_cap_) return kNil;
+  return ++h_->node_count;
+}
+
+double PrefixIndex::decayed(double value, uint64_t since) const {
+  return since == h_->requests ? value : value * std::exp2(-static_cast<double>(h_->requests - since) / kCommonHalfLife);
+}
+
+size_t PrefixIndex::find_bucket(uint64_t h) const {
+  if (h_->table_size == 0) return SIZE_MAX;
+  const size_t mask = h_->table_size - 1;
+  const uint64_t* keys = this->keys();
+  const uint32_t* heads = this->heads();
+  for (size_t b = static_cast<size_t>(h * 0x9E3779B97F4A7C15ULL >> 20) & mask;; b = (b + 1) & mask) {
+    if (heads[b] == kNil) return SIZE_MAX;
+    if (keys[b] == h) return b;
+  }
+}
+
+// Rehashes into the other table, twice the size (the first table: 1024 buckets).
 void PrefixIndex::grow() {
-  std::vector<uint64_t> keys = std::move(keys_);
-  std::vector<uint32_t> heads = std::move(heads_);
-  const size_t size = keys.empty() ? 1024 : keys.size() * 2;
-  keys_.assign(size, 0);
-  heads_.assign(size, kNil);
-  used_ = 0;
-  for (size_t i = 0; i < keys.size(); i++) {
-    if (heads[i] == kNil) continue;
-    const size_t b = claim_bucket(keys[i]);
-    heads_[b] = heads[i];
+  const uint64_t* old_keys = keys();
+  const uint32_t* old_heads = heads();
+  const size_t old_size = h_->table_size;
+  const size_t size = old_size == 0 ? 1024 : old_size * 2;
+  if (size > max_table(node_cap_)) return;  // cannot happen: the node pool bounds the buckets in use
+  const uint32_t next = old_size == 0 ? h_->table : 1 - h_->table;
+  std::memset(keys_[next], 0, size * 8);
+  std::memset(heads_[next], 0, size * 4);
+  h_->table = next;
+  h_->table_size = size;
+  h_->used = 0;
+  for (size_t i = 0; i < old_size; i++) {
+    if (old_heads[i] == kNil) continue;
+    const size_t b = claim_bucket(old_keys[i]);
+    heads()[b] = old_heads[i];
   }
 }
 
 size_t PrefixIndex::claim_bucket(uint64_t h) {
-  if (2 * (used_ + 1) > keys_.size()) grow();  // load at most 1/2
-  const size_t mask = keys_.size() - 1;
+  if (2 * (h_->used + 1) > h_->table_size) grow();  // load at most 1/2
+  const size_t mask = h_->table_size - 1;
+  uint64_t* keys = this->keys();
+  uint32_t* heads = this->heads();
   for (size_t b = static_cast<size_t>(h * 0x9E3779B97F4A7C15ULL >> 20) & mask;; b = (b + 1) & mask) {
-    if (heads_[b] == kNil) {
-      keys_[b] = h;
-      used_++;
+    if (heads[b] == kNil) {
+      keys[b] = h;
+      h_->used++;
       return b;  // the caller links a node in
     }
-    if (keys_[b] == h) return b;
+    if (keys[b] == h) return b;
   }
 }
 
 void PrefixIndex::erase_bucket(size_t b) {
-  const size_t mask = keys_.size() - 1;
+  const size_t mask = h_->table_size - 1;
+  uint64_t* keys_ = this->keys();
+  uint32_t* heads_ = this->heads();
   heads_[b] = kNil;
-  used_--;
+  h_->used--;
   // Backward shift: move later entries of the probe run into the gap when their home is at
   // or before it, so lookups never stop early at a hole.
   size_t gap = b;
@@ -77,7 +175,8 @@ void PrefixIndex::erase_bucket(size_t b) {
 size_t PrefixIndex::match(const uint64_t* hashes, size_t n, std::vector<uint32_t>& match, std::vector<uint32_t>& touched,
                           double common_share) {
   size_t common = 0;
-  bool counting = recent_ > 0;
+  bool counting = h_->recent > 0;
+  const uint32_t* heads_ = this->heads();
   for (size_t i = 0; i < n; i++) {
     const size_t b = find_bucket(hashes[i]);
     if (b == SIZE_MAX) { counting = false; continue; }
@@ -88,7 +187,7 @@ size_t PrefixIndex::match(const uint64_t* hashes, size_t n, std::vector<uint32_t
       match[s] = static_cast<uint32_t>(i + 1);
       if (counting) sent += decayed(nodes_[node].sent, nodes_[node].at);
     }
-    if (counting && sent >= kCommonMin && sent >= common_share * recent_) common = i + 1;
+    if (counting && sent >= kCommonMin && sent >= common_share * h_->recent) common = i + 1;
     else counting = false;
   }
   return common;
@@ -115,6 +214,7 @@ void PrefixIndex::push_front(uint32_t n) {
 void PrefixIndex::drop_from_table(uint32_t n) {
   const size_t b = find_bucket(nodes_[n].hash);
   if (b == SIZE_MAX) return;
+  uint32_t* heads_ = this->heads();
   if (heads_[b] == n) {
     heads_[b] = nodes_[n].same;
     if (heads_[b] == kNil) erase_bucket(b);
@@ -134,50 +234,54 @@ void PrefixIndex::evict_one(uint32_t slot) {
   unlink(n);
   drop_from_table(n);
   lru_[slot].size--;
-  free_nodes_.push_back(n);
+  nodes_[n].next = h_->free_head;
+  h_->free_head = n;
 }
 
 double PrefixIndex::sent(uint32_t slot) const {
-  if (slot >= lru_.size()) return 0;
-  return lru_[slot].sent * std::exp2(-static_cast<double>(requests_ - lru_[slot].sent_at) / kSentHalfLife);
+  if (!lru_ok(slot)) return 0;
+  return lru_[slot].sent * std::exp2(-static_cast<double>(h_->requests - lru_[slot].sent_at) / kSentHalfLife);
 }
 
 double PrefixIndex::churn(uint32_t slot) const {
-  if (slot >= lru_.size()) return 0;
+  if (!lru_ok(slot)) return 0;
   const Lru& l = lru_[slot];
-  return l.churn * std::exp2(-static_cast<double>(requests_ - l.churn_at) / kChurnHalfLife);
+  return l.churn * std::exp2(-static_cast<double>(h_->requests - l.churn_at) / kChurnHalfLife);
 }
 
 void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
-  if (slot >= lru_.size() || lru_[slot].capacity == 0) return;
+  if (!lru_ok(slot) || lru_[slot].capacity == 0) return;
   size_t fresh = 0;
-  requests_++;
-  recent_ = recent_ * std::exp2(-1.0 / kCommonHalfLife) + 1;
-  sent_all_ = sent_all_ * std::exp2(-1.0 / kSentHalfLife) + 1;
+  h_->requests++;
+  h_->recent = h_->recent * std::exp2(-1.0 / kCommonHalfLife) + 1;
+  h_->sent_all = h_->sent_all * std::exp2(-1.0 / kSentHalfLife) + 1;
   for (size_t k = n; k-- > 0;) {  // last block first: block 0 ends up most recent
     const uint64_t h = hashes[k];
-    const size_t bucket = claim_bucket(h);
     uint32_t found = kNil;
-    for (uint32_t node = heads_[bucket]; node != kNil; node = nodes_[node].same)
-      if (nodes_[node].slot == slot) { found = node; break; }
+    const size_t at = find_bucket(h);
+    if (at != SIZE_MAX)
+      for (uint32_t node = heads()[at]; node != kNil; node = nodes_[node].same)
+        if (nodes_[node].slot == slot) { found = node; break; }
     if (found != kNil) {
       Node& x = nodes_[found];
       x.sent = decayed(x.sent, x.at) + 1;
-      x.at = requests_;
+      x.at = h_->requests;
       unlink(found);
       push_front(found);
       continue;
     }
-    uint32_t node;
-    if (!free_nodes_.empty()) {
-      node = free_nodes_.back();
-      free_nodes_.pop_back();
-      nodes_[node] = {h, slot, kNil, kNil, heads_[bucket], 1, requests_};
-    } else {
-      node = static_cast<uint32_t>(nodes_.size());
-      nodes_.push_back({h, slot, kNil, kNil, heads_[bucket], 1, requests_});
+    // The pool bounds the whole index: when it is empty this slot makes room from its own
+    // least recent blocks; a slot with none leaves the block out.
+    uint32_t node = new_node();
+    if (node == kNil && lru_[slot].size > 0) {
+      evict_one(slot);
+      node = new_node();
     }
-    heads_[bucket] = node;
+    if (node == kNil) continue;
+    const size_t bucket = claim_bucket(h);  // after any eviction, which moves buckets
+    uint32_t* heads = this->heads();
+    nodes_[node] = {h, slot, kNil, kNil, heads[bucket], 1, h_->requests};
+    heads[bucket] = node;
     push_front(node);
     fresh++;
     if (++lru_[slot].size > lru_[slot].capacity) evict_one(slot);
@@ -185,18 +289,18 @@ void PrefixIndex::insert(uint32_t slot, const uint64_t* hashes, size_t n) {
   Lru& l = lru_[slot];
   l.churn = churn(slot) + static_cast<double>(fresh);
   l.sent = sent(slot) + 1;
-  l.sent_at = requests_;
-  l.churn_at = requests_;
+  l.sent_at = h_->requests;
+  l.churn_at = h_->requests;
 }
 
 void PrefixIndex::set_capacity(uint32_t slot, uint32_t blocks) {
-  if (slot >= lru_.size()) return;
+  if (!lru_ok(slot)) return;
   lru_[slot].capacity = blocks;
   while (lru_[slot].size > blocks) evict_one(slot);
 }
 
 void PrefixIndex::clear_slot(uint32_t slot) {
-  if (slot >= lru_.size()) return;
+  if (!lru_ok(slot)) return;
   while (lru_[slot].size > 0) evict_one(slot);
   lru_[slot].capacity = 0;
   lru_[slot].churn = 0;
@@ -205,14 +309,13 @@ void PrefixIndex::clear_slot(uint32_t slot) {
 
 size_t PrefixIndex::entries() {
   size_t n = 0;
-  for (const Lru& l : lru_) n += l.size;
+  for (uint32_t s = 0; s < slot_cap_; s++) n += lru_[s].size;
   return n;
 }
 
 size_t PrefixIndex::memory_bytes() {
-  // Nodes, free list, LRU heads, and the hash table's two arrays.
-  const size_t table = keys_.capacity() * sizeof(uint64_t) + heads_.capacity() * sizeof(uint32_t);
-  return nodes_.capacity() * sizeof(Node) + free_nodes_.capacity() * sizeof(uint32_t) + lru_.capacity() * sizeof(Lru) + table;
+  // What is in use: nodes taken from the pool, LRU heads, and the current table's two arrays.
+  return h_->node_count * sizeof(Node) + slot_cap_ * sizeof(Lru) + h_->table_size * (sizeof(uint64_t) + sizeof(uint32_t));
 }
 
 }  // namespace pr

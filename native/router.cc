@@ -97,7 +97,8 @@ void fill_derived(Snapshot* snap) {
 
 std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
   std::string err;
-  auto r = Region::create("", slot_capacity, vnodes, 0, &err);
+  auto r = Region::create("", slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
+                          PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
   if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
   return r;
 }
@@ -118,8 +119,8 @@ RouterState::RouterState(std::unique_ptr<Region> region)
     : region_(std::move(region)),
       header_(region_->header()),
       vnodes_(header_->vnodes),
-      slots_(region_->slots(), header_->slot_capacity),
-      index_(header_->slot_capacity) {
+      slots_(region_->slots(), region_->ids(), header_->slot_capacity),
+      index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
   current_.store(s, std::memory_order_release);
@@ -127,7 +128,8 @@ RouterState::RouterState(std::unique_ptr<Region> region)
 
 std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path, uint32_t vnodes_per_weight,
                                                         uint32_t slot_capacity, std::string* err) {
-  auto region = Region::create(path, slot_capacity, vnodes_per_weight, 0, err);
+  auto region = Region::create(path, slot_capacity, vnodes_per_weight, PrefixIndex::kDefaultNodes,
+                               PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), err);
   if (!region) return nullptr;
   std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
   if (!st->claim_row(err)) return nullptr;
@@ -137,6 +139,11 @@ std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path,
 std::unique_ptr<RouterState> RouterState::attach(const std::string& path, std::string* err) {
   auto region = Region::attach(path, err);
   if (!region) return nullptr;
+  const RegionHeader* h = region->header();
+  if (h->index_bytes != PrefixIndex::area_bytes(h->slot_capacity, h->index_nodes)) {
+    *err = "'" + path + "' was made by another version of prefix-router";
+    return nullptr;
+  }
   std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
   if (!st->claim_row(err)) return nullptr;
   return st;
@@ -230,6 +237,7 @@ void RouterState::refresh() {
 }
 
 RoutingParams RouterState::params() {
+  refresh();  // an attached router reports what its creator last published
   std::lock_guard<std::mutex> lock(writer_);
   return current_.load(std::memory_order_acquire)->params;
 }
@@ -261,7 +269,7 @@ void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks,
 }
 
 void RouterState::drained(uint32_t slot) {
-  std::lock_guard<std::mutex> l(index_.mutex());
+  std::lock_guard<IndexMutex> l(index_.mutex());
   if (slots_[slot].word.load(std::memory_order_acquire) == 0) index_.clear_slot(slot);
 }
 
@@ -278,7 +286,7 @@ void RouterState::publish_locked(Snapshot* next, bool members_changed) {
   if (members_changed)
     for (uint32_t slot : next->slot_of) slots_[slot].word.fetch_add(kPin, std::memory_order_acq_rel);
   {
-    std::lock_guard<std::mutex> l(index_.mutex());
+    std::lock_guard<IndexMutex> l(index_.mutex());
     for (size_t i = 0; i < next->slot_of.size(); i++) {
       const uint32_t b = next->ring->member(i).index_blocks;
       index_.set_capacity(next->slot_of[i], b == 0 ? next->params.index_default : b);
@@ -324,7 +332,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   std::unordered_map<std::string, uint32_t> live;
   std::vector<uint32_t> free_slots;
   for (uint32_t i = slots_.capacity(); i-- > 0;) {
-    if (slots_[i].word.load(std::memory_order_acquire) != 0) live.emplace(slots_[i].id(), i);
+    if (slots_[i].word.load(std::memory_order_acquire) != 0) live.emplace(slots_.id(i), i);
     else free_slots.push_back(i);
   }
   size_t needed = 0;
@@ -355,10 +363,10 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       slot = free_slots.back();
       free_slots.pop_back();
       {
-        std::lock_guard<std::mutex> l(index_.mutex());
+        std::lock_guard<IndexMutex> l(index_.mutex());
         index_.clear_slot(slot);
       }
-      slots_[slot].set_id(m.id);
+      slots_.set_id(slot, m.id);
       slots_[slot].prefill.store(0, std::memory_order_relaxed);
       slots_[slot].generation.fetch_add(1, std::memory_order_relaxed);
     }
@@ -417,7 +425,7 @@ PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::st
     in.blocks = blocks;
     in.nblocks = blocks == nullptr ? 0 : nblocks;
     in.anchor_blocks = anchor_blocks;
-    const PickContext ctx{s, slots_, index_, eligible, in};
+    const PickContext ctx{s, slots_, index_, eligible, in, &header_->members_version};
     const Choice c = impl.pick(ctx);
     const uint32_t slot = s.slot_of[c.member];
     if (header_->members_version.load(std::memory_order_acquire) != s.members_version) {
@@ -494,12 +502,12 @@ int64_t RouterState::in_flight(int reader, const std::string& id) {
   // Not a member: a removed instance whose leases are draining keeps its slot (and id) until
   // its word drops to zero.
   for (uint32_t i = 0; i < slots_.capacity(); i++)
-    if (slots_[i].word.load(std::memory_order_acquire) != 0 && slots_[i].id() == id) return slots_[i].in_flight();
+    if (slots_[i].word.load(std::memory_order_acquire) != 0 && slots_.id(i) == id) return slots_[i].in_flight();
   return -1;
 }
 
 std::string RouterState::slot_id(uint32_t slot) {
-  return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_[slot].id() : std::string();
+  return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_.id(slot) : std::string();
 }
 
 std::vector<InstanceInfo> RouterState::instances(int reader) {

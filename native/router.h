@@ -130,8 +130,8 @@ class RouterState {
   uint32_t slots_in_use();
   size_t ring_memory_bytes(int reader);
   size_t ring_points(int reader);
-  size_t index_entries() { std::lock_guard<std::mutex> l(index_.mutex()); return index_.entries(); }
-  size_t index_memory_bytes() { std::lock_guard<std::mutex> l(index_.mutex()); return index_.memory_bytes(); }
+  size_t index_entries() { std::lock_guard<IndexMutex> l(index_.mutex()); return index_.entries(); }
+  size_t index_memory_bytes() { std::lock_guard<IndexMutex> l(index_.mutex()); return index_.memory_bytes(); }
 
  private:
   friend class SnapshotGuard;

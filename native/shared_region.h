@@ -68,7 +68,8 @@ struct RegionHeader {
   uint32_t vnodes;
   uint32_t processes;
   uint64_t size;
-  uint64_t slots_offset, held_offset, blob_offset, index_offset, index_bytes;
+  uint64_t slots_offset, ids_offset, held_offset, blob_offset, index_offset, index_bytes;
+  uint32_t index_nodes;  // the prefix index's node pool (prefix_index.h)
   int32_t creator_pid;
 
   // Bumped (under meta) by every publication; a process rebuilds its local snapshot when the
@@ -89,7 +90,7 @@ class Region {
   // path empty: process-private memory. Otherwise a new file at path (which must not
   // exist), mapped shared. On failure returns null and says why in *err.
   static std::unique_ptr<Region> create(const std::string& path, uint32_t slot_capacity, uint32_t vnodes,
-                                        uint64_t index_bytes, std::string* err) {
+                                        uint32_t index_nodes, uint64_t index_bytes, std::string* err) {
     const uint32_t procs = path.empty() ? 0 : kMaxProcesses;
     Layout l = layout(slot_capacity, procs, index_bytes);
     int fd = -1;
@@ -103,7 +104,7 @@ class Region {
         return nullptr;
       }
     }
-    void* base = ::mmap(nullptr, l.size, PROT_READ | PROT_WRITE, path.empty() ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
+    void* base = ::mmap(nullptr, l.size, PROT_READ | PROT_WRITE, path.empty() ? MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE : MAP_SHARED, fd, 0);
     if (fd >= 0) ::close(fd);
     if (base == MAP_FAILED) {
       *err = std::string("cannot map the router state: ") + std::strerror(errno);
@@ -119,10 +120,12 @@ class Region {
     h->processes = procs;
     h->size = l.size;
     h->slots_offset = l.slots;
+    h->ids_offset = l.ids;
     h->held_offset = l.held;
     h->blob_offset = l.blob;
     h->index_offset = l.index;
     h->index_bytes = index_bytes;
+    h->index_nodes = index_nodes;
     h->creator_pid = static_cast<int32_t>(::getpid());
     h->meta.init();
     h->params = RoutingParams();
@@ -150,7 +153,11 @@ class Region {
       return nullptr;
     }
     const Layout l = layout(h->slot_capacity, h->processes, h->index_bytes);
-    if (h->layout != kLayoutVersion || h->size != size || l.size != size || h->slots_offset != l.slots ||
+    if (h->index_bytes < uint64_t{h->index_nodes} * 40) {
+      *err = "'" + path + "' has an inconsistent header";
+      return nullptr;
+    }
+    if (h->layout != kLayoutVersion || h->size != size || l.size != size || h->slots_offset != l.slots || h->ids_offset != l.ids ||
         h->held_offset != l.held || h->blob_offset != l.blob || h->index_offset != l.index) {
       *err = "'" + path + "' was made by another version of prefix-router";
       return nullptr;
@@ -167,6 +174,7 @@ class Region {
 
   RegionHeader* header() const { return static_cast<RegionHeader*>(base_); }
   Slot* slots() const { return reinterpret_cast<Slot*>(at(header()->slots_offset)); }
+  SlotId* ids() const { return reinterpret_cast<SlotId*>(at(header()->ids_offset)); }
   // Row `proc` of the process table: one HeldCount per slot.
   HeldCount* held(uint32_t proc) const {
     return reinterpret_cast<HeldCount*>(at(header()->held_offset)) + static_cast<size_t>(proc) * header()->slot_capacity;
@@ -178,12 +186,13 @@ class Region {
   const std::string& path() const { return path_; }
 
  private:
-  struct Layout { uint64_t slots, held, blob, index, size; };
+  struct Layout { uint64_t slots, ids, held, blob, index, size; };
   static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
   static Layout layout(uint32_t slot_capacity, uint32_t procs, uint64_t index_bytes) {
     Layout l;
     l.slots = round_up(sizeof(RegionHeader), 4096);
-    l.held = round_up(l.slots + uint64_t{slot_capacity} * sizeof(Slot), 4096);
+    l.ids = round_up(l.slots + uint64_t{slot_capacity} * sizeof(Slot), 4096);
+    l.held = round_up(l.ids + uint64_t{slot_capacity} * sizeof(SlotId), 4096);
     l.blob = round_up(l.held + uint64_t{procs} * slot_capacity * sizeof(HeldCount), 4096);
     l.index = round_up(l.blob + kBlobCapacity, 4096);
     l.size = round_up(l.index + index_bytes, 4096);

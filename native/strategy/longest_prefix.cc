@@ -48,7 +48,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     const RoutingParams& p = ctx.snap.params;
     if (in.nblocks == 0) return place_with_overflow(ctx, home_position(ring, in.key, ctx.eligible));
 
-    std::lock_guard<std::mutex> lock(ctx.index.mutex());
+    std::lock_guard<IndexMutex> lock(ctx.index.mutex());
     // Per-thread scratch indexed by slot, reset after use through `touched`.
     thread_local std::vector<uint32_t> match;
     thread_local std::vector<uint32_t> touched;
@@ -167,7 +167,11 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     c.overflow = affinity >= 0 ? c.member != static_cast<uint32_t>(affinity)
                                : std::find(claim.begin(), claim.begin() + static_cast<long>(placements), c.member) == claim.begin() + static_cast<long>(placements);
     c.prefill = static_cast<uint32_t>(in.nblocks - match[ctx.slot(c.member)]);
-    ctx.index.insert(ctx.slot(c.member), in.blocks, in.nblocks);
+    // Not from a snapshot the membership has moved past: its slot may since have been given
+    // to another instance (router.h), whose index entries must not get this prompt. Checked
+    // under the index's lock, which the writer takes to clear a slot it reuses.
+    if (ctx.current())
+      ctx.index.insert(ctx.slot(c.member), in.blocks, in.nblocks);
     for (uint32_t s : touched) match[s] = 0;
     return c;
   }

@@ -3,6 +3,7 @@
 // its lease. Adding a strategy is one file with a RoutingStrategy and one line in
 // registry.cc; the TypeScript layer reads the names from the registry.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -37,6 +38,11 @@ struct PickContext {
   PrefixIndex& index;
   const Eligible& eligible;
   const PickInput& in;
+  // The region's members_version: a snapshot whose value differs is out of date.
+  const std::atomic<uint64_t>* members_version = nullptr;
+  bool current() const {
+    return members_version == nullptr || members_version->load(std::memory_order_acquire) == snap.members_version;
+  }
   uint32_t slot(uint32_t member) const { return snap.slot_of[member]; }
   Slot& counter(uint32_t member) const { return slots[snap.slot_of[member]]; }
 };

@@ -4,6 +4,11 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>  // reference XXH3 (Debian libxxhash-dev)
 
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -642,6 +647,205 @@ void test_stress() {
   st.release_reader(reader);
 }
 
+// ---- shared state (several processes on one region) ----------------------------------
+
+std::string shm_path(const char* what) {
+  return "/dev/shm/prefix-router-unit-" + std::to_string(::getpid()) + "-" + what;
+}
+
+// A process that attached sees the creator's membership and parameters, shares counters and
+// the prefix index, and may not change membership or parameters.
+void test_shared_attach() {
+  std::string err;
+  const std::string path = shm_path("attach");
+  auto creator = pr::RouterState::create_shared(path, kRouterVnodes, 64, &err);
+  CHECK(creator != nullptr);
+  if (!creator) return;
+  CHECK(pr::RouterState::create_shared(path, kRouterVnodes, 64, &err) == nullptr && !err.empty());  // exists
+  auto members = members_named("abcd");
+  CHECK(creator->set_instances(members).empty());
+  creator->configure(pr::Strategy::PrefixAware, 4096, 2);
+  auto other = pr::RouterState::attach(path, &err);
+  CHECK(other != nullptr);
+  if (!other) return;
+  CHECK(!other->writable() && creator->writable());
+  CHECK(!other->set_instances(members_named("x")).empty());
+  const int rc = creator->acquire_reader(), ro = other->acquire_reader();
+  CHECK(other->params().threshold == 2);
+  const uint64_t key = key_for(members, "b");
+  auto r1 = creator->pick(rc, key);
+  auto r2 = other->pick(ro, key);
+  CHECK(other->slot_id(r1.slot) == "b" && r2.slot == r1.slot && !r2.overflow);
+  auto r3 = other->pick(ro, key);  // b is at the threshold in both processes' eyes
+  CHECK(r3.overflow && creator->slot_id(r3.slot) != "b");
+  CHECK(creator->in_flight(rc, "b") == 2 && other->in_flight(ro, "b") == 2);
+  // Membership published by the creator reaches the other's next pick.
+  CHECK(creator->set_instances(members_named("bz")).empty());
+  auto r4 = other->pick(ro, key_for(members_named("bz"), "z"));
+  CHECK(other->slot_id(r4.slot) == "z");
+  CHECK(other->release(r4.slot) && other->release(r3.slot) && other->release(r2.slot) && creator->release(r1.slot));
+  CHECK(creator->in_flight(rc, "b") == 0 && creator->slots_in_use() == 2);
+  // Not a region: refused with a reason.
+  CHECK(pr::RouterState::attach("/nonexistent/region", &err) == nullptr && err.find("/nonexistent/region") != std::string::npos);
+  other->release_reader(ro);
+  creator->release_reader(rc);
+  other.reset();
+  creator.reset();
+  CHECK(::access(path.c_str(), F_OK) != 0);  // the creator's close removes the file
+}
+
+// fork(): a child attaches, takes leases and queued prefill, and is killed holding them;
+// release_process(child) takes exactly its share off the counters.
+void test_shared_dead_process() {
+  std::string err;
+  const std::string path = shm_path("fork");
+  auto st = pr::RouterState::create_shared(path, kRouterVnodes, 64, &err);
+  CHECK(st != nullptr);
+  if (!st) return;
+  auto members = members_named("abc");
+  CHECK(st->set_instances(members).empty());
+  st->configure(pr::Strategy::LeastOutstanding, 4096, 100);
+  const int reader = st->acquire_reader();
+  auto mine = st->pick(reader, 1);  // the parent's own lease must survive the child's release
+  int ready[2];
+  CHECK(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::string e;
+    auto other = pr::RouterState::attach(path, &e);
+    if (!other) ::_exit(2);
+    const int r = other->acquire_reader();
+    for (int i = 0; i < 7; i++) other->pick(r, static_cast<uint64_t>(i));
+    const char ok = 1;
+    if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
+    for (;;) ::pause();
+  }
+  char byte = 0;
+  CHECK(::read(ready[0], &byte, 1) == 1 && byte == 1);
+  int64_t total = 0;
+  for (char c : std::string("abc")) total += st->in_flight(reader, std::string(1, c));
+  CHECK(total == 8);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  CHECK(st->release_process(child) == 7);
+  CHECK(st->release_process(child) == 0);
+  total = 0;
+  for (char c : std::string("abc")) total += st->in_flight(reader, std::string(1, c));
+  CHECK(total == 1);
+  CHECK(st->release(mine.slot));
+  ::close(ready[0]);
+  ::close(ready[1]);
+  st->release_reader(reader);
+}
+
+// A writer churns membership through fresh ids (so slots are freed and reused all the time)
+// while readers pick, on the creator's state and on a second mapping attached to it. Every
+// lease must be on the instance the pick's snapshot names, and everything drains to zero.
+void test_shared_churn() {
+  std::string err;
+  const std::string path = shm_path("churn");
+  auto creator = pr::RouterState::create_shared(path, kRouterVnodes, 16, &err);
+  auto other = pr::RouterState::attach(path, &err);
+  CHECK(creator != nullptr && other != nullptr);
+  if (!creator || !other) return;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> wrong{0}, failures{0}, picks{0};
+  auto worker = [&](pr::RouterState* st, int seed) {
+    const int reader = st->acquire_reader();
+    std::mt19937_64 rng(seed);
+    std::vector<std::pair<uint32_t, uint32_t>> held;  // (slot, queued prefill)
+    while (!stop.load(std::memory_order_relaxed)) {
+      uint32_t slot, prefill;
+      std::string expected;
+      {
+        pr::SnapshotGuard g(*st, reader);
+        // A few prompts' chained blocks, for the rounds that run longest_prefix.
+        const uint64_t conv = rng() % 8, blocks[3] = {conv, conv * 7 + 1, conv * 13 + 2};
+        auto r = st->pick(g, rng(), nullptr, blocks, 3);
+        if (r.slot < 0) continue;
+        slot = static_cast<uint32_t>(r.slot);
+        prefill = r.prefill;
+        const auto& s = g.snap();
+        for (size_t m = 0; m < s.slot_of.size(); m++)
+          if (s.slot_of[m] == slot) expected = s.ring->member(m).id;
+      }
+      picks++;
+      if (expected.empty() || st->slot_id(slot) != expected) wrong++;
+      held.emplace_back(slot, prefill);
+      if (held.size() > 3 || rng() % 2 == 0) {
+        const size_t i = rng() % held.size();
+        if (!st->release(held[i].first, held[i].second)) failures++;
+        held.erase(held.begin() + static_cast<long>(i));
+      }
+    }
+    for (auto [s, p] : held) if (!st->release(s, p)) failures++;
+    st->release_reader(reader);
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(worker, creator.get(), 1);
+  threads.emplace_back(worker, other.get(), 2);
+  threads.emplace_back(worker, other.get(), 3);
+  // Counts, not time: enough rounds, and picks on every thread meanwhile.
+  size_t rounds = 0, errors = 0;
+  std::vector<pr::RingMember> m;
+  while (rounds < 400 || picks.load() < 3000) {
+    m.clear();
+    for (size_t k = 0; k < 4; k++) m.push_back({"id-" + std::to_string(rounds + k), 1.0});
+    creator->configure(static_cast<pr::Strategy>(rounds % 4), 4096, 1 + rounds % 3);
+    if (!creator->set_instances(m).empty()) errors++;
+    rounds++;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  std::printf("  shared churn: %zu rounds, %llu picks on 3 threads over 2 mappings\n", rounds,
+              static_cast<unsigned long long>(picks.load()));
+  CHECK(wrong == 0);
+  CHECK(failures == 0);
+  CHECK(errors == 0);
+  const int reader = creator->acquire_reader();
+  for (const auto& i : creator->instances(reader)) CHECK(i.in_flight == 0 && i.prefill == 0);
+  CHECK(creator->slots_in_use() == 4);
+  creator->release_reader(reader);
+}
+
+// A process that dies holding the index's mutex (mid-insert, as far as anyone knows) leaves
+// it to the next locker, which clears the index instead of blocking forever.
+void test_shared_index_owner_died() {
+  const uint32_t slots = 4, nodes = 1024;
+  const size_t bytes = pr::PrefixIndex::area_bytes(slots, nodes);
+  void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(area != MAP_FAILED);
+  if (area == MAP_FAILED) return;
+  {
+    pr::PrefixIndex idx(area, slots, nodes, true);
+    const uint64_t h[3] = {11, 22, 33};
+    {
+      std::lock_guard<pr::IndexMutex> l(idx.mutex());
+      idx.set_capacity(1, 100);
+      idx.insert(1, h, 3);
+      CHECK(idx.entries() == 3);
+    }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      pr::PrefixIndex other(area, slots, nodes, false);
+      other.mutex().lock();
+      ::_exit(0);  // never unlocks
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    std::lock_guard<pr::IndexMutex> l(idx.mutex());  // would block forever on a plain mutex
+    CHECK(idx.entries() == 0);
+    idx.insert(1, h, 3);  // capacities survive the clearing; the index works on
+    std::vector<uint32_t> match(slots, 0), touched;
+    idx.match(h, 3, match, touched);
+    CHECK(match[1] == 3 && idx.entries() == 3);
+  }
+  ::munmap(area, bytes);
+}
+
 }  // namespace
 
 int main() {
@@ -667,6 +871,10 @@ int main() {
       {"router longest_prefix balanced", test_longest_prefix_balanced},
       {"router configure publishes", test_configure_publishes},
       {"router multi-thread stress", test_stress},
+      {"shared state attach", test_shared_attach},
+      {"shared state dead process", test_shared_dead_process},
+      {"shared state membership churn", test_shared_churn},
+      {"shared index owner died", test_shared_index_owner_died},
   };
   for (const auto& t : tests) {
     std::printf("%s\n", t.name);

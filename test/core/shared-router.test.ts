@@ -3,6 +3,8 @@
 // package (dist/), like the worker-thread fixtures.
 import { fork, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
+import v8 from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { afterEach, describe, expect, it } from 'vitest'
 import { Router } from '../../src/core/router.js'
 import { ids } from '../helpers/keys.js'
@@ -160,6 +162,16 @@ describe('Router shared between processes', () => {
     expect(() => r.releaseProcess(0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
   })
 
+  it("a child's close() ends the leases it still holds", async () => {
+    const r = shared({ instances: [{ id: 'a' }, { id: 'b' }], concurrencyThreshold: 100 })
+    const c = await spawn(r.sharedPath!)
+    await c.pick(['1', '2', '3'], true)
+    expect(r.inFlight('a') + r.inFlight('b')).toBe(3)
+    await c.ask({ cmd: 'close' })
+    expect(r.inFlight('a') + r.inFlight('b')).toBe(0)
+    expect(r.releaseProcess(c.proc.pid!)).toBe(0)
+  })
+
   it('an attached router follows the creator: membership and configure(); and cannot change them itself', async () => {
     const r = shared({ instances: [{ id: 'a' }, { id: 'b' }], concurrencyThreshold: 7 })
     const c = await spawn(r.sharedPath!)
@@ -180,18 +192,47 @@ describe('Router shared between processes', () => {
     expect(r.instances().map((i) => i.inFlight)).toEqual([0, 0, 0])
   })
 
+  it('longest_prefix: a prompt routed by one process is matched by another', async () => {
+    const instances = ids(8).map((id) => ({ id }))
+    const r = shared({ instances, strategy: 'longest_prefix' })
+    const [a, b] = await Promise.all([spawn(r.sharedPath!), spawn(r.sharedPath!)])
+    // Prompts shorter than prefixLength hash whole, so a longer turn of the same conversation
+    // has another key: only the index can send it where its opening went.
+    const text = (i: number, n: number) => Array.from({ length: n }, (_, k) => `turn ${i} line ${k} `.padEnd(32, '.')).join('')
+    const first = Array.from({ length: 12 }, (_, i) => text(i, 20))
+    const later = first.map((p, i) => p + text(i + 100, 20))
+    const placed = await a.pick(first, false)
+    expect(r.stats().indexEntries).toBeGreaterThan(0) // the child's inserts are in the shared index
+    const matched = await b.pick(later, false)
+    expect(matched.map((m) => m.instance)).toEqual(placed.map((p) => p.instance))
+
+    // Without a shared index (two processes' own routers), the later turns go by their hash.
+    const own1 = new Router({ instances, strategy: 'longest_prefix' })
+    const own2 = new Router({ instances, strategy: 'longest_prefix' })
+    routers.push(own1, own2)
+    const apart = first.map((p, i) => {
+      own1.pick(p).release()
+      const l = own2.pick(later[i]!)
+      l.release()
+      return l.instance
+    })
+    expect(apart.filter((inst, i) => inst === placed[i]!.instance).length).toBeLessThan(first.length)
+  })
+
   it('a lease dropped without release() is ended by the garbage collector and counted', async () => {
-    const gc = (globalThis as { gc?: () => void }).gc
+    // A full collection on demand: allocation alone runs scavenges, which leave leases that
+    // were promoted to the old generation in place.
+    v8.setFlagsFromString('--expose-gc')
+    const gc = runInNewContext('gc') as () => void
     const r = new Router({ instances: [{ id: 'a' }] })
     routers.push(r)
     ;(() => {
       for (let i = 0; i < 5; i++) r.pick('dropped')
     })()
     expect(r.inFlight('a')).toBe(5)
-    // Without --expose-gc, allocate until the collector has run; either way wait for the count.
+    // Finalization callbacks run as tasks after the collection: wait for the count.
     while (r.stats().leasesCollected < 5) {
-      if (gc) gc()
-      else Array.from({ length: 1e5 }, (_, i) => ({ i }))
+      gc()
       await new Promise((res) => setTimeout(res, 10))
     }
     expect(r.stats().leasesCollected).toBe(5)
