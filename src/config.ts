@@ -51,12 +51,15 @@ const Routing = z
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
 
+/** A shared router is open in at most 64 processes: the primary and its workers. */
+export const MAX_WORKERS = 63
+
 /** Processes serving the front port: a count, or `auto` for one per core the process may use. */
 const workers = z.union([z.number(), z.string()]).transform((v, ctx) => {
   if (v === 'auto') return 'auto' as const
   const n = typeof v === 'number' ? v : /^\d+$/.test(v) ? Number(v) : NaN
-  if (Number.isInteger(n) && n >= 1 && n <= 1024) return n
-  ctx.addIssue({ code: 'custom', message: 'must be auto or a whole number of processes from 1 to 1024' })
+  if (Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS) return n
+  ctx.addIssue({ code: 'custom', message: `must be auto or a whole number of processes from 1 to ${MAX_WORKERS}` })
   return z.NEVER
 })
 

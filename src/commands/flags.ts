@@ -52,7 +52,7 @@ export const FLAGS: readonly FlagSpec[] = [
     key: ['workers'],
     arg: 'N',
     serveOnly: true,
-    help: 'processes serving the front port, sharing one routing state (default 1; auto: one per core)',
+    help: 'processes serving the front port, sharing one routing state, 1-63 (default 1; auto: one per core)',
   },
   { name: 'host', env: 'PREFIX_ROUTER_HOST', kind: 'string', key: ['listen', 'host'], arg: 'H', help: 'front address (default 0.0.0.0)' },
   { name: 'port', env: 'PREFIX_ROUTER_PORT', kind: 'int', key: ['listen', 'port'], arg: 'N', help: 'front port (default 8080; 0: any free port)' },

@@ -1,7 +1,7 @@
 // `prefix-router serve`: the router in front of a fleet. It needs instances to route to; with
 // --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
 import { availableParallelism } from 'node:os'
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError, MAX_WORKERS, type Config } from '../config.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
@@ -91,7 +91,7 @@ export async function run(argv: string[]): Promise<number> {
     // The embedded fleet stays the fleet: a reload changes routing, not membership.
     return built.demoFrom === undefined ? next : { ...next, endpoints: config.endpoints }
   }
-  const workers = config.workers === 'auto' ? availableParallelism() : config.workers
+  const workers = config.workers === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : config.workers
   let server: Server
   try {
     server = workers > 1 ? await clustered(config, workers, reloadConfig) : await single(config, reloadConfig)

@@ -32,7 +32,7 @@ describe('serve --workers', () => {
     ] as const) {
       const r = spawnSync(process.execPath, [cli, 'serve', '--upstream', 'http://127.0.0.1:1', ...args], { encoding: 'utf8', env: { ...process.env, ...env } })
       expect(r.status, r.stderr).toBe(2)
-      expect(r.stderr).toMatch(new RegExp(`workers: must be auto or a whole number of processes from 1 to 1024; got "[^"]+" \\(from ${from}\\)`))
+      expect(r.stderr).toMatch(new RegExp(`workers: must be auto or a whole number of processes from 1 to 63; got "[^"]+" \\(from ${from}\\)`))
     }
   })
 
