@@ -18,6 +18,8 @@ export type ToWorker =
   | { prefixRouter: 'drain' }
   | { prefixRouter: 'metrics'; id: number }
 
+export type RequestCounts = Record<string, Record<string, number>>
+
 /** A registry's metrics as prom-client's AggregatorRegistry takes them. */
 export type WorkerMetrics = Awaited<ReturnType<Registry['getMetricsAsJSON']>>
 
@@ -29,6 +31,8 @@ export type ToPrimary =
   | { prefixRouter: 'try'; endpoint: string; instance: string; result: TryResult }
   | { prefixRouter: 'down'; endpoint: string; instance: string; reason: string }
   | { prefixRouter: 'metrics'; id: number; metrics: WorkerMetrics }
+  /** Requests the worker has sent to each instance so far, by endpoint and instance id. */
+  | { prefixRouter: 'requests'; counts: RequestCounts }
 
 export function isMessage<T extends ToWorker | ToPrimary>(m: unknown): m is T {
   return typeof m === 'object' && m !== null && typeof (m as { prefixRouter?: unknown }).prefixRouter === 'string'

@@ -14,7 +14,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
 import { RestartBackoff } from './backoff.js'
 import { membershipOf } from './membership.js'
-import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
+import { isMessage, type RequestCounts, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
 import { createShared } from './routers.js'
 
@@ -38,6 +38,9 @@ export class ClusterPrimary {
   #backoff = new RestartBackoff()
   #stopping = false
   #url = ''
+  /** Each live worker's request counts; those of workers gone are added into #counted. */
+  #requests = new Map<Worker, RequestCounts>()
+  #counted: RequestCounts = {}
 
   private constructor() {}
 
@@ -143,7 +146,7 @@ export class ClusterPrimary {
           resolve()
         } else if (m.prefixRouter === 'failed') {
           reject(new CliError(m.message, m.exitCode))
-        } else this.#onMessage(m)
+        } else this.#onMessage(m, w)
       })
       w.once('exit', (code, signal) => {
         reject(new CliError(`worker ${w.process.pid} exited with ${signal ?? code} before it was ready`, 1))
@@ -152,8 +155,12 @@ export class ClusterPrimary {
     })
   }
 
-  #onMessage(m: ToPrimary): void {
+  #onMessage(m: ToPrimary, from: Worker): void {
     if (m.prefixRouter === 'metrics') return this.#metrics?.answered(m.id, m.metrics)
+    if (m.prefixRouter === 'requests') {
+      this.#requests.set(from, m.counts)
+      return this.#countRequests()
+    }
     if (m.prefixRouter !== 'try' && m.prefixRouter !== 'down') return
     const ep = this.#proxy.endpoint(m.endpoint)
     const inst = ep?.instances.get(m.instance)
@@ -170,6 +177,8 @@ export class ClusterPrimary {
 
   #exited(w: Worker, code: number | null, signal: string | null): void {
     this.#ready.delete(w)
+    this.#counted = addCounts(this.#counted, this.#requests.get(w) ?? {})
+    this.#requests.delete(w)
     this.#metrics?.gone(w)
     const pid = w.process.pid
     // What the dead process held on the shared state would otherwise stay counted for ever.
@@ -192,6 +201,13 @@ export class ClusterPrimary {
     }, wait)
   }
 
+  /** The primary's instances carry the requests every worker sent them, for /admin/instances. */
+  #countRequests(): void {
+    let total = this.#counted
+    for (const c of this.#requests.values()) total = addCounts(total, c)
+    for (const ep of this.#proxy.endpoints()) for (const inst of ep.instances.values()) inst.requests = total[ep.name]?.[inst.id] ?? 0
+  }
+
   async #stop(now: boolean): Promise<void> {
     this.#stopping = true
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead())
@@ -203,4 +219,15 @@ export class ClusterPrimary {
     await Promise.all(exited)
     await this.#proxy.close()
   }
+}
+
+function addCounts(a: RequestCounts, b: RequestCounts): RequestCounts {
+  const out: RequestCounts = {}
+  for (const c of [a, b]) {
+    for (const [ep, byInstance] of Object.entries(c)) {
+      const o = (out[ep] ??= {})
+      for (const [id, n] of Object.entries(byInstance)) o[id] = (o[id] ?? 0) + n
+    }
+  }
+  return out
 }

@@ -5,7 +5,7 @@ import cluster from 'node:cluster'
 import { listenError } from '../commands/listen-error.js'
 import type { Config } from '../config.js'
 import { ProxyServer } from '../proxy/proxy.js'
-import { isMessage, type ToPrimary, type ToWorker } from './messages.js'
+import { isMessage, type RequestCounts, type ToPrimary, type ToWorker } from './messages.js'
 import { WorkerFleet } from './worker-fleet.js'
 
 function send(m: ToPrimary): void {
@@ -89,4 +89,22 @@ export async function runWorker(): Promise<void> {
   for (const m of pending) apply(m)
   pending = []
   send({ prefixRouter: 'ready', url: proxy.url })
+  reportRequests(proxy)
+}
+
+/** How often a worker tells the primary its per-instance request counts, when they moved. */
+const REQUESTS_EVERY_MS = 1000
+
+/** The primary's /admin/instances shows requests and share per instance: the workers count them. */
+function reportRequests(proxy: ProxyServer): void {
+  let last = ''
+  const t = setInterval(() => {
+    const counts: RequestCounts = {}
+    for (const ep of proxy.endpoints()) counts[ep.name] = Object.fromEntries([...ep.instances.values()].map((i) => [i.id, i.requests]))
+    const text = JSON.stringify(counts)
+    if (text === last) return
+    last = text
+    send({ prefixRouter: 'requests', counts })
+  }, REQUESTS_EVERY_MS)
+  t.unref()
 }

@@ -45,6 +45,12 @@ describe('serve --workers: metrics and drain', () => {
     expect(metricSum(text, 'prefix_router_requests_total', 'instance="http')).toBe(6)
     expect(metricSum(text, 'prefix_router_request_duration_seconds_count', 'status="200"')).toBe(6)
     expect(metricSum(text, 'prefix_router_workers')).toBe(2)
+    // The primary's /admin/instances counts the workers' requests per instance too.
+    const requests = async () => {
+      const r = (await (await fetch(`${served!.admin}/admin/instances`)).json()) as { endpoints: { instances: { requests: number }[] }[] }
+      return r.endpoints[0]!.instances.reduce((n, i) => n + i.requests, 0)
+    }
+    await until(async () => (await requests()) === 6, 50_000, '/admin/instances counting 6 requests')
 
     for (const s of stubs) s.hold = true
     const held = () => stubs.reduce((n, s) => n + s.held.length, 0)
