@@ -13,17 +13,39 @@ function send(m: ToPrimary): void {
   if (process.connected) process.send!(m)
 }
 
-/** The start message: the first thing the primary sends. */
-function started(): Promise<Extract<ToWorker, { prefixRouter: 'start' }>> {
-  return new Promise((resolve) => {
-    const on = (m: unknown) => {
-      if (!isMessage<ToWorker>(m) || m.prefixRouter !== 'start') return
-      process.off('message', on)
-      resolve(m)
+type Start = Extract<ToWorker, { prefixRouter: 'start' }>
+
+/**
+ * The primary's messages, kept from the first: several can arrive in one read, and one that
+ * came while nobody listened would be lost. `next` waits for the start message; `handle`
+ * then takes the ones kept after it, and every later one.
+ */
+class Inbox {
+  #kept: ToWorker[] = []
+  #wake: (() => void) | undefined
+  #handler: ((m: ToWorker) => void) | undefined
+
+  constructor() {
+    process.on('message', (m: unknown) => {
+      if (!isMessage<ToWorker>(m)) return
+      if (this.#handler) return this.#handler(m)
+      this.#kept.push(m)
+      this.#wake?.()
+    })
+  }
+
+  async start(): Promise<Start> {
+    for (;;) {
+      const i = this.#kept.findIndex((m) => m.prefixRouter === 'start')
+      if (i >= 0) return this.#kept.splice(i, 1)[0] as Start
+      await new Promise<void>((r) => (this.#wake = r))
     }
-    process.on('message', on)
-    send({ prefixRouter: 'hello' })
-  })
+  }
+
+  handle(handler: (m: ToWorker) => void): void {
+    this.#handler = handler
+    for (const m of this.#kept.splice(0)) handler(m)
+  }
 }
 
 /** A port bound by the primary on the worker's behalf fails as 'bind', where one process says 'listen'. */
@@ -38,7 +60,9 @@ export async function runWorker(): Promise<void> {
   if (!cluster.isWorker) throw new Error('runWorker runs in a node:cluster worker')
   // SIGHUP is the primary's to act on (it reloads and tells the workers); its default would end us.
   process.on('SIGHUP', () => undefined)
-  const start = await started()
+  const inbox = new Inbox()
+  send({ prefixRouter: 'hello' })
+  const start = await inbox.start()
   const fleet = new WorkerFleet(start.config, start.routers, start.fleet, send)
   let proxy: ProxyServer | undefined
   let pending: ToWorker[] = []
@@ -58,8 +82,7 @@ export async function runWorker(): Promise<void> {
       default:
     }
   }
-  process.on('message', (m: unknown) => {
-    if (!isMessage<ToWorker>(m)) return
+  inbox.handle((m) => {
     // Membership applies to endpoints as they are built; the rest waits for the server.
     if (proxy === undefined && m.prefixRouter !== 'membership' && m.prefixRouter !== 'streak') pending.push(m)
     else apply(m)
