@@ -37,7 +37,12 @@ class Inbox {
   async start(): Promise<Start> {
     for (;;) {
       const i = this.#kept.findIndex((m) => m.prefixRouter === 'start')
-      if (i >= 0) return this.#kept.splice(i, 1)[0] as Start
+      if (i >= 0) {
+        // Membership and configuration sent before it are older than what it carries.
+        const start = this.#kept[i] as Start
+        this.#kept = [...this.#kept.slice(0, i).filter((m) => m.prefixRouter !== 'membership' && m.prefixRouter !== 'config'), ...this.#kept.slice(i + 1)]
+        return start
+      }
       await new Promise<void>((r) => (this.#wake = r))
     }
   }
