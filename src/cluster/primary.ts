@@ -14,8 +14,9 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
 import { RestartBackoff } from './backoff.js'
 import { membershipOf } from './membership.js'
-import { isMessage, type RequestCounts, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
+import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
+import { WorkerRequestCounts } from './request-counts.js'
 import { createShared } from './routers.js'
 
 export interface ClusterOptions {
@@ -38,9 +39,7 @@ export class ClusterPrimary {
   #backoff = new RestartBackoff()
   #stopping = false
   #url = ''
-  /** Each live worker's request counts; those of workers gone are added into #counted. */
-  #requests = new Map<Worker, RequestCounts>()
-  #counted: RequestCounts = {}
+  #requests = new WorkerRequestCounts()
 
   private constructor() {}
 
@@ -158,7 +157,7 @@ export class ClusterPrimary {
   #onMessage(m: ToPrimary, from: Worker): void {
     if (m.prefixRouter === 'metrics') return this.#metrics?.answered(m.id, m.metrics)
     if (m.prefixRouter === 'requests') {
-      this.#requests.set(from, m.counts)
+      this.#requests.report(from, m.counts)
       return this.#countRequests()
     }
     if (m.prefixRouter !== 'try' && m.prefixRouter !== 'down') return
@@ -177,8 +176,7 @@ export class ClusterPrimary {
 
   #exited(w: Worker, code: number | null, signal: string | null): void {
     this.#ready.delete(w)
-    this.#counted = addCounts(this.#counted, this.#requests.get(w) ?? {})
-    this.#requests.delete(w)
+    this.#requests.retire(w)
     this.#metrics?.gone(w)
     const pid = w.process.pid
     // What the dead process held on the shared state would otherwise stay counted for ever.
@@ -203,8 +201,7 @@ export class ClusterPrimary {
 
   /** The primary's instances carry the requests every worker sent them, for /admin/instances. */
   #countRequests(): void {
-    let total = this.#counted
-    for (const c of this.#requests.values()) total = addCounts(total, c)
+    const total = this.#requests.total()
     for (const ep of this.#proxy.endpoints()) for (const inst of ep.instances.values()) inst.requests = total[ep.name]?.[inst.id] ?? 0
   }
 
@@ -219,15 +216,4 @@ export class ClusterPrimary {
     await Promise.all(exited)
     await this.#proxy.close()
   }
-}
-
-function addCounts(a: RequestCounts, b: RequestCounts): RequestCounts {
-  const out: RequestCounts = {}
-  for (const c of [a, b]) {
-    for (const [ep, byInstance] of Object.entries(c)) {
-      const o = (out[ep] ??= {})
-      for (const [id, n] of Object.entries(byInstance)) o[id] = (o[id] ?? 0) + n
-    }
-  }
-  return out
 }
