@@ -51,6 +51,18 @@ const Routing = z
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
 
+/** A shared router is open in at most 64 processes: the primary and its workers. */
+export const MAX_WORKERS = 63
+
+/** Processes serving the front port: a count, or `auto` for one per core the process may use. */
+const workers = z.union([z.number(), z.string()]).transform((v, ctx) => {
+  if (v === 'auto') return 'auto' as const
+  const n = typeof v === 'number' ? v : /^\d+$/.test(v) ? Number(v) : NaN
+  if (Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS) return n
+  ctx.addIssue({ code: 'custom', message: `must be auto or a whole number of processes from 1 to ${MAX_WORKERS}` })
+  return z.NEVER
+})
+
 const upstreamUrl = z.string().superRefine((s, ctx) => {
   const p = upstreamUrlProblem(s)
   if (p !== undefined) ctx.addIssue({ code: 'custom', message: `${p.problem}; got ${JSON.stringify(s)}${p.meant ? ` (did you mean ${JSON.stringify(p.meant)}?)` : ''}` })
@@ -182,6 +194,7 @@ export const ConfigSchema = z
       .strict()
       .prefault({}),
     debugHeaders: z.boolean().default(false),
+    workers: workers.default(1),
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

@@ -13,13 +13,21 @@ export class ProxyMetrics {
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
 
+  /**
+   * `scope`: which of the fleet's gauges this process reports, when several processes serve
+   * together and a cluster primary sums their registries: `fleet` (instance health, ejection,
+   * KV-cache ratio) where probes run, `inFlight` where the counters are not shared with it.
+   * `processMetrics` off for a throwaway registry: the GC observer and event-loop monitor they
+   * start are never stopped.
+   */
   constructor(
     endpoints: () => Iterable<Endpoint>,
     front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined,
-    // Off for a throwaway registry: the GC observer and event-loop monitor they start are never stopped.
-    opts: { processMetrics?: boolean | undefined } = {},
+    opts: { processMetrics?: boolean | undefined; fleet?: boolean; inFlight?: boolean } = {},
   ) {
     const registers = [this.registry]
+    const fleetRegisters = opts.fleet !== false ? registers : []
+    const inFlightRegisters = opts.inFlight !== false ? registers : []
     // The process's own: resident memory, heap, event-loop lag, descriptors, GC time.
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     this.requests = new Counter({
@@ -89,7 +97,7 @@ export class ProxyMetrics {
       name: 'prefix_router_in_flight',
       help: 'Requests in flight per instance (the native counters the router routes by).',
       labelNames: ['endpoint', 'instance'],
-      registers,
+      registers: inFlightRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) for (const i of ep.router.instances()) this.set({ endpoint: ep.name, instance: i.id }, i.inFlight)
@@ -99,7 +107,7 @@ export class ProxyMetrics {
       name: 'prefix_router_instance_kv_cache_hit_ratio',
       help: "Each instance's prefix-cache hit ratio, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total from its /metrics.",
       labelNames: ['endpoint', 'instance'],
-      registers,
+      registers: fleetRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) {
@@ -111,7 +119,7 @@ export class ProxyMetrics {
       name: 'prefix_router_instance_healthy',
       help: '1 when the instance passes health checks and is not ejected: it receives traffic.',
       labelNames: ['endpoint', 'instance'],
-      registers,
+      registers: fleetRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.inRotation ? 1 : 0)
@@ -121,7 +129,7 @@ export class ProxyMetrics {
       name: 'prefix_router_instance_ejected',
       help: '1 while outlier detection keeps the instance out of rotation.',
       labelNames: ['endpoint', 'instance'],
-      registers,
+      registers: fleetRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) for (const i of ep.instances.values()) this.set({ endpoint: ep.name, instance: i.id }, i.outlier.ejected ? 1 : 0)

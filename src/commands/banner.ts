@@ -29,7 +29,7 @@ function sampleModel(ep: Endpoint): string | undefined {
   return ep.healthy().flatMap((i) => i.models())[0] ?? ep.models()[0]?.id
 }
 
-export function tryIt(proxy: ProxyServer): string {
+export function tryIt(proxy: Pick<ProxyServer, 'url' | 'endpoint'>): string {
   const ep = proxy.endpoint(undefined)!
   const model = sampleModel(ep)
   if (model === undefined) {

@@ -1,6 +1,7 @@
 // `prefix-router serve`: the router in front of a fleet. It needs instances to route to; with
 // --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
-import { ConfigError, type Config } from '../config.js'
+import { availableParallelism } from 'node:os'
+import { ConfigError, MAX_WORKERS, type Config } from '../config.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
@@ -90,18 +91,21 @@ export async function run(argv: string[]): Promise<number> {
     // The embedded fleet stays the fleet: a reload changes routing, not membership.
     return built.demoFrom === undefined ? next : { ...next, endpoints: config.endpoints }
   }
-  let proxy: ProxyServer
+  const workers = config.workers === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : config.workers
+  let server: Server
   try {
-    proxy = await ProxyServer.start(config, { reloadConfig })
+    server = workers > 1 ? await clustered(config, workers, reloadConfig) : await single(config, reloadConfig)
   } catch (err) {
     await closeSim()
     throw listenError(err, config) ?? err
   }
+  const { proxy } = server
   const ep = proxy.endpoint(undefined)!
+  const processes = workers > 1 ? ` in ${workers} worker processes` : ''
   process.stderr.write(
-    `prefix-router: routing ${[...proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy} on ${proxy.url} (admin ${proxy.adminUrl})\n` +
+    `prefix-router: routing ${[...proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}${processes} on ${server.url} (admin ${proxy.adminUrl})\n` +
       healthReport(proxy, config) +
-      tryIt(proxy) +
+      tryIt({ url: server.url, endpoint: (name) => proxy.endpoint(name) }) +
       (built.demoFrom === undefined
         ? ''
         : 'prefix-router: DEMO: answers are SIMULATED (a prefix cache and a latency model, no language model). Give --upstream URL to route to your vLLM servers.\n'),
@@ -109,7 +113,7 @@ export async function run(argv: string[]): Promise<number> {
 
   process.on('SIGHUP', () => {
     try {
-      proxy.reload()
+      server.reload()
     } catch {
       // reload() logged why; the running configuration stays.
     }
@@ -129,8 +133,28 @@ export async function run(argv: string[]): Promise<number> {
   process.stderr.write(
     `prefix-router: ${signal}: draining (health checks answer 503; new connections accepted for ${delayMs} ms, then requests in flight get up to ${timeoutMs} ms)\n`,
   )
-  await proxy.shutdown()
+  await server.shutdown()
   await closeSim()
   process.stderr.write('prefix-router: stopped\n')
   return 0
+}
+
+/** What `run` needs of the router, whether one process or a cluster primary and its workers. */
+interface Server {
+  /** In a cluster, the primary's: admin port, probes, the configuration. */
+  readonly proxy: ProxyServer
+  readonly url: string
+  reload(): unknown
+  shutdown(): Promise<void>
+}
+
+async function single(config: Config, reloadConfig: () => Config): Promise<Server> {
+  const proxy = await ProxyServer.start(config, { reloadConfig })
+  return { proxy, url: proxy.url, reload: () => proxy.reload(), shutdown: () => proxy.shutdown() }
+}
+
+async function clustered(config: Config, workers: number, reloadConfig: () => Config): Promise<Server> {
+  // Loaded only here: one process never pays for node:cluster and the IPC plumbing.
+  const { ClusterPrimary } = await import('../cluster/primary.js')
+  return ClusterPrimary.start(config, { workers, reloadConfig })
 }

@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
 import { noHealthyInstance, RequestError } from '../core/errors.js'
 import { NoInstanceError, Router, type Lease, type PickOptions } from '../core/router.js'
-import { defaultThreshold, type RoutingParams } from '../core/options.js'
+import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'
 import type { InstanceEntry } from './discovery/source.js'
 import { closeWhenDrained } from './drain.js'
 import type { Transition } from './health.js'
@@ -16,6 +16,25 @@ import { probeHealth, probeMetrics, probeModels } from './probe.js'
 export interface EndpointEvents {
   log?: Logger
   onEjection?(instance: Instance, reason: EjectionReason): void
+  /** Builds the endpoint's router (default: one of its own, in this process). */
+  router?(endpoint: string, options: RouterOptions): Router
+  /** After every membership or health change: the process that owns the fleet publishes it. */
+  onSync?(ep: Endpoint): void
+  /** The fleet is watched by another process (a cluster primary): see RemoteFleet. */
+  remote?: RemoteFleet
+}
+
+/**
+ * An endpoint whose instances, health and ejections another process decides: it neither
+ * probes nor discovers, its instances are set from outside, and the passive signals its
+ * traffic gives go to the owner.
+ */
+export interface RemoteFleet {
+  /** False when the router is attached to the owner's shared state, which the owner publishes. */
+  readonly publishes: boolean
+  attached(ep: Endpoint): void
+  recordTry(ep: Endpoint, inst: Instance, result: TryResult): void
+  markDown(ep: Endpoint, inst: Instance, reason: string): void
 }
 
 /** Group of instances whose models are unknown: they are candidates for any model. */
@@ -66,20 +85,24 @@ export class Endpoint {
     this.#events = events
     this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
     this.routing = endpointRouting(config, ep)
-    this.#static = ep.instances
-    for (const i of ep.instances) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
+    this.#static = events.remote ? [] : ep.instances
+    for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
     // A router cannot be empty: an endpoint whose instances are all still to be discovered
     // starts with a stand-in, never picked (pick() needs a healthy instance) and replaced by
     // the first sync().
     const members = this.#members()
-    this.router = new Router({ ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] })
+    const options = { ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
+    this.router = events.router?.(ep.name, options) ?? new Router(options)
+    events.remote?.attached(this)
   }
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
   update(config: Config, ep: EndpointConfig): Instance[] {
     this.#config = config
     this.routing = endpointRouting(config, ep)
-    this.router.configure(routerParams(this.routing))
+    const remote = this.#events.remote
+    if (remote?.publishes !== false) this.router.configure(routerParams(this.routing))
+    if (remote) return [] // the owner sends the instance list
     this.#static = ep.instances
     const { removed } = this.#setInstances(false)
     if (this.#timers.length > 0) this.startProbes()
@@ -197,6 +220,8 @@ export class Endpoint {
   sync(): void {
     this.#healthy = undefined
     this.#groups.clear()
+    this.#events.onSync?.(this)
+    if (this.#events.remote?.publishes === false) return
     const members = this.#members()
     const key = JSON.stringify(members)
     if (key === this.#membership || members.length === 0) return
@@ -206,7 +231,9 @@ export class Endpoint {
 
   /** Traffic proved the instance unreachable: out of rotation now, back when probes pass. */
   markDown(inst: Instance, reason: string): void {
+    // Out of this process's picks at once; the owner takes it out everywhere.
     this.#changed(inst, inst.health.fail(reason))
+    this.#events.remote?.markDown(this, inst, reason)
     this.sync()
   }
 
@@ -226,6 +253,7 @@ export class Endpoint {
    * ejects it, unless that would take out more of the endpoint than outlier.maxEjectionPercent.
    */
   recordTry(inst: Instance, result: TryResult): void {
+    if (this.#events.remote) return this.#events.remote.recordTry(this, inst, result)
     const c = this.#config.outlier
     const reason = inst.outlier.record(result, c)
     if (reason === undefined || !this.instances.has(inst.id)) return

@@ -48,12 +48,12 @@ export function instancesReport(p: ProxyServer) {
   })
 }
 
-export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<AdminServer> {
+export async function listenAdmin(p: ProxyServer, at: Config['admin'], exclusive = false): Promise<AdminServer> {
   const server = http.createServer(h1Options(p.config), (req, res) => {
     void (async () => {
       const path = (req.url ?? '/').split('?')[0]
       if (req.method === 'GET' && path === '/metrics') {
-        const text = await p.metrics.registry.metrics()
+        const text = await p.metricsText()
         res.writeHead(200, { 'content-type': p.metrics.registry.contentType })
         res.end(text)
       } else if (req.method === 'GET' && path === '/admin/instances') {
@@ -76,7 +76,7 @@ export async function listenAdmin(p: ProxyServer, at: Config['admin']): Promise<
   // Its own small cap, counted in the descriptors the front leaves free, so that a flood of
   // front connections never locks operators out; the timeouts free slots held by silent clients.
   server.maxConnections = ADMIN_MAX_CONNECTIONS
-  await new Promise<void>((res, rej) => server.once('error', rej).listen(at.port, at.host, res))
+  await new Promise<void>((res, rej) => server.once('error', rej).listen({ port: at.port, host: at.host, exclusive }, res))
   return {
     address: server.address() as AddressInfo,
     close: () =>

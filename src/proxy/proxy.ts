@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino'
 import { ConfigError, type Config } from '../config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import { Endpoint } from '../fleet/endpoint.js'
+import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { listenAdmin, type AdminServer } from './admin.js'
 import type { ClientState } from './forward.js'
@@ -24,6 +24,20 @@ export interface ProxyOptions {
    * (default true). Off for a second server in the process: they would be measured twice.
    */
   processMetrics?: boolean
+  /** Ports of its own even in a node:cluster worker, not shared through the primary (a throwaway server). */
+  exclusive?: boolean
+  /**
+   * Its part when several processes serve one front port (node:cluster). 'primary': probes,
+   * discovery and the admin port, no front port. 'worker': the front port only, its fleet
+   * given by the primary through `endpointEvents.remote`. Unset: one process does it all.
+   */
+  role?: 'primary' | 'worker'
+  /** Added to every endpoint's events: how its router is made, who publishes its membership. */
+  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync' | 'remote'>
+  /** After a reload has taken effect here (a primary passes it on to its workers). */
+  onReload?(config: Config): void
+  /** What GET /metrics answers (default: this process's registry). */
+  metricsText?(): Promise<string>
 }
 
 export interface ReloadResult {
@@ -53,30 +67,36 @@ export class ProxyServer implements ProxyCore {
     this.config = config
     this.#opts = opts
     this.log = opts.logger ?? pino({ level: config.log.level })
+    // A worker's instances mirror the primary's, whose gauges report them; its in-flight
+    // counters are the primary's too once the routers share one state.
+    const ownsFleet = opts.role !== 'worker'
     this.metrics = new ProxyMetrics(
       () => this.#endpoints.values(),
       () => this.#front,
-      { processMetrics: opts.processMetrics },
+      { processMetrics: opts.processMetrics, fleet: ownsFleet, inFlight: ownsFleet || opts.endpointEvents?.remote?.publishes !== false },
     )
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
   }
 
   #endpointEvents() {
-    return { log: this.log, onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }) }
+    return { log: this.log, onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }), ...this.#opts.endpointEvents }
   }
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
     const p = new ProxyServer(config, opts)
+    const probes = opts.role !== 'worker'
     try {
-      if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
-      for (const ep of p.#endpoints.values()) ep.startProbes()
+      if (probes && opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
+      if (probes) for (const ep of p.#endpoints.values()) ep.startProbes()
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = p.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
-      await p.#warmUp()
-      p.#front = await listenFront(config, (req, res) => void handle(p, req, res))
-      p.#admin = await listenAdmin(p, config.admin)
+      if (opts.role !== 'primary') {
+        await p.#warmUp()
+        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
+      }
+      if (opts.role !== 'worker') p.#admin = await listenAdmin(p, config.admin, opts.exclusive)
     } catch (err) {
       await p.close()
       throw err
@@ -84,11 +104,26 @@ export class ProxyServer implements ProxyCore {
     return p
   }
 
+  #frontHandler(): Parameters<typeof listenFront>[1] {
+    if (this.#opts.role !== 'worker') return (req, res) => void handle(this, req, res)
+    // Which process answered: with several serving one port, the only way a client can tell.
+    const pid = String(process.pid)
+    return (req, res) => {
+      if (this.config.debugHeaders) (res as typeof res & { setHeader(name: string, value: string): unknown }).setHeader('x-prefix-router-worker', pid)
+      void handle(this, req, res)
+    }
+  }
+
+  /** The text GET /metrics on the admin port answers. */
+  metricsText(): Promise<string> {
+    return this.#opts.metricsText?.() ?? this.metrics.registry.metrics()
+  }
+
   /** Before the port opens, so that neither traffic nor /health meets a process still in the interpreter. */
   async #warmUp(): Promise<void> {
     const { requests, timeoutMs } = this.config.warmup
     if (requests === 0) return
-    const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false }))
+    const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false, exclusive: true }))
     const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut, failure: r.failure }
     if (r.errors > 0 || r.failure !== undefined) this.log.warn(line, 'warm-up incomplete: some of it failed; starting anyway')
     else this.log.info(line, 'warmed up')
@@ -124,7 +159,7 @@ export class ProxyServer implements ProxyCore {
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
       throw err
     }
-    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream'] as const).filter(
+    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers'] as const).filter(
       (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
     )
     const retired: Promise<void>[] = []
@@ -144,15 +179,18 @@ export class ProxyServer implements ProxyCore {
       } else {
         const ep = new Endpoint(config, epc, this.#endpointEvents())
         this.#endpoints.set(epc.name, ep)
-        ep.startProbes()
-        void ep.probe()
+        if (this.#opts.role !== 'worker') {
+          ep.startProbes()
+          void ep.probe()
+        }
       }
     }
-    this.config = { ...config, listen: this.config.listen, admin: this.config.admin, tls: this.config.tls, limits: this.config.limits, upstream: this.config.upstream }
+    this.config = { ...config, listen: this.config.listen, admin: this.config.admin, tls: this.config.tls, limits: this.config.limits, upstream: this.config.upstream, workers: this.config.workers }
     this.log.level = config.log.level
     void this.#applyDiscovery(config)
     this.log.info({ endpoints: [...names], restartRequired }, 'configuration reloaded')
     void Promise.all(retired)
+    this.#opts.onReload?.(this.config)
     return { endpoints: [...names], restartRequired }
   }
 
@@ -161,7 +199,8 @@ export class ProxyServer implements ProxyCore {
     const started: Promise<void>[] = []
     for (const epc of config.endpoints) {
       const ep = this.#endpoints.get(epc.name)
-      if (ep === undefined || this.#closing) continue
+      // A worker's discovered instances come from its primary.
+      if (ep === undefined || this.#closing || this.#opts.role === 'worker') continue
       let d = this.#discovery.get(epc.name)
       if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
       if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep, this.log)))

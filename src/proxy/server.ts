@@ -50,7 +50,7 @@ export function h1Options(config: Config): Pick<http.ServerOptions, 'headersTime
 
 const h2Settings: http2.Settings = { maxConcurrentStreams: 1000, initialWindowSize: 1 << 20 }
 
-export async function listenFront(config: Config, handler: Handler): Promise<FrontServer> {
+export async function listenFront(config: Config, handler: Handler, exclusive = false): Promise<FrontServer> {
   const { host, port } = config.listen
   const conns = new FrontConnections(config.limits)
   const front = config.tls ? tlsFront(config, conns, handler) : h2cFront(config, conns, handler)
@@ -59,7 +59,7 @@ export async function listenFront(config: Config, handler: Handler): Promise<Fro
   server.maxConnections = frontMaxConnections(config)
   let refused = 0
   server.on('drop', () => refused++)
-  await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res))
+  await new Promise<void>((res, rej) => server.once('error', rej).listen({ port, host, exclusive }, res))
   front.listening()
   // 'close' comes once the port is closed and every connection has ended.
   const closed = new Promise<void>((res) => server.once('close', () => res()))

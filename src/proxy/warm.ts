@@ -81,7 +81,7 @@ function sinkHandler(req: http.IncomingMessage | http2.Http2ServerRequest, res: 
 }
 
 async function listen(server: http.Server | http2.Http2Server): Promise<{ port: number; close(): Promise<void> }> {
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen({ port: 0, host: '127.0.0.1', exclusive: true }, resolve))
   return {
     port: (server.address() as AddressInfo).port,
     close: () =>

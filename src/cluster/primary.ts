@@ -1,0 +1,219 @@
+// `serve --workers N`: the primary process. It owns everything that must happen once —
+// configuration, probes, discovery, outlier ejection, the admin port, each endpoint's shared
+// routing state — and N worker processes serve the front port (node:cluster hands each new
+// connection to the next worker). Workers get the configuration and the instances over the
+// IPC channel; a worker that dies is replaced, and its leases on the shared state released.
+import cluster, { type Worker } from 'node:cluster'
+import { fileURLToPath } from 'node:url'
+import type { Logger } from 'pino'
+import { CliError } from '../commands/cli-error.js'
+import type { Config } from '../config.js'
+import { RouterClosedError } from '../core/errors.js'
+import type { Router } from '../core/router.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
+import { RestartBackoff } from './backoff.js'
+import { membershipOf } from './membership.js'
+import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
+import { ClusterMetrics } from './metrics.js'
+import { WorkerRequestCounts } from './request-counts.js'
+import { createShared } from './routers.js'
+
+export interface ClusterOptions {
+  workers: number
+  reloadConfig?: () => Config
+}
+
+const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
+
+export class ClusterPrimary {
+  #proxy!: ProxyServer
+  #metrics: ClusterMetrics | undefined
+  /** Every shared router made, until it is found closed: a removed endpoint's drains first. */
+  #routers = new Set<Router>()
+  /** Workers that said they are listening. */
+  #ready = new Set<Worker>()
+  #published = new Map<string, string>()
+  /** Instances in a failure run, as workers were last told. */
+  #failing = new Set<string>()
+  #backoff = new RestartBackoff()
+  #stopping = false
+  #url = ''
+  #requests = new WorkerRequestCounts()
+
+  private constructor() {}
+
+  /**
+   * Starts the primary's server (admin port, probes, discovery) and `workers` workers, and
+   * resolves once every worker listens; rejects with the first worker's failure to start.
+   */
+  static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
+    const c = new ClusterPrimary()
+    c.#proxy = await ProxyServer.start(config, {
+      role: 'primary',
+      ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
+      endpointEvents: { router: (_name, options) => c.#createRouter(options), onSync: (ep) => c.#publish(ep) },
+      onReload: (next) => c.#reconfigure(next),
+      metricsText: () => c.#metrics?.text(c.#ready) ?? c.#proxy.metrics.registry.metrics(),
+    })
+    c.#metrics = new ClusterMetrics(c.#proxy.metrics.registry, () => c.#ready.size)
+    // A second signal exits without the drain: the state files in /dev/shm go with the process
+    // all the same (closing the creator's router removes its file; closing twice is harmless).
+    process.once('exit', () => {
+      for (const r of c.#routers) r.close()
+    })
+    cluster.setupPrimary({ exec: fileURLToPath(new URL('./worker-main.js', import.meta.url)), args: [] })
+    try {
+      await Promise.all(Array.from({ length: opts.workers }, () => c.#startWorker()))
+    } catch (err) {
+      await c.#stop(true)
+      throw err
+    }
+    return c
+  }
+
+  get proxy(): ProxyServer {
+    return this.#proxy
+  }
+
+  get log(): Logger {
+    return this.#proxy.log
+  }
+
+  /** The front port's URL, as the first worker to listen reported it. */
+  get url(): string {
+    return this.#url
+  }
+
+  get workers(): number {
+    return this.#ready.size
+  }
+
+  reload(): ReloadResult {
+    return this.#proxy.reload()
+  }
+
+  /** Drains every worker (each as one process drains), then closes the primary's server. */
+  async shutdown(): Promise<void> {
+    await this.#stop(false)
+  }
+
+  #createRouter(options: Parameters<typeof createShared>[0]): Router {
+    const r = createShared(options)
+    this.#routers.add(r)
+    return r
+  }
+
+  #sharedRouters(): SharedRouters {
+    const out: SharedRouters = {}
+    for (const ep of this.#proxy.endpoints()) out[ep.name] = ep.router.sharedPath
+    return out
+  }
+
+  #broadcast(m: ToWorker): void {
+    for (const w of Object.values(cluster.workers ?? {})) if (w?.isConnected()) w.send(m)
+  }
+
+  /** Called as the endpoint syncs, before its shared router takes the new membership. */
+  #publish(ep: Endpoint): void {
+    const m = membershipOf(ep)
+    const text = JSON.stringify(m)
+    if (this.#published.get(ep.name) === text) return
+    this.#published.set(ep.name, text)
+    this.#broadcast({ prefixRouter: 'membership', membership: m })
+  }
+
+  #reconfigure(config: Config): void {
+    const names = new Set(config.endpoints.map((e) => e.name))
+    for (const name of this.#published.keys()) if (!names.has(name)) this.#published.delete(name)
+    this.#broadcast({ prefixRouter: 'config', config, routers: this.#sharedRouters() })
+    // The membership of endpoints the reload created went out before the workers had them.
+    for (const ep of this.#proxy.endpoints()) this.#broadcast({ prefixRouter: 'membership', membership: membershipOf(ep) })
+  }
+
+  #startWorker(): Promise<void> {
+    const w = cluster.fork()
+    return new Promise((resolve, reject) => {
+      w.on('message', (m: unknown) => {
+        if (!isMessage<ToPrimary>(m)) return
+        if (m.prefixRouter === 'hello') {
+          // The state as of now: membership changes from here on reach it as broadcasts.
+          w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters(), fleet: [...this.#proxy.endpoints()].map(membershipOf) })
+        } else if (m.prefixRouter === 'ready') {
+          this.#ready.add(w)
+          if (this.#url === '') this.#url = m.url
+          resolve()
+        } else if (m.prefixRouter === 'failed') {
+          reject(new CliError(m.message, m.exitCode))
+        } else this.#onMessage(m, w)
+      })
+      w.once('exit', (code, signal) => {
+        reject(new CliError(`worker ${w.process.pid} exited with ${signal ?? code} before it was ready`, 1))
+        this.#exited(w, code, signal)
+      })
+    })
+  }
+
+  #onMessage(m: ToPrimary, from: Worker): void {
+    if (m.prefixRouter === 'metrics') return this.#metrics?.answered(m.id, m.metrics)
+    if (m.prefixRouter === 'requests') {
+      this.#requests.report(from, m.counts)
+      return this.#countRequests()
+    }
+    if (m.prefixRouter !== 'try' && m.prefixRouter !== 'down') return
+    const ep = this.#proxy.endpoint(m.endpoint)
+    const inst = ep?.instances.get(m.instance)
+    if (ep === undefined || inst === undefined || ep.name !== m.endpoint) return
+    if (m.prefixRouter === 'down') return ep.markDown(inst, m.reason)
+    ep.recordTry(inst, m.result)
+    const k = key(ep.name, inst.id)
+    const failing = m.result !== 'ok'
+    if (failing === this.#failing.has(k)) return
+    if (failing) this.#failing.add(k)
+    else this.#failing.delete(k)
+    this.#broadcast({ prefixRouter: 'streak', endpoint: ep.name, instance: inst.id, failing })
+  }
+
+  #exited(w: Worker, code: number | null, signal: string | null): void {
+    this.#ready.delete(w)
+    this.#requests.retire(w)
+    this.#metrics?.gone(w)
+    const pid = w.process.pid
+    // What the dead process held on the shared state would otherwise stay counted for ever.
+    let released = 0
+    for (const r of this.#routers) {
+      try {
+        if (pid !== undefined) released += r.releaseProcess(pid)
+      } catch (err) {
+        if (!(err instanceof RouterClosedError)) throw err
+        this.#routers.delete(r)
+      }
+    }
+    if (this.#stopping) return
+    const wait = this.#backoff.next(Date.now())
+    this.#metrics?.restarts.inc()
+    this.log.warn({ worker: pid, code, signal, releasedLeases: released, restartInMs: wait }, 'worker exited; starting another')
+    setTimeout(() => {
+      if (this.#stopping) return
+      this.#startWorker().catch((err: unknown) => this.log.error({ err: (err as Error).message }, 'replacement worker failed to start'))
+    }, wait)
+  }
+
+  /** The primary's instances carry the requests every worker sent them, for /admin/instances. */
+  #countRequests(): void {
+    const total = this.#requests.total()
+    for (const ep of this.#proxy.endpoints()) for (const inst of ep.instances.values()) inst.requests = total[ep.name]?.[inst.id] ?? 0
+  }
+
+  async #stop(now: boolean): Promise<void> {
+    this.#stopping = true
+    const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead())
+    const exited = alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r()))))
+    for (const w of alive) {
+      if (now) w.process.kill('SIGKILL')
+      else if (w.isConnected()) w.send({ prefixRouter: 'drain' } satisfies ToWorker)
+    }
+    await Promise.all(exited)
+    await this.#proxy.close()
+  }
+}

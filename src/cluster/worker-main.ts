@@ -1,0 +1,7 @@
+// The program node:cluster runs in each worker (the primary sets it with setupPrimary).
+import { runWorker } from './worker.js'
+
+runWorker().catch((err: unknown) => {
+  process.stderr.write(`prefix-router: worker ${process.pid}: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
+  process.exit(1)
+})
