@@ -4,23 +4,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { afterAll, afterEach, describe, expect, it } from 'vitest'
-import { until, type Stub } from '../proxy/helpers.js'
-import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, stop, type Client, type Served } from './helpers.js'
+import { afterAll, describe, expect, it } from 'vitest'
+import { until } from '../proxy/helpers.js'
+import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, type Client, clusterFixture } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-cluster-'))
-let stubs: Stub[] = []
-let served: Served | undefined
-const clients: Client[] = []
-
-afterEach(async () => {
-  for (const c of clients.splice(0)) c.close()
-  await stop(served)
-  served = undefined
-  await Promise.all(stubs.map((s) => s.close()))
-  stubs = []
-})
+const f = clusterFixture()
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 describe('serve --workers', () => {
@@ -37,41 +27,41 @@ describe('serve --workers', () => {
   })
 
   it('auto: one worker per core available, or the single process on one core', async () => {
-    stubs = [await holdingStub('a')]
-    served = await serve(['--workers', 'auto', '--upstream', stubs[0]!.url])
+    f.stubs = [await holdingStub('a')]
+    f.served = await serve(['--workers', 'auto', '--upstream', f.stubs[0]!.url])
     const n = availableParallelism()
     if (n === 1) {
-      expect(served.stderr()).not.toMatch(/worker processes/)
-      expect(metricSum(await metrics(served.admin), 'prefix_router_workers')).toBe(0)
+      expect(f.served.stderr()).not.toMatch(/worker processes/)
+      expect(metricSum(await metrics(f.served.admin), 'prefix_router_workers')).toBe(0)
     } else {
-      expect(served.stderr()).toMatch(new RegExp(`in ${n} worker processes on `))
-      expect(metricSum(await metrics(served.admin), 'prefix_router_workers')).toBe(n)
+      expect(f.served.stderr()).toMatch(new RegExp(`in ${n} worker processes on `))
+      expect(metricSum(await metrics(f.served.admin), 'prefix_router_workers')).toBe(n)
     }
   })
 
   it('SIGHUP in the primary reloads every worker: both route with the new strategy', async () => {
-    stubs = await Promise.all(['a', 'b'].map((n) => holdingStub(n)))
+    f.stubs = await Promise.all(['a', 'b'].map((n) => holdingStub(n)))
     const file = join(dir, 'router.yaml')
     const write = (strategy: string) =>
-      writeFileSync(file, `routing: { strategy: ${strategy} }\nendpoints:\n  - name: default\n    instances: [${stubs.map((s) => s.url).join(', ')}]\n`)
+      writeFileSync(file, `routing: { strategy: ${strategy} }\nendpoints:\n  - name: default\n    instances: [${f.stubs.map((s) => s.url).join(', ')}]\n`)
     write('prefix_aware')
-    served = await serve(['--workers', '2', '--config', file])
-    const workers = await clientsOnDistinctWorkers(served.url, 2)
-    clients.push(...workers.map((w) => w.client))
+    f.served = await serve(['--workers', '2', '--config', file])
+    const workers = await clientsOnDistinctWorkers(f.served.url, 2)
+    f.clients.push(...workers.map((w) => w.client))
     const decision = async (c: Client) => (await c.chat('a prompt '.repeat(20))).headers['x-prefix-router-decision']
     for (const { client } of workers) expect(await decision(client)).toBe('target')
 
     write('least_outstanding_requests')
-    served.child.kill('SIGHUP')
+    f.served.child.kill('SIGHUP')
     for (const { client } of workers) await until(async () => (await decision(client)) === 'least_outstanding_requests', 50_000, 'the new strategy in each worker')
 
     // POST /admin/reload does the same, and a bad file changes nothing anywhere.
     write('random')
-    expect((await fetch(`${served.admin}/admin/reload`, { method: 'POST' })).status).toBe(200)
+    expect((await fetch(`${f.served.admin}/admin/reload`, { method: 'POST' })).status).toBe(200)
     for (const { client } of workers) await until(async () => (await decision(client)) === 'random', 50_000, 'random in each worker')
     writeFileSync(file, 'routing: { prefixLength: 5 }\n')
-    expect((await fetch(`${served.admin}/admin/reload`, { method: 'POST' })).status).toBe(400)
+    expect((await fetch(`${f.served.admin}/admin/reload`, { method: 'POST' })).status).toBe(400)
     for (const { client } of workers) expect(await decision(client)).toBe('random')
-    expect(served.child.exitCode).toBeNull()
+    expect(f.served.child.exitCode).toBeNull()
   })
 })

@@ -4,7 +4,8 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
 import http from 'node:http'
 import { fileURLToPath } from 'node:url'
-import { chat, startStub, until, type Stub } from '../proxy/helpers.js'
+import { afterEach } from 'vitest'
+import { chat, releaseHeld, startStub, until, type Stub } from '../proxy/helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 
@@ -153,4 +154,18 @@ export async function holdingStub(name: string): Promise<Stub> {
     res.end(JSON.stringify({ stub: name }))
   })
   return stub
+}
+
+/** A test's stubs, router and clients, torn down after each test whatever it left held. */
+export function clusterFixture(): { stubs: Stub[]; served: Served | undefined; clients: Client[] } {
+  const f: { stubs: Stub[]; served: Served | undefined; clients: Client[] } = { stubs: [], served: undefined, clients: [] }
+  afterEach(async () => {
+    releaseHeld(f.stubs)
+    for (const c of f.clients.splice(0)) c.close()
+    await stop(f.served)
+    f.served = undefined
+    await Promise.all(f.stubs.map((s) => s.close()))
+    f.stubs = []
+  })
+  return f
 }

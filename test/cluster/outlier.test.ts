@@ -4,22 +4,12 @@ import http from 'node:http'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { startStub, until, type Stub } from '../proxy/helpers.js'
-import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, stop, untilMetric, type Client, type Served } from './helpers.js'
+import { clientsOnDistinctWorkers, holdingStub, metrics, metricSum, serve, untilMetric, clusterFixture } from './helpers.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-cluster-'))
-let stubs: Stub[] = []
-let served: Served | undefined
-const clients: Client[] = []
-
-afterEach(async () => {
-  for (const c of clients.splice(0)) c.close()
-  await stop(served)
-  served = undefined
-  await Promise.all(stubs.map((s) => s.close()))
-  stubs = []
-})
+const f = clusterFixture()
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 /** Healthy to probes, 500 to every request. */
@@ -34,12 +24,12 @@ describe('serve --workers: outlier detection', () => {
   it('four 500s in a row, two through each worker, eject the instance for both', async () => {
     const bad = await failing()
     const good = await holdingStub('good')
-    stubs = [bad, good]
+    f.stubs = [bad, good]
     const file = join(dir, 'router.yaml')
     writeFileSync(file, `outlier: { consecutive5xx: 4, consecutiveGatewayFailure: 0 }\nendpoints:\n  - name: default\n    instances: [${bad.url}, ${good.url}]\n`)
-    served = await serve(['--workers', '2', '--config', file])
-    const [a, b] = (await clientsOnDistinctWorkers(served.url, 2)).map((w) => w.client)
-    clients.push(a!, b!)
+    f.served = await serve(['--workers', '2', '--config', file])
+    const [a, b] = (await clientsOnDistinctWorkers(f.served.url, 2)).map((w) => w.client)
+    f.clients.push(a!, b!)
     for (const c of [a!, b!]) expect(JSON.parse((await c.request('GET', '/health')).body)).toMatchObject({ status: 'ok', healthyInstances: 2 })
 
     // A prompt whose target is the failing instance; the one that finds it is its first 500.
@@ -53,10 +43,10 @@ describe('serve --workers: outlier detection', () => {
     expect((await a!.chat(prompt)).status).toBe(500)
     expect((await b!.chat(prompt)).status).toBe(500)
     // Three in a row so far, no more than two through either worker: nothing is ejected.
-    expect(metricSum(await metrics(served.admin), 'prefix_router_ejections_total')).toBe(0)
+    expect(metricSum(await metrics(f.served.admin), 'prefix_router_ejections_total')).toBe(0)
     expect((await b!.chat(prompt)).status).toBe(500)
-    await untilMetric(served.admin, 'prefix_router_ejections_total', 1)
-    expect(metricSum(await metrics(served.admin), 'prefix_router_instance_ejected', `instance="${bad.url}"`)).toBe(1)
+    await untilMetric(f.served.admin, 'prefix_router_ejections_total', 1)
+    expect(metricSum(await metrics(f.served.admin), 'prefix_router_instance_ejected', `instance="${bad.url}"`)).toBe(1)
 
     // Each worker has the primary's view of its instances: its /health counts one healthy.
     for (const c of [a!, b!]) await until(async () => JSON.parse((await c.request('GET', '/health')).body).healthyInstances === 1, 50_000, 'one healthy instance in each worker')
