@@ -103,6 +103,16 @@ export class ProxyMetrics {
         for (const ep of endpoints()) for (const i of ep.router.instances()) this.set({ endpoint: ep.name, instance: i.id }, i.inFlight)
       },
     })
+    new Counter({
+      name: 'prefix_router_leases_collected_total',
+      help: 'Leases the garbage collector found unreleased and released: each one is a request whose end the router missed (a bug to report), counted in the routing state.',
+      labelNames: ['endpoint'],
+      registers: inFlightRegisters,
+      collect() {
+        this.reset()
+        for (const ep of endpoints()) this.inc({ endpoint: ep.name }, ep.router.stats().leasesCollected)
+      },
+    })
     new Gauge({
       name: 'prefix_router_instance_kv_cache_hit_ratio',
       help: "Each instance's prefix-cache hit ratio, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total from its /metrics.",
