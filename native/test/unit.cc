@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "check.h"
 #include "../prefix_index.h"
 #include "../ring.h"
 #include "../router.h"
@@ -29,18 +30,6 @@
 #include "../xxh3.h"
 
 namespace {
-
-int g_passed = 0, g_failed = 0;
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (cond) {                                                                     \
-      g_passed++;                                                                   \
-    } else {                                                                        \
-      g_failed++;                                                                   \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                               \
-  } while (0)
 
 const pr::SimdPath kPaths[] = {pr::SimdPath::Scalar, pr::SimdPath::SSE2, pr::SimdPath::AVX2, pr::SimdPath::NEON};
 

@@ -6,22 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "../key/json_scan.h"
 #include "../key/openai_key.h"
 
 namespace {
-
-int g_passed = 0, g_failed = 0;
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (cond) {                                                                     \
-      g_passed++;                                                                   \
-    } else {                                                                        \
-      g_failed++;                                                                   \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                               \
-  } while (0)
 
 using pr::key::Scan;
 
