@@ -14,20 +14,19 @@ export class ProxyMetrics {
   readonly ejections: Counter<'instance' | 'reason'>
 
   /**
-   * `scope`: which of the fleet's gauges this process reports, when several processes serve
-   * together and a cluster primary sums their registries: `fleet` (instance health, ejection,
-   * KV-cache ratio) where probes run, `inFlight` where the counters are not shared with it.
+   * `fleet`: whether this process reports the fleet's gauges (instance health, ejection,
+   * KV-cache ratio, the shared in-flight counters). Off in a cluster worker: the primary,
+   * which probes and sees the same shared state, reports them once for all.
    * `processMetrics` off for a throwaway registry: the GC observer and event-loop monitor they
    * start are never stopped.
    */
   constructor(
     endpoints: () => Iterable<Endpoint>,
     front: () => { openConnections(): number; readonly refused: number } | undefined = () => undefined,
-    opts: { processMetrics?: boolean | undefined; fleet?: boolean; inFlight?: boolean } = {},
+    opts: { processMetrics?: boolean | undefined; fleet?: boolean } = {},
   ) {
     const registers = [this.registry]
     const fleetRegisters = opts.fleet !== false ? registers : []
-    const inFlightRegisters = opts.inFlight !== false ? registers : []
     // The process's own: resident memory, heap, event-loop lag, descriptors, GC time.
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     this.requests = new Counter({
@@ -97,7 +96,7 @@ export class ProxyMetrics {
       name: 'prefix_router_in_flight',
       help: 'Requests in flight per instance (the native counters the router routes by).',
       labelNames: ['endpoint', 'instance'],
-      registers: inFlightRegisters,
+      registers: fleetRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) for (const i of ep.router.instances()) this.set({ endpoint: ep.name, instance: i.id }, i.inFlight)
@@ -107,7 +106,7 @@ export class ProxyMetrics {
       name: 'prefix_router_leases_collected_total',
       help: 'Leases the garbage collector found unreleased and released: each one is a request whose end the router missed (a bug to report), counted in the routing state.',
       labelNames: ['endpoint'],
-      registers: inFlightRegisters,
+      registers: fleetRegisters,
       collect() {
         this.reset()
         for (const ep of endpoints()) this.inc({ endpoint: ep.name }, ep.router.stats().leasesCollected)

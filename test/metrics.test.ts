@@ -19,8 +19,8 @@ describe('prefix_router_leases_collected_total', () => {
     expect(text).toContain('prefix_router_leases_collected_total{endpoint="other"} 2')
   })
 
-  it('is left to the process that reports the shared in-flight counters', async () => {
-    const metrics = new ProxyMetrics(() => [endpointWith('default', 1)], undefined, { processMetrics: false, inFlight: false })
+  it("is left to the process that reports the fleet's gauges", async () => {
+    const metrics = new ProxyMetrics(() => [endpointWith('default', 1)], undefined, { processMetrics: false, fleet: false })
     expect(await metrics.registry.metrics()).not.toContain('prefix_router_leases_collected_total')
   })
 })

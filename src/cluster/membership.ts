@@ -51,7 +51,7 @@ export function membershipOf(ep: Endpoint): Membership {
 /**
  * Makes the worker's instances of `ep` those of `m`: new ones get a pool, gone ones close
  * once nothing is in flight on them, and health and ejection are copied as the primary
- * decided them. Then the endpoint syncs (its own router, when it has one).
+ * decided them. Then the endpoint syncs, which refreshes what its picks read.
  */
 export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['upstream']): void {
   const wanted = new Set(m.instances.map((s) => s.id))

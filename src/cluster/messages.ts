@@ -6,8 +6,8 @@ import type { Config } from '../config.js'
 import type { TryResult } from '../fleet/outlier.js'
 import type { Membership } from './membership.js'
 
-/** Each endpoint's shared routing state, by endpoint name (undefined: none, the worker routes on its own). */
-export type SharedRouters = Record<string, string | undefined>
+/** The file of each endpoint's shared routing state, by endpoint name, for Router.attach. */
+export type SharedRouters = Record<string, string>
 
 export type ToWorker =
   | { prefixRouter: 'start'; config: Config; routers: SharedRouters; fleet: Membership[] }

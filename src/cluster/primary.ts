@@ -9,7 +9,8 @@ import type { Logger } from 'pino'
 import { CliError } from '../commands/cli-error.js'
 import type { Config } from '../config.js'
 import { RouterClosedError } from '../core/errors.js'
-import type { Router } from '../core/router.js'
+import type { RouterOptions } from '../core/options.js'
+import { Router } from '../core/router.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
 import { RestartBackoff } from './backoff.js'
@@ -17,7 +18,6 @@ import { membershipOf } from './membership.js'
 import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
 import { WorkerRequestCounts } from './request-counts.js'
-import { createShared } from './routers.js'
 
 export interface ClusterOptions {
   workers: number
@@ -98,15 +98,21 @@ export class ClusterPrimary {
     await this.#stop(false)
   }
 
-  #createRouter(options: Parameters<typeof createShared>[0]): Router {
-    const r = createShared(options)
+  #createRouter(options: RouterOptions): Router {
+    // In shared memory: every worker attaches it, so in-flight counts and overflow are fleet-wide.
+    const r = new Router({ ...options, shared: true })
     this.#routers.add(r)
     return r
   }
 
   #sharedRouters(): SharedRouters {
     const out: SharedRouters = {}
-    for (const ep of this.#proxy.endpoints()) out[ep.name] = ep.router.sharedPath
+    for (const ep of this.#proxy.endpoints()) {
+      const path = ep.router.sharedPath
+      // Every router here is made by #createRouter, in shared memory.
+      if (path === undefined) throw new Error(`endpoint '${ep.name}' has no shared routing state`)
+      out[ep.name] = path
+    }
     return out
   }
 

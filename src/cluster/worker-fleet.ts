@@ -2,18 +2,16 @@
 // endpoints, and the passive signals the worker's traffic gives (a failed try, a refused
 // connection) sent back to the primary, which alone decides ejections.
 import type { Config } from '../config.js'
-import type { RouterOptions } from '../core/options.js'
+import { Router } from '../core/router.js'
 import type { Endpoint, EndpointEvents, RemoteFleet } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { TryResult } from '../fleet/outlier.js'
 import { applyMembership, type Membership } from './membership.js'
 import type { SharedRouters, ToPrimary } from './messages.js'
-import { workerRouter } from './routers.js'
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
 export class WorkerFleet implements RemoteFleet {
-  readonly publishes: boolean
   #routers: SharedRouters
   #memberships = new Map<string, Membership>()
   #endpoints = new Map<string, Endpoint>()
@@ -29,13 +27,18 @@ export class WorkerFleet implements RemoteFleet {
   ) {
     this.#upstream = config.upstream
     this.#routers = routers
-    // Shared state is published by the primary; a router of the worker's own is kept here.
-    this.publishes = Object.values(routers).every((p) => p === undefined)
     for (const m of fleet) this.#memberships.set(m.endpoint, m)
   }
 
   events(): Pick<EndpointEvents, 'router' | 'remote'> {
-    return { router: (name: string, options: RouterOptions) => workerRouter(this.#routers[name], options), remote: this }
+    return { router: (name: string) => this.#attach(name), remote: this }
+  }
+
+  /** The primary's shared state for the endpoint: it publishes membership and parameters there. */
+  #attach(name: string): Router {
+    const path = this.#routers[name]
+    if (path === undefined) throw new Error(`the primary sent no shared routing state for endpoint '${name}'`)
+    return Router.attach(path)
   }
 
   attached(ep: Endpoint): void {

@@ -30,8 +30,6 @@ export interface EndpointEvents {
  * traffic gives go to the owner.
  */
 export interface RemoteFleet {
-  /** False when the router is attached to the owner's shared state, which the owner publishes. */
-  readonly publishes: boolean
   attached(ep: Endpoint): void
   recordTry(ep: Endpoint, inst: Instance, result: TryResult): void
   markDown(ep: Endpoint, inst: Instance, reason: string): void
@@ -101,8 +99,9 @@ export class Endpoint {
     this.#config = config
     this.routing = endpointRouting(config, ep)
     const remote = this.#events.remote
-    if (remote?.publishes !== false) this.router.configure(routerParams(this.routing))
-    if (remote) return [] // the owner sends the instance list
+    // The owner publishes parameters and the instance list to the shared state.
+    if (remote) return []
+    this.router.configure(routerParams(this.routing))
     this.#static = ep.instances
     const { removed } = this.#setInstances(false)
     if (this.#timers.length > 0) this.startProbes()
@@ -221,7 +220,7 @@ export class Endpoint {
     this.#healthy = undefined
     this.#groups.clear()
     this.#events.onSync?.(this)
-    if (this.#events.remote?.publishes === false) return
+    if (this.#events.remote) return
     const members = this.#members()
     const key = JSON.stringify(members)
     if (key === this.#membership || members.length === 0) return

@@ -67,13 +67,11 @@ export class ProxyServer implements ProxyCore {
     this.config = config
     this.#opts = opts
     this.log = opts.logger ?? pino({ level: config.log.level })
-    // A worker's instances mirror the primary's, whose gauges report them; its in-flight
-    // counters are the primary's too once the routers share one state.
-    const ownsFleet = opts.role !== 'worker'
+    // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
     this.metrics = new ProxyMetrics(
       () => this.#endpoints.values(),
       () => this.#front,
-      { processMetrics: opts.processMetrics, fleet: ownsFleet, inFlight: ownsFleet || opts.endpointEvents?.remote?.publishes !== false },
+      { processMetrics: opts.processMetrics, fleet: opts.role !== 'worker' },
     )
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
   }
