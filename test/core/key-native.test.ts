@@ -350,7 +350,9 @@ describe('the parse worker', () => {
           else expect(there).toStrictEqual({ request: want })
           if (want instanceof RequestError) expect(there).toBeInstanceOf(ProxyError)
         }),
-        { numRuns: 80 },
+        // About one generated body in six is one the native side reads: enough runs that
+        // the count below is reached whatever the seed (80 ran short now and then).
+        { numRuns: 240 },
       )
     } finally {
       await pool.close()
