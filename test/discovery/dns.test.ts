@@ -3,6 +3,7 @@
 // simulator workers on 127.0.0.x, which all reach this host on Linux.
 import { spawn, type ChildProcess } from 'node:child_process'
 import dgram from 'node:dgram'
+import net from 'node:net'
 import { Resolver } from 'node:dns/promises'
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -49,12 +50,41 @@ async function answering(addresses: number[]): Promise<void> {
   await until(async () => (await r.resolve4('vllm.test').catch(() => [] as string[])).sort().join(' ') === want, 20_000, `dnsmasq answering ${want || 'nothing'}`)
 }
 
-async function freeUdpPort(): Promise<number> {
-  const s = dgram.createSocket('udp4')
-  await new Promise<void>((r) => s.bind(0, '127.0.0.1', r))
-  const p = s.address().port
-  await new Promise<void>((r) => s.close(() => r()))
-  return p
+/** A port free for both UDP and TCP on 127.0.0.1: dnsmasq listens on both. */
+async function freePort(): Promise<number> {
+  const tcp = net.createServer()
+  await new Promise<void>((r) => tcp.listen(0, '127.0.0.1', r))
+  const p = (tcp.address() as net.AddressInfo).port
+  const udp = dgram.createSocket('udp4')
+  const bound = await new Promise<boolean>((r) => {
+    udp.once('error', () => r(false))
+    udp.bind(p, '127.0.0.1', () => r(true))
+  })
+  if (bound) await new Promise<void>((r) => udp.close(() => r()))
+  await new Promise<void>((r) => tcp.close(() => r()))
+  return bound ? p : freePort()
+}
+
+/** Starts dnsmasq on a free port. Another process can take the port between the look and
+ * dnsmasq's bind (the suite runs files in parallel), so that one failure is tried again. */
+async function startDnsmasq(extra: string[]): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    dnsPort = await freePort()
+    const args = ['--no-daemon', `--port=${dnsPort}`, ...extra]
+    dnsmasq = spawn('dnsmasq', args, { stdio: ['ignore', 'ignore', 'pipe'] })
+    let err = ''
+    dnsmasq.stderr!.on('data', (d: Buffer) => (err += d.toString()))
+    const failed = new Promise<never>((_, reject) => {
+      dnsmasq.once('error', (e) => reject(new Error(`cannot run dnsmasq (apt-get install dnsmasq-base): ${e.message}`)))
+      dnsmasq.once('exit', (code) => reject(new Error(`dnsmasq exited with ${code}: ${err}`)))
+    })
+    try {
+      await Promise.race([answering([1]), failed])
+      return
+    } catch (e) {
+      if (attempt >= 5 || !/Address already in use/.test((e as Error).message)) throw e
+    }
+  }
 }
 
 beforeAll(async () => {
@@ -63,11 +93,8 @@ beforeAll(async () => {
   port = first.workers[0]!.port
   for (const n of [2, 3]) fleets.push(await startSimFleet({ instances: 1, profile: 'tiny', host: `127.0.0.${n}`, port }))
   srv = { a: await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.4' }), b: await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.5' }) }
-  dnsPort = await freeUdpPort()
   writeHosts([1])
-  const args = [
-    '--no-daemon',
-    `--port=${dnsPort}`,
+  await startDnsmasq([
     '--listen-address=127.0.0.1',
     '--bind-interfaces',
     '--no-resolv',
@@ -78,15 +105,7 @@ beforeAll(async () => {
     `--srv-host=_vllm._tcp.test,srv-a.test,${srv.a.workers[0]!.port}`,
     `--srv-host=_vllm._tcp.test,srv-b.test,${srv.b.workers[0]!.port}`,
     '--pid-file=',
-  ]
-  dnsmasq = spawn('dnsmasq', args, { stdio: ['ignore', 'ignore', 'pipe'] })
-  let err = ''
-  dnsmasq.stderr!.on('data', (d: Buffer) => (err += d.toString()))
-  const failed = new Promise<never>((_, reject) => {
-    dnsmasq.once('error', (e) => reject(new Error(`cannot run dnsmasq (apt-get install dnsmasq-base): ${e.message}`)))
-    dnsmasq.once('exit', (code) => reject(new Error(`dnsmasq exited with ${code}: ${err}`)))
-  })
-  await Promise.race([answering([1]), failed])
+  ])
 }, 60_000)
 
 afterEach(async () => {
