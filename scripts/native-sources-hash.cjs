@@ -7,9 +7,14 @@ const { createHash } = require('node:crypto')
 const { readFileSync, readdirSync } = require('node:fs')
 const { join } = require('node:path')
 
-function nativeSourcesHash(root) {
+/** The files the addon is built from, relative to root. */
+function nativeSources(root) {
   const sources = (dir) => readdirSync(join(root, dir)).filter((f) => /\.(cc|h)$/.test(f)).sort().map((f) => `${dir}/${f}`)
-  const files = ['binding.gyp', ...sources('native'), ...sources('native/key'), ...sources('native/strategy')]
+  return ['binding.gyp', ...sources('native'), ...sources('native/key'), ...sources('native/strategy')]
+}
+
+function nativeSourcesHash(root) {
+  const files = nativeSources(root)
   const h = createHash('sha256')
   for (const f of files) {
     // Normalise line endings so a checkout with CRLF hashes the same.
@@ -19,5 +24,5 @@ function nativeSourcesHash(root) {
   return h.digest('hex')
 }
 
-module.exports = { nativeSourcesHash }
+module.exports = { nativeSources, nativeSourcesHash }
 if (require.main === module) process.stdout.write(nativeSourcesHash(join(__dirname, '..')))
