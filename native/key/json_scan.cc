@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__x86_64__) || defined(_M_X64)
+#define PR_KEY_X86 1
+#include <immintrin.h>
 #endif
 
 namespace pr::key {
@@ -22,13 +23,10 @@ inline int hex(uint8_t c) {
 
 inline bool special(uint8_t c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80; }
 
-// First byte in [i, end) that ends a plain ASCII run inside a string: a quote, a backslash,
-// a control character (invalid there) or the lead of a multi-byte sequence. Prompts are
-// mostly such runs, so this loop is where a scan spends its time.
-#if defined(__SSE2__)
-// Bytes of the 16 at p that end a plain ASCII run in a string: a quote, a backslash, a
-// control character (invalid there) or the lead of a multi-byte sequence. The signed
-// compare catches the last two at once: bytes >= 0x80 are negative.
+#if defined(PR_KEY_X86)
+// Bytes that end a plain ASCII run in a string: a quote, a backslash, a control character
+// (invalid there) or the lead of a multi-byte sequence. The signed compare catches the last
+// two at once: bytes >= 0x80 are negative.
 inline __m128i special16(const uint8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
@@ -40,42 +38,96 @@ inline __m128i quote_or_slash16(const uint8_t* p) {
   return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
 }
 
-// First byte in [i, end) that `mask` flags: 64 bytes a step while nothing is found (prompts
-// are mostly long plain runs), then 16.
-template <__m128i (*mask)(const uint8_t*)>
-inline size_t find_simd(const uint8_t* d, size_t i, size_t end) {
+// First byte in [i, end) that `mask` flags, or end: 64 bytes a step while nothing is found
+// (prompts are mostly long plain runs), then the rest as one load that ends at `end` and
+// overlaps bytes already seen, so that no run ends byte by byte. `d` is the start of the
+// buffer: only a buffer shorter than a block is read a byte at a time.
+template <__m128i (*mask)(const uint8_t*), bool (*flag)(uint8_t)>
+inline size_t find_sse2(const uint8_t* d, size_t i, size_t end) {
   for (; i + 64 <= end; i += 64) {
     const __m128i a = mask(d + i), b = mask(d + i + 16), c = mask(d + i + 32), e = mask(d + i + 48);
-    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e))) != 0) break;
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e))) != 0) {
+      const uint64_t m = static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(a))) |
+                         static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(b))) << 16 |
+                         static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(c))) << 32 |
+                         static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(e))) << 48;
+      return i + static_cast<size_t>(__builtin_ctzll(m));
+    }
   }
   for (; i + 16 <= end; i += 16) {
-    const int m = _mm_movemask_epi8(mask(d + i));
-    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(m)));
+    const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(mask(d + i)));
+    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(m));
   }
+  if (i == end) return end;
+  if (end >= 16) {
+    const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(mask(d + end - 16))) >> (16 - (end - i));
+    return m != 0 ? i + static_cast<size_t>(__builtin_ctz(m)) : end;
+  }
+  while (i < end && !flag(d[i])) i++;
+  return i;
+}
+
+__attribute__((target("avx2"))) inline __m256i special32(const uint8_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')), _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
+                         _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
+}
+
+__attribute__((target("avx2"))) inline __m256i quote_or_slash32(const uint8_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')), _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\')));
+}
+
+// find_sse2 with 32-byte blocks.
+template <__m256i (*mask)(const uint8_t*), bool (*flag)(uint8_t)>
+__attribute__((target("avx2"))) size_t find_avx2(const uint8_t* d, size_t i, size_t end) {
+  for (; i + 64 <= end; i += 64) {
+    const __m256i a = mask(d + i), b = mask(d + i + 32);
+    if (!_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b))) {
+      const uint64_t m = static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(a))) |
+                         static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(b))) << 32;
+      return i + static_cast<size_t>(__builtin_ctzll(m));
+    }
+  }
+  if (i + 32 <= end) {
+    const unsigned m = static_cast<unsigned>(_mm256_movemask_epi8(mask(d + i)));
+    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(m));
+    i += 32;
+  }
+  if (i == end) return end;
+  if (end >= 32) {
+    const unsigned m = static_cast<unsigned>(_mm256_movemask_epi8(mask(d + end - 32))) >> (32 - (end - i));
+    return m != 0 ? i + static_cast<size_t>(__builtin_ctz(m)) : end;
+  }
+  while (i < end && !flag(d[i])) i++;
   return i;
 }
 #endif
 
+inline bool quote_or_slash(uint8_t c) { return c == '"' || c == '\\'; }
+
 // The first byte in [i, end) that ends a plain ASCII run inside a string. Prompts are mostly
-// such runs, so this loop is where a scan spends its time.
-inline size_t find_special(const uint8_t* d, size_t i, size_t end, bool scalar) {
-#if defined(__SSE2__)
-  if (!scalar) i = find_simd<special16>(d, i, end);
+// such runs, so this is where a scan spends its time.
+inline size_t find_special(const uint8_t* d, size_t i, size_t end, SimdPath path) {
+#if defined(PR_KEY_X86)
+  if (path == SimdPath::AVX2) return find_avx2<special32, special>(d, i, end);
+  if (path == SimdPath::SSE2) return find_sse2<special16, special>(d, i, end);
 #else
-  (void)scalar;
+  (void)path;
 #endif
   while (i < end && !special(d[i])) i++;
   return i;
 }
 
 // In text already validated only quotes and backslashes matter.
-inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, bool scalar) {
-#if defined(__SSE2__)
-  if (!scalar) i = find_simd<quote_or_slash16>(d, i, end);
+inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, SimdPath path) {
+#if defined(PR_KEY_X86)
+  if (path == SimdPath::AVX2) return find_avx2<quote_or_slash32, quote_or_slash>(d, i, end);
+  if (path == SimdPath::SSE2) return find_sse2<quote_or_slash16, quote_or_slash>(d, i, end);
 #else
-  (void)scalar;
+  (void)path;
 #endif
-  while (i < end && d[i] != '"' && d[i] != '\\') i++;
+  while (i < end && !quote_or_slash(d[i])) i++;
   return i;
 }
 
@@ -97,12 +149,14 @@ inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
 inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
 
 // Validates the string token whose quote is at d[i]; *end gets the index after its closing
-// quote, *units the UTF-16 length of its value.
-Scan scan_string(const uint8_t* d, size_t n, size_t i, bool scalar, size_t* end, size_t* units) {
+// quote, *units the UTF-16 length of its value, *plain where its first escape or multi-byte
+// sequence is (its closing quote when there is none).
+Scan scan_string(const uint8_t* d, size_t n, size_t i, SimdPath path, size_t* end, size_t* units, size_t* plain) {
   const size_t begin = i++;
   size_t shrink = 0;  // bytes beyond one per unit: escapes and multi-byte sequences
-  for (;;) {
-    i = find_special(d, i, n, scalar);
+  i = find_special(d, i, n, path);
+  *plain = i;
+  for (;; i = find_special(d, i, n, path)) {
     if (i >= n) return Scan::Invalid;
     const uint8_t c = d[i];
     if (c == '"') {
@@ -191,8 +245,8 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   auto key = [&](size_t* pi) -> Scan {
     size_t i = *pi;
     if (i >= n || d[i] != '"') return Scan::Invalid;
-    size_t end = 0, units = 0;
-    const Scan s = scan_string(d, n, i, o.scalar, &end, &units);
+    size_t end = 0, units = 0, plain = 0;
+    const Scan s = scan_string(d, n, i, o.simd, &end, &units, &plain);
     if (s != Scan::Ok) return s;
     if (depth == 1) {
       field = -1;
@@ -211,7 +265,7 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (i >= n) return Scan::Invalid;
     if (depth == 1) value_begin = i;
     const uint8_t c = d[i];
-    size_t end = 0, units = 0;
+    size_t end = 0, units = 0, plain = 0;
     Scan s = Scan::Ok;
     if (c == '{' || c == '[') {
       if (depth >= o.max_depth) return Scan::Unsupported;
@@ -231,8 +285,8 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
         continue;
       }
     } else if (c == '"') {
-      if ((s = scan_string(d, n, i, o.scalar, &end, &units)) != Scan::Ok) return s;
-      if (long_strings && end - i >= kLongString) long_strings->push_back(LongString{i, end, units});
+      if ((s = scan_string(d, n, i, o.simd, &end, &units, &plain)) != Scan::Ok) return s;
+      if (long_strings && end - i >= kLongString) long_strings->push_back(LongString{i, end, units, plain});
       i = end;
     } else if (c == '-' || is_digit(c)) {
       if ((s = scan_number(d, n, i, &end)) != Scan::Ok) return s;
@@ -279,7 +333,7 @@ size_t skip_string(const uint8_t* d, size_t n, size_t i, const Walk& w) {
   if (const LongString* s = w.long_string_at(i)) return s->end;
   i++;
   for (;;) {
-    i = find_quote_or_slash(d, i, n, w.scalar);
+    i = find_quote_or_slash(d, i, n, w.simd);
     if (i >= n) return n;
     if (d[i] == '"') return i + 1;
     i += 2;
@@ -338,15 +392,20 @@ class Compare : public TextSink {
 }  // namespace
 
 bool string_equals(const uint8_t* d, const Span& t, const char* ascii) {
+  // Byte for byte up to the first difference: only an escape there can still make the
+  // string equal (a plain or multi-byte character is itself the unit that differs).
+  const uint8_t* p = d + t.begin + 1;
   const size_t len = t.end - t.begin - 2;
-  if (!string_has_escape(d, t)) return std::strlen(ascii) == len && std::memcmp(d + t.begin + 1, ascii, len) == 0;
+  size_t k = 0;
+  while (k < len && ascii[k] != 0 && p[k] == static_cast<uint8_t>(ascii[k])) k++;
+  if (k == len) return ascii[k] == 0;
+  if (p[k] != '\\') return false;
   Compare c(ascii);
-  decode_string(d, t, &c, Walk{true, nullptr, 0});
+  decode_string(d, t, &c, Walk{SimdPath::Scalar, nullptr, 0});
   return c.equal();
 }
 
 bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& w) {
-  const bool scalar = w.scalar;
   size_t i = t.begin + 1;
   const size_t end = t.end - 1;
   const LongString* known = t.end - t.begin >= kLongString ? w.long_string_at(t.begin) : nullptr;
@@ -361,7 +420,7 @@ bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& 
     // With the string's units known, read no further than the sink still writes: past that
     // it only counts, which the record answers.
     const size_t limit = known != nullptr ? i + std::min(end - i, std::max<size_t>(1, sink->writes_to_go())) : end;
-    const size_t j = find_special(d, i, limit, scalar);
+    const size_t j = known != nullptr && i < known->plain ? std::min(known->plain, limit) : find_special(d, i, limit, w.simd);
     if (j > i && !sink->ascii(d + i, j - i)) return false;
     if (j >= end) return true;
     if (j == limit) {

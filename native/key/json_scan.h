@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "../xxh3.h"
+
 namespace pr::key {
 
 enum class Scan : int {
@@ -30,6 +32,9 @@ struct LongString {
   size_t begin = 0;  // the token, quotes included
   size_t end = 0;
   size_t units = 0;  // UTF-16 units of its value
+  // Where its first escape or multi-byte sequence is (end - 1 when it has none): the text
+  // before it is copied as it is, without being scanned again.
+  size_t plain = 0;
 };
 
 // Root members the caller wants; the last occurrence wins, as with JSON.parse.
@@ -45,9 +50,9 @@ struct RootFields {
 
 struct ScanOptions {
   size_t max_depth = 1 << 16;
-  // Byte-at-a-time string scanning even where SIMD is compiled in: the reference the fuzzer
-  // compares the SIMD path with.
-  bool scalar = false;
+  // How strings are scanned: the fastest this CPU has, or another for tests to compare
+  // (SimdPath::Scalar, a byte at a time, is the reference). NEON scans as Scalar.
+  SimdPath simd = simd_active_path();
 };
 
 Scan validate(const uint8_t* data, size_t len, const ScanOptions& opts, RootFields* root);
@@ -57,7 +62,7 @@ Scan validate(const uint8_t* data, size_t len, const ScanOptions& opts, RootFiel
 // How walks read validated text: the string path, and the long strings validate found, so
 // that stepping over a long prompt costs a lookup rather than another scan of it.
 struct Walk {
-  bool scalar = false;
+  SimdPath simd = SimdPath::Scalar;
   const LongString* long_strings = nullptr;
   size_t long_count = 0;
   // The record of the long string token starting at i, if it is one.

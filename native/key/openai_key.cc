@@ -130,7 +130,6 @@ const char* const kRootNames[kRootCount] = {"model", "prompt_cache_key", "stream
 struct Body {
   const uint8_t* d;
   size_t n;
-  bool scalar;
   const Walk& walk;
   uint8_t first(const Span& s) const { return d[s.begin]; }
   bool is_string(const Span& s) const { return s.present() && d[s.begin] == '"'; }
@@ -237,10 +236,10 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   r.status = validate(d, n, p.scan, &root);
   if (r.status != Scan::Ok) return r;
   Walk walk;
-  walk.scalar = p.scan.scalar;
+  walk.simd = p.scan.simd;
   walk.long_strings = long_strings.data();
   walk.long_count = long_strings.size();
-  const Body b{d, n, p.scan.scalar, walk};
+  const Body b{d, n, walk};
   const Span* v = root.values;
   if (!root.root_is_object) return r.status = Scan::Invalid, r;
   if ((v[kModel].present() && !b.is_string(v[kModel])) || (v[kCacheKey].present() && !b.is_string(v[kCacheKey])))

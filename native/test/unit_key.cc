@@ -12,12 +12,21 @@
 
 namespace {
 
+using pr::SimdPath;
 using pr::key::Scan;
 
-Scan validate(const std::string& s, bool scalar = false, size_t depth = 64) {
+// The string paths this CPU runs; Scalar, the reference, first.
+std::vector<SimdPath> paths() {
+  std::vector<SimdPath> v;
+  for (SimdPath p : {SimdPath::Scalar, SimdPath::SSE2, SimdPath::AVX2})
+    if (pr::simd_path_supported(p)) v.push_back(p);
+  return v;
+}
+
+Scan validate(const std::string& s, SimdPath path = pr::simd_active_path(), size_t depth = 64) {
   pr::key::RootFields root;
   pr::key::ScanOptions o;
-  o.scalar = scalar;
+  o.simd = path;
   o.max_depth = depth;
   // Copied so that ASan sees a read past the end of the text.
   std::vector<uint8_t> buf(s.begin(), s.end());
@@ -30,27 +39,24 @@ void test_grammar() {
       "{\"a\":[1,2,{\"b\":null}],\"c\":\"x\"}", "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\uD83D\\uDE00\\uD800\"]",
       "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"", "{\"a\":1,\"a\":2}", "[[[[]]]]", "\"\x7F\"",
   };
-  for (const char* s : ok) {
-    CHECK(validate(s) == Scan::Ok);
-    CHECK(validate(s, true) == Scan::Ok);
-  }
+  for (const char* s : ok)
+    for (SimdPath path : paths()) CHECK(validate(s, path) == Scan::Ok);
   const char* invalid[] = {
       "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{,}", "01", "1.", ".5", "+1", "-", "1e", "1e+", "--1", "0x1",
       "NaN", "Infinity", "tru", "nul", "'a'", "\"a", "\"\\x\"", "\"\\u12\"", "\"\\u12G4\"", "\"a\nb\"", "\"\t\"",
       "{\"a\"}", "{\"a\" 1}", "{1:2}", "[1 2]", "{} {}", "{}x", "\xEF\xBB\xBF{}", "[\"a\"]]", "\x80",
   };
-  for (const char* s : invalid) {
-    CHECK(validate(s) == Scan::Invalid);
-    CHECK(validate(s, true) == Scan::Invalid);
-  }
+  for (const char* s : invalid)
+    for (SimdPath path : paths()) CHECK(validate(s, path) == Scan::Invalid);
   // Bytes Buffer#toString would replace: left to the TypeScript path.
   const char* unsupported[] = {
       "\"\x80\"", "\"\xC0\xAF\"", "\"\xC3\"", "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"", "\"\xF5\x80\x80\x80\"",
       "\"\xE0\x80\xAF\"", "\"\xF0\x80\x80\xAF\"", "\"\xE2\x82\"",
   };
-  for (const char* s : unsupported) CHECK(validate(s) == Scan::Unsupported);
-  CHECK(validate("[[[]]]", false, 3) == Scan::Ok);
-  CHECK(validate("[[[[]]]]", false, 3) == Scan::Unsupported);
+  for (const char* s : unsupported)
+    for (SimdPath path : paths()) CHECK(validate(s, path) == Scan::Unsupported);
+  CHECK(validate("[[[]]]", SimdPath::Scalar, 3) == Scan::Ok);
+  CHECK(validate("[[[[]]]]", SimdPath::Scalar, 3) == Scan::Unsupported);
   // Every prefix of a valid document but the whole is invalid.
   const std::string doc = "{\"messages\":[{\"role\":\"user\",\"content\":\"hello \\u00e9\"}],\"n\":-1.5e3}";
   for (size_t i = 0; i < doc.size(); i++) CHECK(validate(doc.substr(0, i)) == Scan::Invalid);
@@ -64,11 +70,11 @@ struct Out {
   std::string model;
 };
 
-Out extract(const std::string& body, pr::key::Api api, size_t span, size_t prefix, bool scalar = false) {
+Out extract(const std::string& body, pr::key::Api api, size_t span, size_t prefix, SimdPath path = pr::simd_active_path()) {
   pr::key::KeyParams p;
   p.span = span;
   p.prefix = prefix;
-  p.scan.scalar = scalar;
+  p.scan.simd = path;
   std::vector<uint8_t> in(body.begin(), body.end()), out(pr::key::out_capacity(span, body.size()));
   const pr::key::KeyResult r = pr::key::extract(api, in.data(), in.size(), p, out.data());
   Out o{r.status, std::string(out.begin(), out.begin() + static_cast<long>(r.len)), r.key_bytes, r.anchor_bytes, r.has_anchor, r.stream, ""};
@@ -169,22 +175,90 @@ void test_completions() {
     CHECK(extract(s, Api::Completions, 100, 100).status == Scan::Invalid);
 }
 
-// The SIMD and scalar string paths agree on random documents built from pieces that stress
-// the 16-byte blocks: escapes, quotes and multi-byte sequences at every offset.
+bool same(const Out& a, const Out& b) {
+  return a.status == b.status && a.text == b.text && a.key == b.key && a.anchor == b.anchor && a.has_anchor == b.has_anchor &&
+         a.stream == b.stream && a.model == b.model;
+}
+
+// Every string path gives the scalar one's result for `body` (validate and both APIs).
+bool paths_agree(const std::string& body, size_t span, size_t prefix) {
+  const Scan want = validate(body, SimdPath::Scalar);
+  const Out chat = extract(body, pr::key::Api::Chat, span, prefix, SimdPath::Scalar);
+  const Out completions = extract(body, pr::key::Api::Completions, span, prefix, SimdPath::Scalar);
+  for (SimdPath path : paths()) {
+    if (validate(body, path) != want || !same(extract(body, pr::key::Api::Chat, span, prefix, path), chat) ||
+        !same(extract(body, pr::key::Api::Completions, span, prefix, path), completions)) {
+      std::fprintf(stderr, "path %s differs from scalar on a %zu-byte body\n", pr::simd_path_name(path), body.size());
+      return false;
+    }
+  }
+  return true;
+}
+
+// The string paths agree on random documents built from pieces that stress the 16- and
+// 32-byte blocks: escapes, quotes and multi-byte sequences at every offset.
 void test_paths_agree() {
-  const char* pieces[] = {"a", "bcdefghijklmnopq", "\\\"", "\\\\", "\\u00e9", "\\uD83D", "\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " ", "\\n"};
+  const char* pieces[] = {"a", "bcdefghijklmnopq", "\\\"", "\\\\", "\\u00e9", "\\uD83D", "\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " ", "\\n",
+                          "rstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"};
   std::mt19937 rng(7);
   int differ = 0;
-  for (int t = 0; t < 2000; t++) {
+  for (int t = 0; t < 3000; t++) {
     std::string s;
     const int n = static_cast<int>(rng() % 40);
     for (int k = 0; k < n; k++) s += pieces[rng() % (sizeof pieces / sizeof *pieces)];
     const std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"" + s + "\"},{\"text\":\"" + s + "\"}]}]}";
     const size_t span = 1 + rng() % 64;
     const size_t prefix = 1 + rng() % span;
-    const Out a = extract(body, pr::key::Api::Chat, span, prefix, false);
-    const Out b = extract(body, pr::key::Api::Chat, span, prefix, true);
-    if (a.status != Scan::Ok || a.status != b.status || a.text != b.text || a.key != b.key || a.anchor != b.anchor) differ++;
+    if (extract(body, pr::key::Api::Chat, span, prefix, SimdPath::Scalar).status != Scan::Ok || !paths_agree(body, span, prefix)) differ++;
+  }
+  CHECK(differ == 0);
+}
+
+// One byte that ends a plain run (a quote, an escape, a control character, a valid or a
+// broken multi-byte sequence, a random byte >= 0x80) at every offset of strings of every
+// length around the block sizes, each placed at every alignment, and ending at the very end
+// of the buffer (a string as the whole document) as well as inside a body.
+void test_block_offsets() {
+  const std::vector<std::string> specials = {"\\\"", "\\\\", "\\n", "\\u00e9", "\\uD800", "\x01", "\x1f", "\xC3\xA9", "\xE2\x82\xAC",
+                                             "\xF0\x9F\x98\x80", "\x80", "\xC3", "\xED\xA0\x80", "\xFF", "\\x", "\x7f", "\""};
+  std::mt19937 rng(11);
+  int differ = 0, cases = 0;
+  for (size_t len : {0, 1, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 95, 96, 127, 128, 129}) {
+    for (size_t at = 0; at <= len; at++) {
+      for (size_t pad = 0; pad < 33; pad += (len > 64 ? 5 : 1)) {
+        std::string text(len, 'x');
+        for (char& c : text) c = static_cast<char>('a' + rng() % 26);
+        std::string special = specials[rng() % specials.size()];
+        if (rng() % 4 == 0) special = std::string(1, static_cast<char>(0x80 + rng() % 0x80));
+        text.insert(at, special);
+        const std::string padding(pad, ' ');
+        // The string as the whole document ends the buffer: tail loads end exactly there.
+        const std::string alone = padding + "\"" + text + "\"";
+        const std::string body = "{\"prompt\":" + padding + "\"" + text + "\",\"messages\":[{\"role\":\"" + text + "\",\"content\":\"" + text + "\"}]}";
+        const size_t span = 1 + rng() % (len + 8);
+        cases++;
+        if (!paths_agree(alone, span, 1 + rng() % span) || !paths_agree(body, span, 1 + rng() % span)) differ++;
+        // Cut short anywhere: an unterminated string at the buffer's end.
+        if (!paths_agree(body.substr(0, rng() % body.size()), span, span)) differ++;
+      }
+    }
+  }
+  CHECK(cases > 5000 && differ == 0);
+}
+
+// Random bytes, mostly ASCII, in long strings: the paths agree whatever they make of them.
+void test_random_strings() {
+  std::mt19937 rng(13);
+  int differ = 0;
+  for (int t = 0; t < 3000; t++) {
+    std::string s(rng() % 300, ' ');
+    for (char& c : s) {
+      const unsigned r = rng() % 100;
+      c = static_cast<char>(r < 80 ? 0x20 + rng() % 0x5F : r < 95 ? 0x80 + rng() % 0x80 : rng() % 0x20);
+    }
+    const std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":\"" + s + "\"}],\"prompt\":\"" + s + "\"}";
+    const size_t span = 1 + rng() % 200;
+    if (!paths_agree(body, span, 1 + rng() % span)) differ++;
   }
   CHECK(differ == 0);
 }
@@ -196,6 +270,9 @@ int main() {
   test_chat();
   test_completions();
   test_paths_agree();
+  test_block_offsets();
+  test_random_strings();
+  for (SimdPath path : paths()) std::printf("  key scan: path %s compared with scalar\n", pr::simd_path_name(path));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }
