@@ -154,6 +154,21 @@ inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
 Scan scan_string(const uint8_t* d, size_t n, size_t i, SimdPath path, size_t* end, size_t* units, size_t* plain) {
   const size_t begin = i++;
   size_t shrink = 0;  // bytes beyond one per unit: escapes and multi-byte sequences
+#if defined(PR_KEY_X86)
+  // Keys and most other values are short plain strings: one block without a call.
+  if (path != SimdPath::Scalar && i + 16 <= n) {
+    const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(special16(d + i)));
+    if (m != 0) {
+      const size_t at = i + static_cast<size_t>(__builtin_ctz(m));
+      if (d[at] == '"') {
+        *plain = at;
+        *end = at + 1;
+        *units = at - i;
+        return Scan::Ok;
+      }
+    }
+  }
+#endif
   i = find_special(d, i, n, path);
   *plain = i;
   for (;; i = find_special(d, i, n, path)) {
@@ -330,6 +345,17 @@ const LongString* Walk::long_string_at(size_t i) const {
 }
 
 size_t skip_string(const uint8_t* d, size_t n, size_t i, const Walk& w) {
+#if defined(PR_KEY_X86)
+  // Most strings a walk steps over are keys and roles: one block holds the whole of them,
+  // which needs neither the lookup nor a call.
+  if (w.simd != SimdPath::Scalar && i + 17 <= n) {
+    const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(quote_or_slash16(d + i + 1)));
+    if (m != 0) {
+      const size_t at = i + 1 + static_cast<size_t>(__builtin_ctz(m));
+      if (d[at] == '"') return at + 1;
+    }
+  }
+#endif
   if (const LongString* s = w.long_string_at(i)) return s->end;
   i++;
   for (;;) {
