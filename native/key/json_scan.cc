@@ -485,7 +485,10 @@ Members::Members(const uint8_t* d, size_t n, Span o, const Walk& w) : data_(d), 
 
 bool Members::next(Span* key, Span* value) {
   size_t i = skip_ws(data_, end_, i_);
-  if (i >= end_ || data_[i] == '}') return false;
+  if (i >= end_ || data_[i] == '}') {
+    i_ = i < end_ ? i + 1 : end_;
+    return false;
+  }
   if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
   key->begin = i;
   key->end = skip_string(data_, end_, i, walk_);
@@ -500,14 +503,30 @@ bool Members::next(Span* key, Span* value) {
 
 Elements::Elements(const uint8_t* d, size_t n, Span a, const Walk& w) : data_(d), len_(n), i_(a.begin + 1), end_(a.end), walk_(w) {}
 
-bool Elements::next(Span* value) {
+// The next element's first byte, or end_ when there is none.
+size_t Elements::start() {
+  if (pending_) end_at(skip_value(data_, end_, i_, walk_));
   size_t i = skip_ws(data_, end_, i_);
-  if (i >= end_ || data_[i] == ']') return false;
+  if (i >= end_ || data_[i] == ']') return end_;
   if (data_[i] == ',') i = skip_ws(data_, end_, i + 1);
+  (void)len_;
+  return i;
+}
+
+bool Elements::next(Span* value) {
+  const size_t i = start();
+  if (i >= end_) return false;
   value->begin = i;
   value->end = skip_value(data_, end_, i, walk_);
   i_ = value->end;
-  (void)len_;
+  return true;
+}
+
+bool Elements::next_begin(size_t* begin) {
+  const size_t i = start();
+  if (i >= end_) return false;
+  *begin = i_ = i;
+  pending_ = true;
   return true;
 }
 

@@ -81,8 +81,12 @@ bool string_has_escape(const uint8_t* data, const Span& token);
 // Walks an object's members or an array's elements: call next() until it returns false.
 class Members {
  public:
+  // object.end may lie beyond the object (the end of what holds it): the walk stops at the
+  // object's closing brace all the same.
   Members(const uint8_t* data, size_t len, Span object, const Walk& w);
   bool next(Span* key, Span* value);
+  // Once next() has returned false: where the object ends, past its closing brace.
+  size_t end() const { return i_; }
 
  private:
   const uint8_t* data_;
@@ -94,10 +98,20 @@ class Elements {
  public:
   Elements(const uint8_t* data, size_t len, Span array, const Walk& w);
   bool next(Span* value);
+  // Only where the next element begins, for a caller that reads it through anyway (an
+  // object, member by member) and then tells end_at() where it ended, rather than have it
+  // stepped over twice. Without end_at, the next call steps over it.
+  bool next_begin(size_t* begin);
+  void end_at(size_t end) {
+    i_ = end;
+    pending_ = false;
+  }
 
  private:
+  size_t start();
   const uint8_t* data_;
   size_t len_, i_, end_;
+  bool pending_ = false;  // i_ is the beginning of the element next_begin returned
   const Walk& walk_;
 };
 

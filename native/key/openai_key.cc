@@ -135,14 +135,16 @@ struct Body {
   bool is_string(const Span& s) const { return s.present() && d[s.begin] == '"'; }
 };
 
-// The last of each named member of an object (JSON.parse keeps the last duplicate).
+// The last of each named member of an object (JSON.parse keeps the last duplicate); returns
+// where the object ends.
 template <size_t N>
-void last_members(const Body& b, const Span& object, const char* const (&names)[N], Span (&out)[N]) {
+size_t last_members(const Body& b, const Span& object, const char* const (&names)[N], Span (&out)[N]) {
   Members it(b.d, b.n, object, b.walk);
   Span k, v;
   while (it.next(&k, &v))
     for (size_t i = 0; i < N; i++)
       if (string_equals(b.d, k, names[i])) out[i] = v;
+  return it.end();
 }
 
 // contentText's parts: each object part's `text`, or `[image:URL]` for an image_url part.
@@ -151,11 +153,11 @@ void parts_text(const Body& b, const Span& parts, Emitter* em) {
   static const char* const kUrl[] = {"url"};
   static const uint8_t kOpen[] = {'[', 'i', 'm', 'a', 'g', 'e', ':'};
   Elements it(b.d, b.n, parts, b.walk);
-  Span part;
-  while (!em->done() && it.next(&part)) {
-    if (b.first(part) != '{') continue;
+  size_t at = 0;
+  while (!em->done() && it.next_begin(&at)) {
+    if (b.d[at] != '{') continue;
     Span f[3];
-    last_members(b, part, kNames, f);
+    it.end_at(last_members(b, Span{at, parts.end}, kNames, f));
     if (b.is_string(f[0])) {
       decode_string(b.d, f[0], em, b.walk);
     } else if (b.is_string(f[1]) && string_equals(b.d, f[1], "image_url")) {
@@ -180,13 +182,13 @@ Scan chat_text(const Body& b, const Span& messages, Emitter* em, KeyResult* r) {
   static const char* const kNames[] = {"role", "content"};
   if (!messages.present() || b.first(messages) != '[') return Scan::Invalid;
   Elements it(b.d, b.n, messages, b.walk);
-  Span m;
+  size_t at = 0;
   bool any = false;
-  while (!em->done() && it.next(&m)) {
+  while (!em->done() && it.next_begin(&at)) {
     any = true;
-    if (b.first(m) != '{') return Scan::Invalid;
+    if (b.d[at] != '{') return Scan::Invalid;
     Span f[2];
-    last_members(b, m, kNames, f);
+    it.end_at(last_members(b, Span{at, messages.end}, kNames, f));
     if (!b.is_string(f[0])) return Scan::Invalid;
     const Span& content = f[1];
     const uint8_t c = content.present() ? b.first(content) : 'n';
