@@ -131,6 +131,20 @@ inline size_t find_quote_or_slash(const uint8_t* d, size_t i, size_t end, SimdPa
   return i;
 }
 
+// find_special for where the next special byte is likely near (after an escape or a
+// multi-byte character: in text that is not English, often the very next byte): one inline
+// block first, the call only for a longer run.
+__attribute__((always_inline)) inline size_t next_special(const uint8_t* d, size_t i, size_t end, SimdPath path) {
+#if defined(PR_KEY_X86)
+  if (path != SimdPath::Scalar && i + 16 <= end) {
+    const unsigned m = static_cast<unsigned>(_mm_movemask_epi8(special16(d + i)));
+    if (m != 0) return i + static_cast<size_t>(__builtin_ctz(m));
+    i += 16;
+  }
+#endif
+  return find_special(d, i, end, path);
+}
+
 // Length of the well-formed UTF-8 sequence at d[i] (lead byte >= 0x80), or 0 (overlong,
 // surrogate, past U+10FFFF, truncated), per the Unicode table of well-formed sequences.
 inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
@@ -145,8 +159,6 @@ inline size_t utf8_length(const uint8_t* d, size_t i, size_t n) {
   if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2, 0x80, 0xBF) && cont(3, 0x80, 0xBF) ? 4 : 0;
   return 0;
 }
-
-inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
 
 // Validates the string token whose quote is at d[i]; *end gets the index after its closing
 // quote, *units the UTF-16 length of its value, *plain where its first escape or multi-byte
@@ -171,7 +183,7 @@ Scan scan_string(const uint8_t* d, size_t n, size_t i, SimdPath path, size_t* en
 #endif
   i = find_special(d, i, n, path);
   *plain = i;
-  for (;; i = find_special(d, i, n, path)) {
+  for (;; i = next_special(d, i, n, path)) {
     if (i >= n) return Scan::Invalid;
     const uint8_t c = d[i];
     if (c == '"') {
@@ -197,10 +209,14 @@ Scan scan_string(const uint8_t* d, size_t n, size_t i, SimdPath path, size_t* en
       continue;
     }
     if (c < 0x20) return Scan::Invalid;
-    const size_t len = utf8_length(d, i, n);
-    if (len == 0) return Scan::Unsupported;
-    i += len;
-    shrink += len == 4 ? 2 : len - 1;
+    // Text that is not English is runs of multi-byte characters: read here, one after the
+    // other, rather than searched for.
+    do {
+      const size_t len = utf8_length(d, i, n);
+      if (len == 0) return Scan::Unsupported;
+      i += len;
+      shrink += len == 4 ? 2 : len - 1;
+    } while (i < n && d[i] >= 0x80);
   }
 }
 
@@ -446,7 +462,7 @@ bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& 
     // With the string's units known, read no further than the sink still writes: past that
     // it only counts, which the record answers.
     const size_t limit = known != nullptr ? i + std::min(end - i, std::max<size_t>(1, sink->writes_to_go())) : end;
-    const size_t j = known != nullptr && i < known->plain ? std::min(known->plain, limit) : find_special(d, i, limit, w.simd);
+    const size_t j = known != nullptr && i < known->plain ? std::min(known->plain, limit) : next_special(d, i, limit, w.simd);
     if (j > i && !sink->ascii(d + i, j - i)) return false;
     if (j >= end) return true;
     if (j == limit) {
@@ -474,9 +490,24 @@ bool decode_string(const uint8_t* d, const Span& t, TextSink* sink, const Walk& 
       i = j + 2;
       continue;
     }
-    const size_t len = lead_length(d[j]);
-    if (!sink->utf8(d + j, len)) return false;
-    i = j + len;
+    // A run of multi-byte characters at once: up to the limit (past which the sink only
+    // counts), then to the end of the character the limit cuts.
+    size_t k = j + 1;
+#if defined(PR_KEY_X86)
+    if (w.simd != SimdPath::Scalar) {
+      for (; k + 16 <= limit; k += 16) {
+        const unsigned ascii = ~static_cast<unsigned>(_mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + k)))) & 0xFFFF;
+        if (ascii != 0) {
+          k += static_cast<size_t>(__builtin_ctz(ascii));
+          break;
+        }
+      }
+    }
+#endif
+    while (k < limit && d[k] >= 0x80) k++;
+    while (k < end && (d[k] & 0xC0) == 0x80) k++;
+    if (!sink->utf8(d + j, k - j)) return false;
+    i = k;
   }
   return true;
 }

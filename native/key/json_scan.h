@@ -122,7 +122,7 @@ class TextSink {
  public:
   virtual ~TextSink() = default;
   virtual bool ascii(const uint8_t* p, size_t n) = 0;
-  virtual bool utf8(const uint8_t* p, size_t n) = 0;  // one code point, 2-4 bytes
+  virtual bool utf8(const uint8_t* p, size_t n) = 0;  // whole code points of 2-4 bytes each
   virtual bool unit(uint16_t u) = 0;                    // from an escape
   // Units the sink still counts once it writes nothing more (SIZE_MAX: all of them). A string
   // whose rest must hold at least that many (an escape spells one unit in at most 6 bytes)
@@ -136,6 +136,9 @@ class TextSink {
   // Code points the sink still writes: reading further before telling it is wasted.
   virtual size_t writes_to_go() const { return SIZE_MAX; }
 };
+
+// Bytes of the UTF-8 sequence a (valid) lead byte >= 0xC2 starts.
+inline size_t lead_length(uint8_t c) { return c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
 
 // Feeds the contents of the validated string token to sink; false when the sink stopped.
 bool decode_string(const uint8_t* data, const Span& token, TextSink* sink, const Walk& w);

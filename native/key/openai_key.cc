@@ -12,6 +12,13 @@ const uint8_t kRoleOpen[] = {0xE2, 0x90, 0x9E};   // U+241E
 const uint8_t kRoleClose[] = {0xE2, 0x90, 0x9F};  // U+241F
 const uint8_t kReplacement[] = {0xEF, 0xBF, 0xBD};  // U+FFFD, for a lone surrogate
 
+// Where the code point after the first m of the UTF-8 in p[0, n) begins (n if there is none).
+size_t code_point_at(const uint8_t* p, size_t n, size_t m) {
+  for (size_t i = 0; i < n; i++)
+    if ((p[i] & 0xC0) != 0x80 && m-- == 0) return i;
+  return n;
+}
+
 // Builds the text as JS would (UTF-16 units, for the cap the TS loop stops at) while writing
 // the UTF-8 of its first `span` code points (for the router). Surrogates arrive one unit at a
 // time from escapes; one high surrogate waits for the next unit, since a pair may be split
@@ -59,8 +66,27 @@ class Emitter final : public TextSink {
   bool utf8(const uint8_t* p, size_t n) override {
     if (done()) return false;
     if (pending_ != 0) flush();
-    units_ += n == 4 ? 2 : 1;
-    put(p, n);
+    // Counted byte by byte rather than sequence by sequence, which would chain every step on
+    // the load before it: a character is its lead byte, and one of four bytes is two units.
+    size_t cps = 0, astral = 0;
+    for (size_t i = 0; i < n; i++) {
+      cps += (p[i] & 0xC0) != 0x80;
+      astral += p[i] >= 0xF0;
+    }
+    units_ += cps + astral;
+    if (cps_ >= span_) return !done();
+    // The code points the span still takes, copied at once.
+    const size_t take_cps = std::min(cps, span_ - cps_);
+    const size_t take = take_cps == cps ? n : code_point_at(p, n, take_cps);
+    if (take > room_ - len_) {
+      // Never expected (see out_capacity): one code point at a time, as put() checks.
+      for (size_t k = 0; k < n && cps_ < span_; k += lead_length(p[k])) put(p + k, lead_length(p[k]));
+      return !done();
+    }
+    if (cps_ < prefix_ && cps_ + take_cps >= prefix_) key_bytes_ = len_ + code_point_at(p, take, prefix_ - cps_);
+    std::memcpy(out_ + len_, p, take);
+    len_ += take;
+    cps_ += take_cps;
     return !done();
   }
 
