@@ -28,8 +28,14 @@ std::string chat_body(size_t bytes) {
   return head + system + tail;
 }
 
+// Calls per timed round: BENCH_REPS, default 2000 (fewer for large bodies).
+int reps() {
+  const char* r = std::getenv("BENCH_REPS");
+  return r != nullptr && std::atoi(r) > 0 ? std::atoi(r) : 2000;
+}
+
 template <class F>
-double best_ns(F&& f, int reps = 2000, int rounds = 15) {
+double best_ns(F&& f, int reps = ::reps(), int rounds = 15) {
   std::vector<double> per;
   for (int r = 0; r < rounds; r++) {
     const auto t0 = std::chrono::steady_clock::now();
