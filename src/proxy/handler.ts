@@ -92,8 +92,8 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     const ended = performance.now()
     const seconds = (ended - started) / 1000
     const status = client.gone ? 499 : out.status
-    core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
-    if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
+    core.metrics.requests.inc([out.endpoint, out.instance, out.strategy, status])
+    if (out.endpoint) core.metrics.duration.observe([out.endpoint, status], seconds)
     if (core.config.log.accessLog && core.log.isLevelEnabled('info')) core.log.info(accessLine(req, out, status, started, ended, client.shutdown), 'request')
   }
 }
@@ -310,7 +310,7 @@ class Proxying implements ForwardRequest {
     this.lease.firstToken()
     const now = performance.now()
     this.out.firstByteAt = now
-    this.core.metrics.ttfb.observe({ instance: this.instance.id }, (now - this.sentAt) / 1000)
+    this.core.metrics.ttfb.observe([this.instance.id], (now - this.sentAt) / 1000)
   }
 }
 
@@ -347,7 +347,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       tries.push(lease)
       out.instance = instance.id
       out.retries = attempt
-      core.metrics.decision.observe({ strategy }, decisionSeconds)
+      core.metrics.decision.observe([strategy], decisionSeconds)
       if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
       // Strategies with a target of their own say whether they kept it; the others name themselves.
       const targeted = strategy === 'prefix_aware' || strategy === 'longest_prefix'
