@@ -40,12 +40,13 @@ export interface ProxyCore {
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
 
-function send(req: Req, res: Res, status: number, body: string, headers: Record<string, string> = {}): void {
+/** The router's own answer; `requestId` goes on it as on the instances' (forward adds it there). */
+function send(req: Req, res: Res, requestId: string, status: number, body: string, headers: Record<string, string> = {}): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
-  const h: Record<string, string> = { 'content-type': 'application/json', ...headers }
+  const h: Record<string, string> = { 'content-type': 'application/json', ...headers, [REQUEST_ID_HEADER]: requestId }
   // Connection-specific headers are forbidden in HTTP/2 (RFC 9113 section 8.2.2).
   if (isH2(req)) delete h.connection
   res.writeHead(status, h)
@@ -71,8 +72,9 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   core.requests.add(client)
   const rid = requestIdOf(req.headers[REQUEST_ID_HEADER])
   const out = newOutcome(rid.id, rid.replaced)
-  // Set before anything is written: every answer carries it, the router's own and the instance's.
-  ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(REQUEST_ID_HEADER, rid.id)
+  // Every answer carries the request id, added where its headers are written (send, forward)
+  // rather than set here: a response with no header set before writeHead skips Node's
+  // setHeader pass over every header the instance sent.
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
@@ -86,7 +88,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     out.status = e.status
     // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
     const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
-    send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+    send(req, res, out.requestId, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
   } finally {
     core.requests.delete(client)
     const ended = performance.now()
@@ -100,17 +102,17 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
 
 async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, client: ClientState, out: Outcome): Promise<number> {
   if (core.draining && (route.kind === 'ping' || route.kind === 'health')) {
-    send(req, res, 503, JSON.stringify({ status: 'draining' }))
+    send(req, res, out.requestId, 503, JSON.stringify({ status: 'draining' }))
     return 503
   }
   if (route.kind === 'ping') {
-    send(req, res, 200, '{}')
+    send(req, res, out.requestId, 200, '{}')
     return 200
   }
   if (route.kind === 'health') {
     const healthy = [...core.endpoints()].reduce((n, ep) => n + ep.healthy().length, 0)
     const status = healthy > 0 ? 200 : 503
-    send(req, res, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
+    send(req, res, out.requestId, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
     return status
   }
   if (route.kind === 'unsupported') {
@@ -123,7 +125,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
-    send(req, res, 200, JSON.stringify({ object: 'list', data }))
+    send(req, res, out.requestId, 200, JSON.stringify({ object: 'list', data }))
     return 200
   }
   const limit = core.config.limits.maxBodyBytes
