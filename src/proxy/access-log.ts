@@ -40,10 +40,12 @@ export interface Outcome {
   firstByteAt: number | undefined
   /** Request body bytes, when known without counting a stream (a buffered body, or Content-Length). */
   bytesIn: number | undefined
+  /** A SageMaker invocation: every answer names the production variant. */
+  sagemaker: boolean
 }
 
 export function newOutcome(requestId: string, requestIdReplaced: boolean): Outcome {
-  return { requestId, requestIdReplaced, endpoint: '', instance: '', strategy: '', status: 0, retries: 0, model: undefined, tenant: undefined, decision: undefined, firstByteAt: undefined, bytesIn: undefined }
+  return { requestId, requestIdReplaced, endpoint: '', instance: '', strategy: '', status: 0, retries: 0, model: undefined, tenant: undefined, decision: undefined, firstByteAt: undefined, bytesIn: undefined, sagemaker: false }
 }
 
 /**
