@@ -59,8 +59,24 @@ interface Options<L extends string> {
   registers: Registry[]
 }
 
-function register(metric: object, registers: Registry[]): void {
-  for (const r of registers) r.registerMetric(metric as Metric)
+/** What both kinds share: a name and help, the series, and a place in the registries. */
+abstract class BoundMetric<S extends Series> {
+  // Not readonly: the registry renames counters for OpenMetrics.
+  name: string
+  readonly help: string
+  readonly aggregator = 'sum'
+  protected readonly tree: SeriesTree<S>
+
+  constructor(o: Options<string>, make: (labels: Record<string, string>) => S) {
+    this.name = o.name
+    this.help = o.help
+    this.tree = new SeriesTree(o.labelNames, make)
+    for (const r of o.registers) r.registerMetric(this as unknown as Metric)
+  }
+
+  reset(): void {
+    this.tree.clear()
+  }
 }
 
 interface CounterSeries extends Series {
@@ -68,31 +84,20 @@ interface CounterSeries extends Series {
 }
 
 /** A counter with labels: `inc([values in labelNames order])`. */
-export class BoundCounter<L extends string> {
-  name: string
-  readonly help: string
+export class BoundCounter<L extends string> extends BoundMetric<CounterSeries> {
   readonly type = 'counter'
-  readonly aggregator = 'sum'
-  readonly #tree: SeriesTree<CounterSeries>
 
   constructor(o: Options<L>) {
-    this.name = o.name
-    this.help = o.help
-    this.#tree = new SeriesTree(o.labelNames, (labels) => ({ labels, value: 0 }))
-    register(this, o.registers)
+    super(o, (labels) => ({ labels, value: 0 }))
   }
 
   inc(values: readonly LabelValue[], by = 1): void {
     if (!(by >= 0) || !Number.isFinite(by)) throw new TypeError(`${this.name}: a counter only goes up by a finite number, not ${by}`)
-    this.#tree.at(values).value += by
+    this.tree.at(values).value += by
   }
 
   async get() {
-    return { name: this.name, help: this.help, type: this.type, values: this.#tree.series().map((s) => ({ value: s.value, labels: s.labels })), aggregator: this.aggregator }
-  }
-
-  reset(): void {
-    this.#tree.clear()
+    return { name: this.name, help: this.help, type: this.type, values: this.tree.series().map((s) => ({ value: s.value, labels: s.labels })), aggregator: this.aggregator }
   }
 }
 
@@ -103,27 +108,20 @@ interface HistogramSeries extends Series {
   count: number
 }
 
-/** A histogram with labels: `observe([...values in labelNames order], seconds)`. */
-export class BoundHistogram<L extends string> {
-  name: string
-  readonly help: string
+/** A histogram with labels: `observe([values in labelNames order], seconds)`. */
+export class BoundHistogram<L extends string> extends BoundMetric<HistogramSeries> {
   readonly type = 'histogram'
-  readonly aggregator = 'sum'
   readonly upperBounds: readonly number[]
-  readonly #tree: SeriesTree<HistogramSeries>
 
   constructor(o: Options<L> & { buckets: readonly number[] }) {
-    this.name = o.name
-    this.help = o.help
-    this.upperBounds = [...o.buckets].sort((a, b) => a - b)
-    const n = this.upperBounds.length + 1
-    this.#tree = new SeriesTree(o.labelNames, (labels) => ({ labels, counts: new Float64Array(n), sum: 0, count: 0 }))
-    register(this, o.registers)
+    const upperBounds = [...o.buckets].sort((a, b) => a - b)
+    super(o, (labels) => ({ labels, counts: new Float64Array(upperBounds.length + 1), sum: 0, count: 0 }))
+    this.upperBounds = upperBounds
   }
 
   observe(values: readonly LabelValue[], value: number): void {
     if (!Number.isFinite(value)) throw new TypeError(`${this.name}: not a finite number: ${value}`)
-    const s = this.#tree.at(values)
+    const s = this.tree.at(values)
     const b = this.upperBounds
     let i = 0
     while (i < b.length && value > b[i]!) i++
@@ -149,7 +147,7 @@ export class BoundHistogram<L extends string> {
       if (splay) values.push({ labels: { ...labels, ...shared }, value, metricName, ...(exemplar === null && { exemplar }) })
       else values.push({ labels, sharedLabels: shared, value, metricName, ...(exemplar === null && { exemplar }) })
     }
-    for (const s of this.#tree.series()) {
+    for (const s of this.tree.series()) {
       let acc = 0
       this.upperBounds.forEach((le, i) => {
         acc += s.counts[i]!
@@ -160,9 +158,5 @@ export class BoundHistogram<L extends string> {
       push({}, s.labels, s.count, `${this.name}_count`)
     }
     return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator }
-  }
-
-  reset(): void {
-    this.#tree.clear()
   }
 }
