@@ -1,15 +1,17 @@
 // The router's Prometheus metrics (prom-client), one registry per server so that several
 // servers in one process (tests, embedded gateways) do not share counters.
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import { BoundCounter, BoundHistogram } from './bound-metrics.js'
 import type { Endpoint } from './fleet/endpoint.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()
-  readonly requests: Counter<'endpoint' | 'instance' | 'strategy' | 'status'>
-  readonly decision: Histogram<'strategy'>
+  // Updated by every request: label values in labelNames order (see bound-metrics.ts).
+  readonly requests: BoundCounter<'endpoint' | 'instance' | 'strategy' | 'status'>
+  readonly decision: BoundHistogram<'strategy'>
+  readonly ttfb: BoundHistogram<'instance'>
+  readonly duration: BoundHistogram<'endpoint' | 'status'>
   readonly overflow: Counter<'instance'>
-  readonly ttfb: Histogram<'instance'>
-  readonly duration: Histogram<'endpoint' | 'status'>
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
 
@@ -29,13 +31,13 @@ export class ProxyMetrics {
     const fleetRegisters = opts.fleet !== false ? registers : []
     // The process's own: resident memory, heap, event-loop lag, descriptors, GC time.
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
-    this.requests = new Counter({
+    this.requests = new BoundCounter({
       name: 'prefix_router_requests_total',
       help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status.',
       labelNames: ['endpoint', 'instance', 'strategy', 'status'],
       registers,
     })
-    this.decision = new Histogram({
+    this.decision = new BoundHistogram({
       name: 'prefix_router_routing_decision_seconds',
       help: 'Time to choose an instance: key extraction excluded, the native pick included.',
       labelNames: ['strategy'],
@@ -49,14 +51,14 @@ export class ProxyMetrics {
       labelNames: ['instance'],
       registers,
     })
-    this.ttfb = new Histogram({
+    this.ttfb = new BoundHistogram({
       name: 'prefix_router_upstream_ttfb_seconds',
       help: "Time from sending a request upstream to its first response body byte: the router's view of TTFT.",
       labelNames: ['instance'],
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     })
-    this.duration = new Histogram({
+    this.duration = new BoundHistogram({
       name: 'prefix_router_request_duration_seconds',
       help: 'Time from the request arriving to the end of the response.',
       labelNames: ['endpoint', 'status'],

@@ -9,6 +9,10 @@ import type { Req, Res } from './types.js'
 
 type Handler = (req: Req, res: Res) => void
 
+/** Responses of the connection not yet closed, kept on the socket rather than in a Map looked up twice a request. */
+const OPEN = Symbol('open responses')
+type H1Socket = net.Socket & { [OPEN]?: number }
+
 export interface ClientTimeouts {
   /** From a session's start to its first request (0: none). */
   headersTimeoutMs: number
@@ -18,8 +22,8 @@ export interface ClientTimeouts {
 
 export class FrontConnections {
   readonly #sockets = new Set<net.Socket>()
-  /** Connections that carried an HTTP/1.1 request, with their responses not yet closed. */
-  readonly #h1 = new Map<net.Socket, number>()
+  /** Connections that carried an HTTP/1.1 request (their responses not yet closed are counted on them, OPEN). */
+  readonly #h1 = new Set<H1Socket>()
   readonly #sessions = new Set<http2.ServerHttp2Session>()
   #draining = false
 
@@ -65,18 +69,29 @@ export class FrontConnections {
   }
 
   #h1Request(req: http.IncomingMessage, res: http.ServerResponse): void {
-    const socket = req.socket
-    const n = this.#h1.get(socket)
-    if (n === undefined) socket.once('close', () => this.#h1.delete(socket))
-    this.#h1.set(socket, (n ?? 0) + 1)
+    const socket = req.socket as H1Socket
+    if (socket[OPEN] === undefined) {
+      this.#h1.add(socket)
+      socket.once('close', () => this.#h1.delete(socket))
+    }
+    socket[OPEN] = (socket[OPEN] ?? 0) + 1
     if (this.#draining) res.shouldKeepAlive = false // Node then sends Connection: close and closes after it
-    res.once('close', () => {
-      const left = this.#h1.get(socket)
-      if (left === undefined) return
-      this.#h1.set(socket, left - 1)
-      // A response begun before the drain promised keep-alive: end the connection now it is idle.
-      if (left === 1 && this.#draining) socket.end()
-    })
+    // One listener for every response ('close' comes once), not a closure made for each.
+    res.on('close', this.#answered)
+  }
+
+  /** A response closed (Node calls it with the response as `this`, which keeps its request and so the socket). */
+  readonly #answered = ((conns: FrontConnections) =>
+    function (this: http.ServerResponse): void {
+      conns.#closed(this.req.socket as H1Socket)
+    })(this)
+
+  #closed(socket: H1Socket): void {
+    const left = socket[OPEN]
+    if (left === undefined || !this.#h1.has(socket)) return
+    socket[OPEN] = left - 1
+    // A response begun before the drain promised keep-alive: end the connection now it is idle.
+    if (left === 1 && this.#draining) socket.end()
   }
 
   get open(): number {
@@ -91,7 +106,7 @@ export class FrontConnections {
   /** Closes HTTP/1.1 connections between requests and sessions with no stream open; drains the rest. */
   closeIdle(): void {
     this.beginDrain()
-    for (const [socket, n] of this.#h1) if (n === 0) socket.destroy()
+    for (const socket of this.#h1) if (socket[OPEN] === 0) socket.destroy()
   }
 
   destroyAll(): void {

@@ -40,7 +40,7 @@ export interface ForwardRequest {
   clientAddress: string | undefined
   secure: boolean
   client: ClientState
-  /** Extra response headers (opt-in debug headers); the request id is always added. */
+  /** Extra response headers (opt-in debug headers, SageMaker's variant); the request id is always added. */
   responseHeaders: Record<string, string> | undefined
   /** Time allowed for the response headers (undefined: the dispatcher's headersTimeout). */
   headersTimeoutMs: number | undefined

@@ -40,12 +40,14 @@ export interface ProxyCore {
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
 
-function send(req: Req, res: Res, status: number, body: string, headers: Record<string, string> = {}): void {
+/** The router's own answer, with the headers every answer to the request carries (forward adds them to the instances'). */
+function send(req: Req, res: Res, out: Outcome, status: number, body: string, headers: Record<string, string> = {}): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
-  const h: Record<string, string> = { 'content-type': 'application/json', ...headers }
+  const h: Record<string, string> = { 'content-type': 'application/json', ...headers, [REQUEST_ID_HEADER]: out.requestId }
+  if (out.sagemaker) h[VARIANT_HEADER] = VARIANT
   // Connection-specific headers are forbidden in HTTP/2 (RFC 9113 section 8.2.2).
   if (isH2(req)) delete h.connection
   res.writeHead(status, h)
@@ -71,8 +73,9 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   core.requests.add(client)
   const rid = requestIdOf(req.headers[REQUEST_ID_HEADER])
   const out = newOutcome(rid.id, rid.replaced)
-  // Set before anything is written: every answer carries it, the router's own and the instance's.
-  ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(REQUEST_ID_HEADER, rid.id)
+  // Every answer carries the request id, added where its headers are written (send, forward)
+  // rather than set here: a response with no header set before writeHead skips Node's
+  // setHeader pass over every header the instance sent.
   try {
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
@@ -86,31 +89,31 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     out.status = e.status
     // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
     const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
-    send(req, res, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+    send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
   } finally {
     core.requests.delete(client)
     const ended = performance.now()
     const seconds = (ended - started) / 1000
     const status = client.gone ? 499 : out.status
-    core.metrics.requests.inc({ endpoint: out.endpoint, instance: out.instance, strategy: out.strategy, status: String(status) })
-    if (out.endpoint) core.metrics.duration.observe({ endpoint: out.endpoint, status: String(status) }, seconds)
+    core.metrics.requests.inc([out.endpoint, out.instance, out.strategy, status])
+    if (out.endpoint) core.metrics.duration.observe([out.endpoint, status], seconds)
     if (core.config.log.accessLog && core.log.isLevelEnabled('info')) core.log.info(accessLine(req, out, status, started, ended, client.shutdown), 'request')
   }
 }
 
 async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, client: ClientState, out: Outcome): Promise<number> {
   if (core.draining && (route.kind === 'ping' || route.kind === 'health')) {
-    send(req, res, 503, JSON.stringify({ status: 'draining' }))
+    send(req, res, out, 503, JSON.stringify({ status: 'draining' }))
     return 503
   }
   if (route.kind === 'ping') {
-    send(req, res, 200, '{}')
+    send(req, res, out, 200, '{}')
     return 200
   }
   if (route.kind === 'health') {
     const healthy = [...core.endpoints()].reduce((n, ep) => n + ep.healthy().length, 0)
     const status = healthy > 0 ? 200 : 503
-    send(req, res, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
+    send(req, res, out, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
     return status
   }
   if (route.kind === 'unsupported') {
@@ -123,7 +126,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
-    send(req, res, 200, JSON.stringify({ object: 'list', data }))
+    send(req, res, out, 200, JSON.stringify({ object: 'list', data }))
     return 200
   }
   const limit = core.config.limits.maxBodyBytes
@@ -140,7 +143,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   let answer = res
   if (route.kind === 'invoke') {
     model = inferenceComponentOf(req.headers[INFERENCE_COMPONENT_HEADER])
-    ;(res as Res & { setHeader(name: string, value: string): unknown }).setHeader(VARIANT_HEADER, VARIANT)
+    out.sagemaker = true
     if (route.eventStream) {
       answer = new EventStreamResponse(res)
       stream = true
@@ -264,10 +267,11 @@ class Proxying implements ForwardRequest {
     this.fwdSpan = fwdSpan
     this.retrying = attempt > 0
     if (this.retrying) this.core.traffic.retrying++
-    // The request id is always sent back (forward adds it); these only on request.
-    this.responseHeaders = this.core.config.debugHeaders
+    // The request id is always sent back (forward adds it); the debug headers only on request.
+    const debug = this.core.config.debugHeaders
       ? { 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
       : undefined
+    this.responseHeaders = this.out.sagemaker ? { ...debug, [VARIANT_HEADER]: VARIANT } : debug
     this.sentAt = performance.now()
   }
 
@@ -310,7 +314,7 @@ class Proxying implements ForwardRequest {
     this.lease.firstToken()
     const now = performance.now()
     this.out.firstByteAt = now
-    this.core.metrics.ttfb.observe({ instance: this.instance.id }, (now - this.sentAt) / 1000)
+    this.core.metrics.ttfb.observe([this.instance.id], (now - this.sentAt) / 1000)
   }
 }
 
@@ -347,7 +351,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       tries.push(lease)
       out.instance = instance.id
       out.retries = attempt
-      core.metrics.decision.observe({ strategy }, decisionSeconds)
+      core.metrics.decision.observe([strategy], decisionSeconds)
       if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
       // Strategies with a target of their own say whether they kept it; the others name themselves.
       const targeted = strategy === 'prefix_aware' || strategy === 'longest_prefix'

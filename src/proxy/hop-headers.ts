@@ -22,7 +22,9 @@ const NONE: ReadonlySet<string> = new Set()
 
 /** The names Connection lists beyond the hop-by-hop ones (usually none: `keep-alive`, `close`). */
 function connectionTokens(value: unknown): ReadonlySet<string> {
-  if (value === undefined || (typeof value === 'string' && HOP_BY_HOP.has(value.trim().toLowerCase()))) return NONE
+  // The two values nearly every request and answer carry, before any string is made.
+  if (value === undefined || value === 'keep-alive' || value === 'close') return NONE
+  if (typeof value === 'string' && HOP_BY_HOP.has(value.trim().toLowerCase())) return NONE
   const out = new Set<string>()
   const list = Array.isArray(value) ? value : typeof value === 'string' ? [value] : []
   for (const v of list) for (const t of String(v).split(',')) out.add(t.trim().toLowerCase())

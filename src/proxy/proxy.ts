@@ -8,6 +8,7 @@ import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { listenAdmin, type AdminServer } from './admin.js'
+import { logDestination } from './access-log.js'
 import type { ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
@@ -66,7 +67,7 @@ export class ProxyServer implements ProxyCore {
   private constructor(config: Config, opts: ProxyOptions) {
     this.config = config
     this.#opts = opts
-    this.log = opts.logger ?? pino({ level: config.log.level })
+    this.log = opts.logger ?? pino({ level: config.log.level }, logDestination())
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
     this.metrics = new ProxyMetrics(
       () => this.#endpoints.values(),

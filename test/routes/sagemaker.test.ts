@@ -215,6 +215,9 @@ describe('SageMaker runtime SDK against stub instances', () => {
     await expect(client.send(new InvokeEndpointCommand({ EndpointName: 'no-such-endpoint', Body: 'x' }))).rejects.toMatchObject({ $metadata: { httpStatusCode: 404 } })
     const r = await fetch(`${router.url}/endpoints/shared/invocations-response-stream`, { method: 'POST', body: 'x', headers: { 'x-amzn-sagemaker-inference-component': 'translator' } })
     expect(r.status).toBe(404)
+    // The router's own answer to an invocation names the variant, as the instances' do.
+    expect(r.headers.get('x-amzn-invoked-production-variant')).toBe('AllTraffic')
+    expect(r.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe('model_not_found')
   })
 
@@ -244,6 +247,13 @@ describe('SageMaker runtime SDK against stub instances', () => {
     const r = await fetch(`${router.url}/endpoints/default/invocations-response-stream`, { method: 'POST', body: '{}' })
     expect(r.status).toBe(400)
     expect(r.headers.get('content-type')).toBe('application/json')
+    expect(r.headers.get('x-amzn-invoked-production-variant')).toBe('AllTraffic')
+    expect(r.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    // Only invocations name one: a chat request's answer, from the same instance, does not.
+    const chat = await fetch(`${router.url}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","messages":[{"role":"user","content":"hi"}]}', headers: { 'content-type': 'application/json' } })
+    expect(chat.status).toBe(400)
+    expect(chat.headers.get('x-amzn-invoked-production-variant')).toBeNull()
+    expect(chat.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
     expect(((await r.json()) as { error: { message: string } }).error.message).toBe('answered 400')
   })
 })
