@@ -8,7 +8,6 @@ import { fileURLToPath } from 'node:url'
 import { InvokeEndpointCommand, InvokeEndpointWithResponseStreamCommand, SageMakerRuntimeClient } from '@aws-sdk/client-sagemaker-runtime'
 import { afterEach, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { freePort } from '../helpers/ports.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 let fleet: SimFleet | undefined
@@ -25,19 +24,17 @@ afterEach(async () => {
   child = fleet = dir = undefined
 })
 
-/** Resolves once the router answers /ping; rejects if the process exits first. */
-async function ready(url: string, proc: ChildProcess, stderr: () => string): Promise<void> {
-  let exited = false
-  proc.once('exit', () => (exited = true))
-  for (;;) {
-    if (exited) throw new Error(`serve exited:\n${stderr()}`)
-    try {
-      if ((await fetch(`${url}/ping`)).ok) return
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 20))
-  }
+/** serve's front URL, from the line it prints once it routes; rejects if it exits first. */
+function listening(proc: ChildProcess): Promise<string> {
+  let stderr = ''
+  return new Promise((resolve, reject) => {
+    proc.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString()
+      const m = /on (http:\/\/[\d.:]+) \(admin/.exec(stderr)
+      if (m) resolve(m[1]!)
+    })
+    proc.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${stderr}`)))
+  })
 }
 
 it('InvokeEndpoint and InvokeEndpointWithResponseStream through serve', async () => {
@@ -45,12 +42,10 @@ it('InvokeEndpoint and InvokeEndpointWithResponseStream through serve', async ()
   dir = mkdtempSync(join(tmpdir(), 'pr-sagemaker-'))
   const config = join(dir, 'router.yaml')
   writeFileSync(config, `endpoints:\n  - name: my-llm-endpoint\n    instances: [${fleet.urls.join(', ')}]\n`)
-  const port = await freePort()
-  child = spawn(process.execPath, [cli, 'serve', '--config', config, '--host', '127.0.0.1', '--port', String(port), '--admin-port', '0', '--log-level', 'warn', '--drain-delay-ms', '0'])
-  let stderr = ''
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()))
-  const url = `http://127.0.0.1:${port}`
-  await ready(url, child, () => stderr)
+  // Port 0, and the URL from serve itself: a port found free here could be taken by another
+  // test's server before serve binds it, and the requests would then go there.
+  child = spawn(process.execPath, [cli, 'serve', '--config', config, '--host', '127.0.0.1', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--drain-delay-ms', '0'])
+  const url = await listening(child)
 
   const client = new SageMakerRuntimeClient({ endpoint: url, region: 'eu-west-1', credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'not-a-secret' }, maxAttempts: 1 })
   try {
