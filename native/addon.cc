@@ -478,6 +478,33 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The hashes key_extract wrote after an extracted key's text (key/bindings.h), when they are
+// what this pick would compute: the record lies inside the text's buffer and follows this
+// text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
+// (a copy of the key, parameters reloaded since the extraction, another tenant) null, and the
+// pick hashes the text.
+const pr::KeyHashes* Hashed(const Napi::Value& v, const Bytes& text, const pr::RoutingParams& p, size_t span, bool longest,
+                            uint64_t seed) {
+  napi_env env = v.Env();
+  napi_typedarray_type type;
+  size_t length = 0, offset = 0, buffer_len = 0;
+  void* data = nullptr;
+  void* base = nullptr;
+  napi_value buffer;
+  if (napi_get_typedarray_info(env, v, &type, &length, &data, &buffer, &offset) != napi_ok || type != napi_uint8_array ||
+      data == nullptr || napi_get_arraybuffer_info(env, buffer, &base, &buffer_len) != napi_ok || base == nullptr)
+    return nullptr;
+  const uint8_t* at = pr::key_hashes_at(static_cast<uint8_t*>(data), text.len);
+  const uint8_t* end = static_cast<const uint8_t*>(base) + buffer_len;
+  if (at < static_cast<const uint8_t*>(base) || at > end || static_cast<size_t>(end - at) < sizeof(pr::KeyHashes)) return nullptr;
+  const auto* h = reinterpret_cast<const pr::KeyHashes*>(at);
+  if (h->magic != pr::KeyHashes::kMagic || h->text_bytes != text.len || h->seed != seed || h->prefix != p.prefix_length ||
+      h->span != span || h->block_bytes != (longest ? p.block_bytes : 0))
+    return nullptr;
+  if (h->blocks > (static_cast<size_t>(end - at) - sizeof(pr::KeyHashes)) / sizeof(uint64_t) || h->anchor_blocks > h->blocks) return nullptr;
+  return h;
+}
+
 // router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
 //             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
 // instance in the group). avoid: slots (from earlier leases) the pick must not choose.
@@ -486,7 +513,7 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
 // opening up to its first user message, which every later turn of the conversation shares.
 // prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
-// span and whose key end, in bytes, is info[7].
+// span and whose key end, in bytes, is info[7]; info[8] true when key_extract hashed it.
 Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -526,30 +553,46 @@ Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
   uint64_t seed = 0;
   if (info[2].IsString()) {
-    // Tenants get their own key space: the tenant id's hash seeds the prefix hash.
-    std::string tenant = info[2].As<Napi::String>().Utf8Value();
-    seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
+    // Tenants get their own key space: the tenant id's hash seeds the prefix hash. At most 64
+    // printable ASCII characters (checked in JS), so no allocation for the copy.
+    char buf[256];
+    size_t n = 0;
+    if (napi_get_value_string_utf8(env, info[2], buf, sizeof buf, &n) == napi_ok && n < sizeof buf - 1) {
+      seed = pr::xxh3_64(buf, n, 0);
+    } else {
+      std::string tenant = info[2].As<Napi::String>().Utf8Value();
+      seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
+    }
   }
-  const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
-  const uint64_t key = pr::xxh3_64(b.data, key_len, seed);
   std::string group;
   const bool has_group = info[3].IsString();
   if (has_group) group = info[3].As<Napi::String>().Utf8Value();
+  uint64_t key = 0;
   const uint64_t* blocks = nullptr;
-  size_t nblocks = 0;
-  if (longest) {
-    thread_local std::vector<uint64_t> chain;
-    const size_t block = p.block_bytes;
-    if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
-    nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
-    blocks = chain.data();
+  size_t nblocks = 0, anchor_blocks = 0;
+  const pr::KeyHashes* hashed = prepared && info[8].IsBoolean() && info[8].As<Napi::Boolean>().Value() ? Hashed(info[1], b, p, span, longest, seed) : nullptr;
+  if (hashed != nullptr) {
+    key = hashed->key;
+    nblocks = hashed->blocks;
+    blocks = nblocks == 0 ? nullptr : reinterpret_cast<const uint64_t*>(hashed + 1);
+    anchor_blocks = hashed->anchor_blocks;
+  } else {
+    const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
+    key = pr::xxh3_64(b.data, key_len, seed);
+    if (longest) {
+      thread_local std::vector<uint64_t> chain;
+      const size_t block = p.block_bytes;
+      if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
+      nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
+      blocks = chain.data();
+    }
+    // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
+    // of the next message, so the instance that served the first turn (whose prompt ended
+    // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
+    // past the end still marks the key as a chat's opening (a first turn).
+    anchor_blocks =
+        anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   }
-  // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
-  // of the next message, so the instance that served the first turn (whose prompt ended
-  // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
-  // past the end still marks the key as a chat's opening (a first turn).
-  const size_t anchor_blocks =
-      anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   uint32_t avoid[8];
   size_t navoid = 0;
   if (info.Length() > 6 && info[6].IsArray()) {

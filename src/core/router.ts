@@ -292,7 +292,7 @@ export class Router {
     }
     const r =
       prefix instanceof ExtractedKey
-        ? keyBinding.router_pick_extracted(this.#h(), prefix, tenant, group, prefix.anchorBytes, picked, slots, prefix.keyBytes)
+        ? keyBinding.router_pick_extracted(this.#h(), prefix, tenant, group, prefix.anchorBytes, picked, slots, prefix.keyBytes, prefix.hashed)
         : native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
