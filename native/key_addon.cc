@@ -161,14 +161,21 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
 
 Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  View text;
-  if (!GetView(info[1], napi_uint8_array, &text)) return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
-  size_t key = 0, anchor = 0;
-  if (!Int(info[7], 0, static_cast<double>(text.len), &key))
+  // One call for the text's type, bytes and buffer: GetView's IsTypedArray is another crossing.
+  pr::ExtractedText text;
+  napi_typedarray_type type;
+  void* data = nullptr;
+  size_t offset = 0;
+  if (napi_get_typedarray_info(env, info[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
+      type != napi_uint8_array || (data == nullptr && text.len != 0))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+  text.data = static_cast<const uint8_t*>(data);
+  size_t anchor = 0;
+  if (!Int(info[7], 0, static_cast<double>(text.len), &text.key_bytes))
     return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
   if (!info[4].IsUndefined() && !Int(info[4], 0, static_cast<double>(text.len), &anchor))
     return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
-  return pr::PickPrepared(info);
+  return pr::PickPrepared(info, text);
 }
 
 }  // namespace

@@ -13,8 +13,14 @@ namespace pr {
 // router_pick on UTF-8 text already cut to the span, with the key's and the anchor's ends in
 // bytes. hashed: key_extract wrote a KeyHashes record after the text (below), which the pick
 // uses when its stamp matches the router's parameters and the tenant, instead of hashing the
-// text again. Arguments are checked by the caller in key_addon.cc.
-Napi::Value PickPrepared(const Napi::CallbackInfo& info);
+// text again. The text is read, and arguments are checked, by the caller in key_addon.cc.
+struct ExtractedText {
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  size_t key_bytes = 0;
+  napi_value buffer = nullptr;  // the ArrayBuffer holding the text (and any KeyHashes after it)
+};
+Napi::Value PickPrepared(const Napi::CallbackInfo& info, const ExtractedText& text);
 
 void RegisterKey(Napi::Env env, Napi::Object exports);
 
