@@ -274,11 +274,13 @@ Napi::Value Wrap(Napi::Env env, std::shared_ptr<RouterState> state) {
 }
 
 Handle* GetHandle(const Napi::CallbackInfo& info) {
-  if (!info[0].IsExternal()) {
+  // napi_get_value_external checks the type itself: one crossing into V8, not two.
+  void* data = nullptr;
+  if (napi_get_value_external(info.Env(), info[0], &data) != napi_ok || data == nullptr) {
     Throw(info.Env(), "ERR_INVALID_ARG_TYPE", "not a router handle", true);
     return nullptr;
   }
-  Handle* h = info[0].As<Napi::External<Handle>>().Data();
+  Handle* h = static_cast<Handle*>(data);
   if (!h->state) {
     Throw(info.Env(), "ROUTER_CLOSED", "router is closed");
     return nullptr;
@@ -545,7 +547,11 @@ Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepar
   const size_t span = longest && p.match_length > p.prefix_length ? p.match_length : p.prefix_length;
   size_t anchor = SIZE_MAX;
   double a = 0;
-  if (longest && napi_get_value_double(env, info[4], &a) == napi_ok && a >= 0 && a < 4294967296.0) anchor = static_cast<size_t>(a);
+  if (prepared != nullptr) {
+    if (longest) anchor = prepared->anchor_bytes;
+  } else if (longest && napi_get_value_double(env, info[4], &a) == napi_ok && a >= 0 && a < 4294967296.0) {
+    anchor = static_cast<size_t>(a);
+  }
   Marks marks;
   Bytes b;
   if (prepared != nullptr) {

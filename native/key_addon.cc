@@ -42,8 +42,8 @@ bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
 }
 
 bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
-  if (!v.IsNumber()) return false;
-  const double d = v.As<Napi::Number>().DoubleValue();
+  double d = 0;
+  if (napi_get_value_double(v.Env(), v, &d) != napi_ok) return false;  // not a number
   if (!(d >= lo && d <= hi) || std::floor(d) != d) return false;
   *out = static_cast<size_t>(d);
   return true;
@@ -170,11 +170,12 @@ Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
       type != napi_uint8_array || (data == nullptr && text.len != 0))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
   text.data = static_cast<const uint8_t*>(data);
-  size_t anchor = 0;
   if (!Int(info[7], 0, static_cast<double>(text.len), &text.key_bytes))
     return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
-  if (!info[4].IsUndefined() && !Int(info[4], 0, static_cast<double>(text.len), &anchor))
-    return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+  if (!Int(info[4], 0, static_cast<double>(text.len), &text.anchor_bytes)) {
+    text.anchor_bytes = SIZE_MAX;
+    if (!info[4].IsUndefined()) return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+  }
   return pr::PickPrepared(info, text);
 }
 

@@ -18,6 +18,7 @@ struct ExtractedText {
   const uint8_t* data = nullptr;
   size_t len = 0;
   size_t key_bytes = 0;
+  size_t anchor_bytes = SIZE_MAX;  // SIZE_MAX without an anchor
   napi_value buffer = nullptr;  // the ArrayBuffer holding the text (and any KeyHashes after it)
 };
 Napi::Value PickPrepared(const Napi::CallbackInfo& info, const ExtractedText& text);
