@@ -55,6 +55,7 @@ export class ExtractedKey extends Uint8Array {
    * The extraction also wrote the routing hashes after the text (NativeKeyOptions.hash). The
    * pick uses them when they were made for its router's parameters and tenant, and hashes the
    * text otherwise, so a key whose hashes went stale (a reload) still routes as its text does.
+   * The hashes are of the text as extracted: a key's bytes are not to be written to.
    */
   readonly hashed: boolean
 
