@@ -7,7 +7,9 @@
 // between 'start' and 'stop' from V8's GC profile; the load generator (this process) does
 // not count. Warm-up requests are sent before 'start'. The router's rows also print the
 // median of serve's own routing-decision histogram over the measured requests.
-// Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 to change the load)
+// Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 to change the load;
+// CASES=chat-json,invoke to run only some cases; BASELINE=/path/to/another/checkout, built,
+// adds that checkout's router to each case, as a same-run baseline for the decision time)
 import { spawn, type ChildProcess } from 'node:child_process'
 import os from 'node:os'
 import { fileURLToPath } from 'node:url'
@@ -26,8 +28,8 @@ interface Proc {
   ask<T>(msg: string): Promise<T>
 }
 
-function start(args: string[], ipc: boolean): Promise<Proc> {
-  const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe', ...(ipc ? (['ipc'] as const) : [])] })
+function start(args: string[], ipc: boolean, cwd = root): Promise<Proc> {
+  const child = spawn(process.execPath, args, { cwd, stdio: ['ignore', 'pipe', 'pipe', ...(ipc ? (['ipc'] as const) : [])] })
   children.push(child)
   let out = ''
   const ask = <T>(msg: string) =>
@@ -66,11 +68,15 @@ function body(i: number, stream: boolean): string {
  * parsed body, and SageMaker invocations of the same body, whose key is its first bytes.
  */
 interface Case { label: string; path: string; stream: boolean }
-const CASES: Case[] = [
+const ALL_CASES: Case[] = [
   { label: 'chat JSON', path: '/v1/chat/completions', stream: false },
   { label: 'chat SSE', path: '/v1/chat/completions', stream: true },
   { label: 'invoke', path: '/invocations', stream: false },
 ]
+const slug = (c: Case) => c.label.toLowerCase().replace(/ /g, '-')
+const CASES = process.env.CASES === undefined ? ALL_CASES : ALL_CASES.filter((c) => process.env.CASES!.split(',').includes(slug(c)))
+if (CASES.length === 0) throw new Error(`CASES must list some of ${ALL_CASES.map(slug).join(', ')}`)
+const BASELINE = process.env.BASELINE
 
 /** `n` requests, CONCURRENCY at a time, each read to its end; throws on any non-200. */
 async function load(url: string, n: number, c: Case): Promise<void> {
@@ -123,8 +129,8 @@ function median(a: Map<number, number>, b: Map<number, number>): string {
 
 interface Row { name: string; c: Case; bytes: number; gcs: number; decision?: string }
 
-async function measure(name: string, args: string[], c: Case, router: boolean): Promise<Row> {
-  const p = await start([...PROBE, ...args], true)
+async function measure(name: string, args: string[], c: Case, router: boolean, cwd = root): Promise<Row> {
+  const p = await start([...PROBE, ...args], true, cwd)
   try {
     await load(p.url, WARMUP, c)
     const before = router ? await decisionBuckets(p) : undefined
@@ -148,6 +154,9 @@ async function main(): Promise<void> {
     rows.push(await measure('node-floor', ['bench/peers/node-floor.mjs', stub.url], c, false))
     rows.push(await measure('router', ['bench/alloc/router.mjs', stub.url, 'on'], c, true))
     rows.push(await measure('router, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], c, true))
+    if (BASELINE !== undefined) {
+      rows.push(await measure('baseline, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], c, true, BASELINE))
+    }
   }
   await stop(stub)
   const kib = (b: number) => `${(b / 1024).toFixed(1)} KiB`

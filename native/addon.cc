@@ -146,6 +146,20 @@ Bytes PrefixOfString(const Napi::Value& v, size_t max_cp, Marks* marks) {
   }
 }
 
+// A string argument's UTF-8, false for any other value: one call for the tenant ids and group
+// names a pick takes, short enough (tens of bytes) for the string's own buffer.
+bool SmallString(napi_env env, napi_value v, std::string* out) {
+  char buf[128];
+  size_t n = 0;
+  if (napi_get_value_string_utf8(env, v, buf, sizeof buf, &n) != napi_ok) return false;
+  if (n + 1 < sizeof buf) {
+    out->assign(buf, n);
+    return true;
+  }
+  *out = Napi::String(env, v).Utf8Value();  // longer: may have been cut short
+  return true;
+}
+
 uint64_t GetSeed(const Napi::Value& v, bool* ok) {
   *ok = true;
   if (v.IsUndefined()) return 0;
@@ -260,11 +274,13 @@ Napi::Value Wrap(Napi::Env env, std::shared_ptr<RouterState> state) {
 }
 
 Handle* GetHandle(const Napi::CallbackInfo& info) {
-  if (!info[0].IsExternal()) {
+  // napi_get_value_external checks the type itself: one crossing into V8, not two.
+  void* data = nullptr;
+  if (napi_get_value_external(info.Env(), info[0], &data) != napi_ok || data == nullptr) {
     Throw(info.Env(), "ERR_INVALID_ARG_TYPE", "not a router handle", true);
     return nullptr;
   }
-  Handle* h = info[0].As<Napi::External<Handle>>().Data();
+  Handle* h = static_cast<Handle*>(data);
   if (!h->state) {
     Throw(info.Env(), "ROUTER_CLOSED", "router is closed");
     return nullptr;
@@ -478,6 +494,29 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The hashes key_extract wrote after an extracted key's text (key/bindings.h), when they are
+// what this pick would compute: the record lies inside the text's buffer and follows this
+// text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
+// (a copy of the key, parameters reloaded since the extraction, another tenant) null, and the
+// pick hashes the text.
+const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
+                            uint64_t seed) {
+  size_t buffer_len = 0;
+  void* base = nullptr;
+  if (text.data == nullptr || text.buffer == nullptr || napi_get_arraybuffer_info(env, text.buffer, &base, &buffer_len) != napi_ok ||
+      base == nullptr)
+    return nullptr;
+  const uint8_t* at = pr::key_hashes_at(const_cast<uint8_t*>(text.data), text.len);
+  const uint8_t* end = static_cast<const uint8_t*>(base) + buffer_len;
+  if (at < static_cast<const uint8_t*>(base) || at > end || static_cast<size_t>(end - at) < sizeof(pr::KeyHashes)) return nullptr;
+  const auto* h = reinterpret_cast<const pr::KeyHashes*>(at);
+  if (h->magic != pr::KeyHashes::kMagic || h->text_bytes != text.len || h->seed != seed || h->prefix != p.prefix_length ||
+      h->span != span || h->block_bytes != (longest ? p.block_bytes : 0))
+    return nullptr;
+  if (h->blocks > (static_cast<size_t>(end - at) - sizeof(pr::KeyHashes)) / sizeof(uint64_t) || h->anchor_blocks > h->blocks) return nullptr;
+  return h;
+}
+
 // router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
 //             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
 // instance in the group). avoid: slots (from earlier leases) the pick must not choose.
@@ -486,16 +525,20 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
 // opening up to its first user message, which every later turn of the conversation shares.
 // prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
-// span and whose key end, in bytes, is info[7].
-Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
+// span and whose key end, in bytes, is info[7]; info[8] true when key_extract hashed it.
+// Arguments are read with one N-API call each where node-addon-api's checks would make
+// several: every call crosses into V8, and this runs on every request.
+Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepared) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
-  if (!info[5].IsTypedArray() || info[5].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-      info[5].As<Napi::TypedArray>().ElementLength() < 4)
+  napi_typedarray_type out_type;
+  size_t out_len = 0;
+  void* out_data = nullptr;
+  if (napi_get_typedarray_info(env, info[5], &out_type, &out_len, &out_data, nullptr, nullptr) != napi_ok ||
+      out_type != napi_float64_array || out_len < 4 || out_data == nullptr)
     return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of 4", true);
-  Napi::TypedArray out_array = info[5].As<Napi::TypedArray>();
-  double* out = reinterpret_cast<double*>(static_cast<uint8_t*>(out_array.ArrayBuffer().Data()) + out_array.ByteOffset());
+  double* out = static_cast<double*>(out_data);
   // Everything below reads the parameters of one snapshot, the one the pick uses.
   pr::SnapshotGuard guard(*h->state, h->reader);
   const pr::RoutingParams& p = guard.params();
@@ -503,56 +546,70 @@ Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   // longest_prefix matches further into the prompt than the key reaches.
   const size_t span = longest && p.match_length > p.prefix_length ? p.match_length : p.prefix_length;
   size_t anchor = SIZE_MAX;
-  if (longest && info[4].IsNumber()) {
-    const double a = info[4].As<Napi::Number>().DoubleValue();
-    if (a >= 0 && a < 4294967296.0) anchor = static_cast<size_t>(a);
+  double a = 0;
+  if (prepared != nullptr) {
+    if (longest) anchor = prepared->anchor_bytes;
+  } else if (longest && napi_get_value_double(env, info[4], &a) == napi_ok && a >= 0 && a < 4294967296.0) {
+    anchor = static_cast<size_t>(a);
   }
   Marks marks;
   Bytes b;
-  if (info[1].IsString()) {
+  if (prepared != nullptr) {
+    b.data = prepared->data;
+    b.len = prepared->len;
+    b.ok = true;
+    marks.key_bytes = prepared->key_bytes;
+    marks.anchor_bytes = anchor;
+  } else if (info[1].IsString()) {
     marks.key_cp = p.prefix_length;
     marks.anchor_units = anchor;
     b = PrefixOfString(info[1], span, &marks);
   } else {
     b = GetBytes(info[1]);
-    if (prepared) {
-      marks.key_bytes = static_cast<size_t>(info[7].As<Napi::Number>().DoubleValue());
-    } else {
-      if (b.len > span) b.len = span;
-      marks.key_bytes = p.prefix_length;
-    }
+    if (b.len > span) b.len = span;
+    marks.key_bytes = p.prefix_length;
     marks.anchor_bytes = anchor;
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
+  // Tenants get their own key space: the tenant id's hash seeds the prefix hash.
   uint64_t seed = 0;
-  if (info[2].IsString()) {
-    // Tenants get their own key space: the tenant id's hash seeds the prefix hash.
-    std::string tenant = info[2].As<Napi::String>().Utf8Value();
-    seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
-  }
-  const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
-  const uint64_t key = pr::xxh3_64(b.data, key_len, seed);
+  std::string tenant;
+  if (SmallString(env, info[2], &tenant)) seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
   std::string group;
-  const bool has_group = info[3].IsString();
-  if (has_group) group = info[3].As<Napi::String>().Utf8Value();
+  const bool has_group = SmallString(env, info[3], &group);
+  uint64_t key = 0;
   const uint64_t* blocks = nullptr;
-  size_t nblocks = 0;
-  if (longest) {
-    thread_local std::vector<uint64_t> chain;
-    const size_t block = p.block_bytes;
-    if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
-    nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
-    blocks = chain.data();
+  size_t nblocks = 0, anchor_blocks = 0;
+  bool claimed = false;
+  const pr::KeyHashes* hashed = prepared != nullptr && napi_get_value_bool(env, info[8], &claimed) == napi_ok && claimed
+                                    ? Hashed(env, *prepared, p, span, longest, seed)
+                                    : nullptr;
+  if (hashed != nullptr) {
+    key = hashed->key;
+    nblocks = hashed->blocks;
+    blocks = nblocks == 0 ? nullptr : reinterpret_cast<const uint64_t*>(hashed + 1);
+    anchor_blocks = hashed->anchor_blocks;
+  } else {
+    const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
+    key = pr::xxh3_64(b.data, key_len, seed);
+    if (longest) {
+      thread_local std::vector<uint64_t> chain;
+      const size_t block = p.block_bytes;
+      if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
+      nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
+      blocks = chain.data();
+    }
+    // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
+    // of the next message, so the instance that served the first turn (whose prompt ended
+    // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
+    // past the end still marks the key as a chat's opening (a first turn).
+    anchor_blocks =
+        anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   }
-  // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
-  // of the next message, so the instance that served the first turn (whose prompt ended
-  // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
-  // past the end still marks the key as a chat's opening (a first turn).
-  const size_t anchor_blocks =
-      anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   uint32_t avoid[8];
   size_t navoid = 0;
-  if (info.Length() > 6 && info[6].IsArray()) {
+  bool is_array = false;
+  if (info.Length() > 6 && napi_is_array(env, info[6], &is_array) == napi_ok && is_array) {
     Napi::Array list = info[6].As<Napi::Array>();
     for (uint32_t i = 0; i < list.Length() && navoid < 8; i++) {
       Napi::Value v = list.Get(i);
@@ -570,7 +627,7 @@ Napi::Value Pick(const Napi::CallbackInfo& info, bool prepared) {
   return Napi::Number::New(env, 0);
 }
 
-Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, false); }
+Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, nullptr); }
 
 // router_release(h, slot, prefill?) -> boolean; router_first_token(h, slot, prefill)
 Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
@@ -677,6 +734,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 
 }  // namespace
 
-Napi::Value pr::PickPrepared(const Napi::CallbackInfo& info) { return Pick(info, true); }
+Napi::Value pr::PickPrepared(const Napi::CallbackInfo& info, const pr::ExtractedText& text) { return Pick(info, &text); }
 
 NODE_API_MODULE(prefix_router, Init)

@@ -2,11 +2,15 @@
 // in src/core/key/native-key.ts; the checks here keep any call from JS memory-safe.
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "key/bindings.h"
 #include "key/openai_key.h"
+#include "xxh3.h"
+#include "prefix_index.h"
 
 namespace {
 
@@ -38,19 +42,74 @@ bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
 }
 
 bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
-  if (!v.IsNumber()) return false;
-  const double d = v.As<Napi::Number>().DoubleValue();
+  double d = 0;
+  if (napi_get_value_double(v.Env(), v, &d) != napi_ok) return false;  // not a number
   if (!(d >= lo && d <= hi) || std::floor(d) != d) return false;
   *out = static_cast<size_t>(d);
   return true;
 }
 
+// The tenant a pick will be given, as the bytes it hashes for the seed: the header's value when
+// the caller passed one (tenantOf prefers it), else the body's prompt_cache_key when it is its
+// own bytes (no escapes; 1 to 64 printable ASCII, as tenantOf requires), else none. False
+// when it cannot be told here: the pick then hashes the text itself.
+bool TenantSeed(const Napi::Value& header, const uint8_t* body, const pr::key::KeyResult& r, uint64_t* seed) {
+  *seed = 0;
+  if (header.IsString()) {
+    char buf[72];
+    size_t n = 0;
+    // A longer value is not a tenant tenantOf accepts: the request fails before any pick.
+    if (napi_get_value_string_utf8(header.Env(), header, buf, sizeof buf, &n) != napi_ok || n == 0 || n > 64) return false;
+    *seed = pr::xxh3_64(buf, n, 0);
+    return true;
+  }
+  if (!r.prompt_cache_key.present()) return true;
+  const uint8_t* s = body + r.prompt_cache_key.begin + 1;
+  const size_t n = r.prompt_cache_key.end - r.prompt_cache_key.begin - 2;
+  if (n == 0 || n > 64) return false;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < 0x20 || s[i] > 0x7e || s[i] == '\\') return false;
+  *seed = pr::xxh3_64(s, n, 0);
+  return true;
+}
+
+// What Pick (addon.cc) computes from the text, computed now: the same calls on the same bytes.
+// Returns the bytes the record takes after the text, 0 when it is not written.
+size_t WriteHashes(uint8_t* text, const pr::key::KeyResult& r, size_t prefix, size_t span, size_t block, uint64_t seed,
+                   uint8_t* end) {
+  uint8_t* at = pr::key_hashes_at(text, r.len);
+  const size_t blocks = block == 0 ? 0 : r.len / block;
+  if (static_cast<size_t>(end - at) < sizeof(pr::KeyHashes) + blocks * sizeof(uint64_t)) return 0;
+  pr::KeyHashes h{};
+  h.magic = pr::KeyHashes::kMagic;
+  h.seed = seed;
+  h.prefix = prefix;
+  h.span = span;
+  h.block_bytes = block;
+  h.text_bytes = r.len;
+  // The anchor bounds the key for longest_prefix only; other strategies hash the whole key.
+  size_t key_len = r.key_bytes < r.len ? r.key_bytes : r.len;
+  if (block != 0 && r.has_anchor && r.anchor_bytes < key_len) key_len = r.anchor_bytes;
+  h.key = pr::xxh3_64(text, key_len, seed);
+  if (block != 0) {
+    h.blocks = pr::chain_hashes(text, r.len, block, seed, reinterpret_cast<uint64_t*>(at + sizeof h));
+    if (r.has_anchor && h.blocks != 0) h.anchor_blocks = std::min<size_t>(h.blocks, std::max<size_t>(1, key_len / block));
+  }
+  std::memcpy(at, &h, sizeof h);
+  return static_cast<size_t>(at - (text + r.len)) + sizeof h + h.blocks * sizeof(uint64_t);
+}
+
 // key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
-//             out: Uint8Array, meta: Float64Array(9), outOffset = 0) -> 0 ok | 1 invalid | 2 unsupported
+//             out: Uint8Array, meta: Float64Array(10), outOffset = 0, blockBytes?, tenant?)
+//   -> 0 ok | 1 invalid | 2 unsupported
 // The text is written at out[outOffset..], which must have room for min(4*span, body bytes).
 // meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
-//        stream 0/1, escapes (1 model, 2 prompt_cache_key)]; a string member's span covers its
-//        quotes, begin = end = 0 when absent.
+//        stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes]; a string member's span
+//        covers its quotes, begin = end = 0 when absent.
+// With blockBytes (longest_prefix's block size, 0 for the other strategies) the routing hashes
+// are written after the text as well, for a router whose prefixLength is `prefix` and a
+// request whose tenant header is `tenant` (undefined without one), when out has room for
+// them and the tenant is known (see TenantSeed); meta[9] is the bytes they take, 0 when not.
 Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t api = 0, span = 0, prefix = 0, depth = 0;
@@ -61,11 +120,15 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   if (!Int(info[3], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
   if (!Int(info[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
   if (!GetView(info[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
-  if (!GetView(info[6], napi_float64_array, &meta) || meta.len < 9 * sizeof(double))
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 9", true);
+  if (!GetView(info[6], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 10", true);
   size_t offset = 0;
   if (!info[7].IsUndefined() && !Int(info[7], 0, static_cast<double>(out.len), &offset))
     return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
+  size_t block = 0;
+  const bool hash = !info[8].IsUndefined();
+  if (hash && !Int(info[8], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
+  if (!info[9].IsUndefined() && !info[9].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "tenant must be a string", true);
   if (out.len - offset < pr::key::out_capacity(span, body.len))
     return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for min(4*span, body bytes) after outOffset");
   out.data += offset;
@@ -89,19 +152,31 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   m[7] = r.stream ? 1 : 0;
   m[8] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? 1 : 0) +
          (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? 2 : 0);
+  uint64_t seed = 0;
+  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(info[9], body.data, r, &seed)
+             ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
+             : 0;
   return Napi::Number::New(env, static_cast<double>(r.status));
 }
 
 Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  View text;
-  if (!GetView(info[1], napi_uint8_array, &text)) return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
-  size_t key = 0, anchor = 0;
-  if (!Int(info[7], 0, static_cast<double>(text.len), &key))
+  // One call for the text's type, bytes and buffer: GetView's IsTypedArray is another crossing.
+  pr::ExtractedText text;
+  napi_typedarray_type type;
+  void* data = nullptr;
+  size_t offset = 0;
+  if (napi_get_typedarray_info(env, info[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
+      type != napi_uint8_array || (data == nullptr && text.len != 0))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+  text.data = static_cast<const uint8_t*>(data);
+  if (!Int(info[7], 0, static_cast<double>(text.len), &text.key_bytes))
     return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
-  if (!info[4].IsUndefined() && !Int(info[4], 0, static_cast<double>(text.len), &anchor))
-    return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
-  return pr::PickPrepared(info);
+  if (!Int(info[4], 0, static_cast<double>(text.len), &text.anchor_bytes)) {
+    text.anchor_bytes = SIZE_MAX;
+    if (!info[4].IsUndefined()) return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+  }
+  return pr::PickPrepared(info, text);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ export class ProxyMetrics {
     })
     this.decision = new BoundHistogram({
       name: 'prefix_router_routing_decision_seconds',
-      help: 'Time to choose an instance: key extraction excluded, the native pick included.',
+      help: 'Time to choose an instance: key extraction excluded (for chat and completions bodies read natively, the key and block-chain hashing too, done during the body scan), the native pick (ring lookup, strategy, lease) included.',
       labelNames: ['strategy'],
       // From a quarter of a microsecond: a pick with a short key takes well under one.
       buckets: [2.5e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 5e-4, 1e-3],

@@ -156,7 +156,10 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
     // Logging the routing text needs it as a string, which only openAIRequest builds.
     const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
-    const read = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span, prefixLength })
+    // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
+    // known already (tenantOf checks it after the read, as before).
+    const hash = { tenant: Array.isArray(header) ? header.join(',') : header, blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
+    const read = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span, prefixLength, hash })
     if (read.native) {
       // The extracted key carries its own anchor; the pick reads it from there.
       const n = read.native

@@ -4,7 +4,7 @@
 // (native-key.ts) when the caller gives a prefixLength; openAIRequest reads the rest and
 // every body the native side declines, so errors and odd shapes come out exactly as before.
 // The raw bytes are kept as they came, for the upstream request.
-import { nativeApis, nativeRequest } from '../core/key/native-key.js'
+import { nativeApis, nativeRequest, type KeyHashing } from '../core/key/native-key.js'
 import { openAIRequest, type OpenAIApi } from '../core/key/openai-key.js'
 import { readBody } from './body.js'
 import { JsonShape } from './json-shape.js'
@@ -25,6 +25,8 @@ export interface OpenAIBodyLimits {
   span: number
   /** The router's prefixLength: given, chat and completions bodies are read natively. */
   prefixLength?: number | undefined
+  /** For a body read natively on this thread: hash the key for the pick during the scan. */
+  hash?: KeyHashing | undefined
 }
 
 export type OpenAIBody = ParsedBody & { raw: Buffer }
@@ -43,8 +45,8 @@ export async function readOpenAIBody(api: OpenAIApi, chunks: AsyncIterable<Buffe
   if (prefixLength === undefined || !nativeApis.includes(api)) {
     return { raw, request: away ? await parsePool().parse(api, raw, span) : openAIRequest(api, raw, span) }
   }
-  const o = { span, prefixLength, maxDepth }
-  if (away) return { raw, ...(await parsePool().parseKey(api, raw, o)) }
-  const r = nativeRequest(api, raw, o)
+  // A worker's key crosses threads as a copy of its text, without hashes: not asked for there.
+  if (away) return { raw, ...(await parsePool().parseKey(api, raw, { span, prefixLength, maxDepth })) }
+  const r = nativeRequest(api, raw, { span, prefixLength, maxDepth, hash: limits.hash })
   return r.status === 'ok' ? { raw, native: r.request } : { raw, request: openAIRequest(api, raw, span) }
 }

@@ -12,6 +12,7 @@ import { ExtractedKey, keyBinding, nativeRequest, type NativeOutcome } from '../
 import { native, type NativeHandle } from '../../src/core/native.js'
 import { openAIRequest, type OpenAIRequest } from '../../src/core/key/openai-key.js'
 import { tenantOf } from '../../src/core/key/tenant.js'
+import { textSpan } from '../../src/core/key/index.js'
 import { Router } from '../../src/core/router.js'
 import { ProxyError } from '../../src/proxy/errors.js'
 import { ParsePool } from '../../src/proxy/parse-pool.js'
@@ -326,6 +327,137 @@ describe('a Router picks the same for an ExtractedKey as for the string', () => 
   })
 })
 
+describe('hashes made in the scan route as the text does', () => {
+  const ids = Array.from({ length: 12 }, (_, i) => ({ id: `i${i}` }))
+  const headers = fc.option(fc.constantFrom('t1', 'tenant b', 'x'.repeat(64)), { nil: undefined })
+  type Opts = { strategy: 'prefix_aware' | 'longest_prefix'; prefixLength: number; matchLength: number; blockSize: number }
+  const hashing = (o: Opts, tenant: string | undefined) => ({ tenant, blockBytes: o.strategy === 'longest_prefix' ? o.blockSize : 0 })
+  const extract = (api: 'chat' | 'completions', raw: Buffer, o: Opts, header: string | undefined) =>
+    nativeRequest(api, raw, { span: textSpan(o.prefixLength, o.strategy, o.matchLength), prefixLength: o.prefixLength, maxDepth: 64, hash: hashing(o, header) })
+
+  for (const strategy of ['prefix_aware', 'longest_prefix'] as const) {
+    it(`${strategy}: the same instance as the string pick, with the text wiped after the scan`, () => {
+      const opts: Opts = { strategy, prefixLength: 1024, matchLength: 1024, blockSize: 16 }
+      const a = new Router({ ...opts, instances: ids })
+      const b = new Router({ ...opts, instances: ids })
+      let hashed = 0
+      let tenants = 0
+      try {
+        fc.assert(
+          fc.property(fc.oneof(chatBody, completionsBody.map((c) => ({ c }))), headers, fc.nat(3), (x, header, copies) => {
+            const api = Buffer.isBuffer(x) ? 'chat' : 'completions'
+            const raw = Buffer.isBuffer(x) ? x : x.c
+            // Longer prompts too, so that longest_prefix chains many blocks.
+            const body = copies === 0 ? raw : Buffer.from(raw.toString().replace(/"content":"/g, `"content":"${'sys prompt; '.repeat(40 * copies)}`))
+            const got = extract(api, body, opts, header)
+            if (got.status !== 'ok') return
+            let tenant: string | undefined
+            try {
+              tenant = tenantOf(header, got.request.promptCacheKey)
+            } catch {
+              return
+            }
+            const k = got.request.key
+            // Known at the scan unless the body's prompt_cache_key needs decoding.
+            if (header !== undefined || got.request.promptCacheKey === undefined) expect(k.hashed).toBe(true)
+            if (!k.hashed) return
+            hashed++
+            if (tenant !== undefined) tenants++
+            const r = openAIRequest(api, body, 1024)
+            // The pick must not read the text: a wiped one would land elsewhere.
+            k.fill(0)
+            const la = a.pick(r.text, { tenant, ...(r.anchor !== undefined && { anchor: r.anchor }) })
+            const lb = b.pick(k, { tenant })
+            expect(lb.instance).toBe(la.instance)
+            expect(lb.overflow).toBe(la.overflow)
+            la.release()
+            lb.release()
+          }),
+          { numRuns: 300 },
+        )
+      } finally {
+        a.close()
+        b.close()
+      }
+      expect(hashed).toBeGreaterThan(100)
+      expect(tenants).toBeGreaterThan(30)
+    })
+  }
+
+  // A 4,096-character prompt, as serve sees by default.
+  const long = (i: number, cacheKey?: string) =>
+    Buffer.from(JSON.stringify({ ...(cacheKey !== undefined && { prompt_cache_key: cacheKey }), messages: [{ role: 'system', content: `policy ${i}: ${'answer from the policy. '.repeat(200)}` }, { role: 'user', content: `q${i}` }, { role: 'assistant', content: 'a' }, { role: 'user', content: 'more' }] }))
+
+  // Each change of parameters between the scan and the pick, and whether the string pick on
+  // the new parameters is still the reference (a new prefixLength or matchLength cuts the text
+  // differently, which the key extracted before cannot know: it routes as its text does).
+  const reloads: { name: string; from: Opts; to: Opts; exact: boolean }[] = [
+    { name: 'blockSize', from: { strategy: 'longest_prefix', prefixLength: 1024, matchLength: 4096, blockSize: 16 }, to: { strategy: 'longest_prefix', prefixLength: 1024, matchLength: 4096, blockSize: 64 }, exact: true },
+    { name: 'strategy to longest_prefix', from: { strategy: 'prefix_aware', prefixLength: 4096, matchLength: 4096, blockSize: 16 }, to: { strategy: 'longest_prefix', prefixLength: 4096, matchLength: 4096, blockSize: 16 }, exact: true },
+    { name: 'strategy to prefix_aware', from: { strategy: 'longest_prefix', prefixLength: 4096, matchLength: 4096, blockSize: 16 }, to: { strategy: 'prefix_aware', prefixLength: 4096, matchLength: 4096, blockSize: 16 }, exact: true },
+    { name: 'prefixLength', from: { strategy: 'prefix_aware', prefixLength: 4096, matchLength: 4096, blockSize: 16 }, to: { strategy: 'prefix_aware', prefixLength: 2048, matchLength: 4096, blockSize: 16 }, exact: false },
+    { name: 'matchLength', from: { strategy: 'longest_prefix', prefixLength: 1024, matchLength: 4096, blockSize: 16 }, to: { strategy: 'longest_prefix', prefixLength: 1024, matchLength: 2048, blockSize: 16 }, exact: false },
+  ]
+  for (const { name, from, to, exact } of reloads) {
+    it(`a reload of ${name} between the scan and the pick: the pick hashes the text`, () => {
+      const a = new Router({ ...from, instances: ids })
+      const b = new Router({ ...from, instances: ids })
+      const c = new Router({ ...from, instances: ids })
+      try {
+        for (let i = 0; i < 60; i++) {
+          const header = i % 3 === 0 ? `t${i}` : undefined
+          const raw = long(i, i % 3 === 1 ? `key-${i}` : undefined)
+          const got = extract('chat', raw, from, header)
+          if (got.status !== 'ok') throw new Error('declined')
+          const k = got.request.key
+          expect(k.hashed).toBe(true)
+          const tenant = tenantOf(header, got.request.promptCacheKey)
+          for (const x of [a, b, c]) x.configure(to)
+          const r = openAIRequest('chat', raw, textSpan(to.prefixLength, to.strategy, to.matchLength))
+          const lb = b.pick(k, { tenant })
+          // The reference: the same key without hashes.
+          const lc = c.pick(ExtractedKey.copyOf(k, k.keyBytes, k.anchorBytes), { tenant })
+          expect(lb.instance).toBe(lc.instance)
+          if (exact) {
+            const la = a.pick(r.text, { tenant, ...(r.anchor !== undefined && { anchor: r.anchor }) })
+            expect(lb.instance).toBe(la.instance)
+            la.release()
+          }
+          lb.release()
+          lc.release()
+          for (const x of [a, b, c]) x.configure(from)
+        }
+      } finally {
+        for (const x of [a, b, c]) x.close()
+      }
+    })
+  }
+
+  it('another tenant at the pick than at the scan: the pick hashes the text', () => {
+    const opts: Opts = { strategy: 'longest_prefix', prefixLength: 1024, matchLength: 4096, blockSize: 16 }
+    const a = new Router({ ...opts, instances: ids })
+    const b = new Router({ ...opts, instances: ids })
+    try {
+      for (let i = 0; i < 60; i++) {
+        const raw = long(i, i % 2 === 0 ? 'scan' : undefined)
+        const got = extract('chat', raw, opts, i % 4 === 1 ? 'header' : undefined)
+        if (got.status !== 'ok') throw new Error('declined')
+        const k = got.request.key
+        const tenant = i % 3 === 0 ? undefined : `pick-${i % 5}`
+        const r = openAIRequest('chat', raw, 4096)
+        const la = a.pick(r.text, { tenant, ...(r.anchor !== undefined && { anchor: r.anchor }) })
+        const lb = b.pick(k, { tenant })
+        expect(lb.instance).toBe(la.instance)
+        la.release()
+        lb.release()
+      }
+    } finally {
+      a.close()
+      b.close()
+    }
+  })
+})
+
 describe('the parse worker', () => {
   it('reads a body natively as the main thread does, and declines the same bodies to openAIRequest', async () => {
     const pool = new ParsePool({ size: 1 })
@@ -362,7 +494,7 @@ describe('the parse worker', () => {
 })
 
 describe('the native entry points', () => {
-  const meta = new Float64Array(9)
+  const meta = new Float64Array(10)
   const body = Buffer.from('{"messages":[{"role":"user","content":"hi"}]}')
 
   it('refuse bad arguments with coded errors, never a crash', () => {
@@ -382,21 +514,40 @@ describe('the native entry points', () => {
     // Room for min(4*span, body bytes) is needed: 32 here.
     expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
     expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(8)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(9)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, -1))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, 16, 5 as unknown as string))).toBe('ERR_INVALID_ARG_TYPE')
+    // Hashes are written only where out has room for them after the text.
+    expect(keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32, 0, undefined)).toBe(0)
+    expect(meta[9]).toBe(0)
+    expect(keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(128), meta, 0, 0, undefined)).toBe(0)
+    expect(meta[9]).toBeGreaterThan(0)
     expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
     expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['a', 'b'], [1, 1])
     const picked = new Float64Array(4)
     const text = new Uint8Array(8)
-    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, undefined, picked, undefined, 9))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, 9, picked, undefined, 8))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.router_pick_extracted(h, 'x' as unknown as Uint8Array, undefined, undefined, undefined, picked, undefined, 0))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.router_pick_extracted({} as NativeHandle, text, undefined, undefined, undefined, picked, undefined, 8))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, undefined, picked, undefined, 9, false))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, 9, picked, undefined, 8, false))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => keyBinding.router_pick_extracted(h, 'x' as unknown as Uint8Array, undefined, undefined, undefined, picked, undefined, 0, false))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => keyBinding.router_pick_extracted({} as NativeHandle, text, undefined, undefined, undefined, picked, undefined, 8, false))).toBe('ERR_INVALID_ARG_TYPE')
     // Text in shared memory reads as any other (it used to be read through a missing ArrayBuffer).
     const shared = new Uint8Array(new SharedArrayBuffer(8))
-    expect(keyBinding.router_pick_extracted(h, shared, undefined, undefined, undefined, picked, undefined, 8)).toBe(0)
+    expect(keyBinding.router_pick_extracted(h, shared, undefined, undefined, undefined, picked, undefined, 8, false)).toBe(0)
     expect(native.router_release(h, picked[0]!)).toBe(true)
+    // A key claiming hashes it has not (no room after its text, or anything but a record there)
+    // is hashed from its text: the pick is the same as without the claim.
+    const noted = (t: Uint8Array, hashed: boolean) => {
+      expect(keyBinding.router_pick_extracted(h, t, 'tenant', undefined, undefined, picked, undefined, t.length, hashed)).toBe(0)
+      native.router_release(h, picked[0]!)
+      return picked[0]
+    }
+    for (let i = 0; i < 16; i++) {
+      const filled = new Uint8Array(256).map((_, j) => (i * 131 + j * 7) & 0xff)
+      expect(noted(filled.subarray(0, 8 + i), true)).toBe(noted(filled.subarray(0, 8 + i), false))
+      expect(noted(filled.slice(0, 8 + i), true)).toBe(noted(filled.slice(0, 8 + i), false))
+    }
     expect(native.xxh3(shared, 0n)).toBe(native.xxh3(new Uint8Array(8), 0n))
     native.router_close(h)
   })

@@ -7,7 +7,18 @@ import { native, type NativeHandle } from '../native.js'
 import type { OpenAIApi } from './openai-key.js'
 
 interface KeyBinding {
-  key_extract(api: number, body: Uint8Array, span: number, prefix: number, maxDepth: number, out: Uint8Array, meta: Float64Array, outOffset?: number): number
+  key_extract(
+    api: number,
+    body: Uint8Array,
+    span: number,
+    prefix: number,
+    maxDepth: number,
+    out: Uint8Array,
+    meta: Float64Array,
+    outOffset?: number,
+    blockBytes?: number,
+    tenant?: string,
+  ): number
   router_pick_extracted(
     h: NativeHandle,
     text: Uint8Array,
@@ -17,6 +28,7 @@ interface KeyBinding {
     out: Float64Array,
     avoid: number[] | undefined,
     keyBytes: number,
+    hashed: boolean,
   ): number
 }
 
@@ -39,15 +51,23 @@ export class ExtractedKey extends Uint8Array {
   readonly keyBytes: number
   /** Chat: bytes up to the end of the first user message (longest_prefix hashes only those). */
   readonly anchorBytes: number | undefined
+  /**
+   * The extraction also wrote the routing hashes after the text (NativeKeyOptions.hash). The
+   * pick uses them when they were made for its router's parameters and tenant, and hashes the
+   * text otherwise, so a key whose hashes went stale (a reload) still routes as its text does.
+   * The hashes are of the text as extracted: a key's bytes are not to be written to.
+   */
+  readonly hashed: boolean
 
   /** A view of `length` bytes of `buffer` at `byteOffset`: the key does not copy its text. */
-  constructor(buffer: ArrayBuffer, byteOffset: number, length: number, keyBytes: number, anchorBytes: number | undefined) {
+  constructor(buffer: ArrayBuffer, byteOffset: number, length: number, keyBytes: number, anchorBytes: number | undefined, hashed = false) {
     super(buffer, byteOffset, length)
     this.keyBytes = keyBytes
     this.anchorBytes = anchorBytes
+    this.hashed = hashed
   }
 
-  /** A key over a copy of `text` (one that crossed threads, for instance). */
+  /** A key over a copy of `text` (one that crossed threads, for instance); its pick hashes the text. */
   static copyOf(text: Uint8Array, keyBytes: number, anchorBytes: number | undefined): ExtractedKey {
     const own = new Uint8Array(text)
     return new ExtractedKey(own.buffer, 0, own.length, keyBytes, anchorBytes)
@@ -70,6 +90,21 @@ export interface NativeKeyOptions {
   prefixLength: number
   /** Nesting beyond this is left to the TypeScript path. */
   maxDepth: number
+  /**
+   * Hash the key for the pick during the scan, while its bytes are in cache, for a router
+   * with these parameters (besides prefixLength and span).
+   */
+  hash?: KeyHashing | undefined
+}
+
+export interface KeyHashing {
+  /**
+   * The tenant header's value (it comes before the body), or undefined when the request has
+   * none: then the body's prompt_cache_key is the tenant, as in tenantOf.
+   */
+  tenant: string | undefined
+  /** longest_prefix's blockSize, whose chain is hashed as well; 0 for the other strategies. */
+  blockBytes: number
 }
 
 const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
@@ -77,7 +112,9 @@ const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
 /** The APIs the native extraction reads; the others always take the TypeScript path. */
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
-const meta = new Float64Array(9)
+const meta = new Float64Array(10)
+// A KeyHashes record (native/key/bindings.h): nine 64-bit words, and up to 7 bytes of alignment.
+const HASHES_BYTES = 7 + 9 * 8
 
 // Keys are written into slabs and handed out as views, as Buffer hands out small buffers from
 // its pool: a typed array of its own costs an external allocation (measured: 2-3 µs for 4 KiB,
@@ -100,19 +137,26 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
   if (code === undefined) return { status: 'unsupported' }
   const prefix = Math.min(o.prefixLength, o.span)
   // The text is never longer than the body (see out_capacity in native/key/openai_key.h).
-  const room = Math.min(o.span * 4, body.length)
+  const text = Math.min(o.span * 4, body.length)
+  const h = o.hash
+  // The hashes follow the text: the record and the chain, one word per whole block.
+  const room = h === undefined ? text : text + HASHES_BYTES + (h.blockBytes > 0 ? Math.floor(text / h.blockBytes) * 8 : 0)
   if (slab.length - used < room) {
     slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
     used = 0
   }
-  const status = keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used)
+  const status =
+    h === undefined
+      ? keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used)
+      : keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used, h.blockBytes, h.tenant)
   if (status === 1) return { status: 'invalid' }
   if (status !== 0) return { status: 'unsupported' }
   const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   const escapes = meta[8]!
   const len = meta[0]!
-  const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!)
-  used += (len + 7) & ~7
+  const hashes = meta[9]!
+  const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!, hashes > 0)
+  used += (len + hashes + 7) & ~7
   return {
     status: 'ok',
     request: {
