@@ -1,9 +1,11 @@
 // Large request bodies: read a slice at a time with turns of the event loop in between, and
 // still refused, routed and forwarded exactly as a body read at once would be.
+import { readdirSync, readFileSync } from 'node:fs'
 import http from 'node:http'
+import { getPriority } from 'node:os'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { GATHER_SLICE, readBody, SCAN_SLICE } from '../../src/proxy/body.js'
-import { closeParsePool } from '../../src/proxy/parse-pool.js'
+import { closeParsePool, ParsePool } from '../../src/proxy/parse-pool.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startRouter, startStub, totalInFlight, until, type Stub } from './helpers.js'
 
@@ -101,6 +103,34 @@ describe('readBody', () => {
     expect(err).toBe(refusal)
     expect(shown).toBe(2 * SCAN_SLICE)
     expect(closed).toBe(true)
+  })
+})
+
+/** The nice value of each of this process's threads (Linux). */
+function threadNices(): number[] {
+  return readdirSync('/proc/self/task').flatMap((tid) => {
+    try {
+      // Fields after the command name, which is in parentheses and may hold spaces: nice is the 19th field.
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
+      return [Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])]
+    } catch {
+      return [] // the thread ended meanwhile
+    }
+  })
+}
+
+// (A process already at nice 10 or more could not tell a lowered worker from its other threads.)
+describe.runIf(process.platform === 'linux' && getPriority() <= 9)('the parse worker', () => {
+  it('runs at a lower priority than the event loop, which keeps its own', async () => {
+    const base = getPriority()
+    const pool = new ParsePool({ size: 1 })
+    try {
+      expect((await pool.parse('chat', Buffer.from('{"messages":[{"role":"user","content":"hi"}]}'), 16)).text).toContain('hi')
+      expect(threadNices()).toContain(base + 10)
+      expect(getPriority()).toBe(base)
+    } finally {
+      await pool.close()
+    }
   })
 })
 
