@@ -1,6 +1,8 @@
 // The worker side of parse-pool.ts: reads one OpenAI body with the same code the main thread
 // uses (the native extraction first when asked, openAIRequest otherwise or when it declines),
 // and sends back only what routing needs, never the parsed tree.
+import { readlinkSync } from 'node:fs'
+import { getPriority, setPriority } from 'node:os'
 import { parentPort } from 'node:worker_threads'
 import { nativeRequest, type NativeKeyOptions, type NativeRequest } from '../core/key/native-key.js'
 import { openAIRequest, type OpenAIApi, type OpenAIRequest } from '../core/key/openai-key.js'
@@ -37,6 +39,17 @@ const refusal = (e: ReturnType<typeof toProxyError>) => ({ status: e.status, typ
 function wire(r: NativeRequest): WireKey {
   const { key, model, promptCacheKey, stream } = r
   return { text: new Uint8Array(key), keyBytes: key.keyBytes, anchorBytes: key.anchorBytes, model, promptCacheKey, stream }
+}
+
+// The event loop serves every request, a parse only one: when both want the same core (a
+// 2-core machine parsing a large body), the event loop's thread should get it. Linux gives
+// each thread its own nice value, found through /proc/thread-self; elsewhere the worker keeps
+// the process's priority, as it would if lowering it were refused.
+try {
+  const tid = Number(readlinkSync('/proc/thread-self').split('/').pop())
+  if (tid > 0) setPriority(tid, Math.min(19, getPriority(tid) + 10))
+} catch {
+  // Not Linux, or no /proc: nothing to lower.
 }
 
 parentPort?.on('message', (task: ParseTask) => {
