@@ -4,7 +4,8 @@
 // runs from each request's scheduled time (so a router that falls behind shows its queue),
 // bucketed by the second it was due in. Warm-up off and on alternate in ROUNDS turns, each a
 // new process, so the machine's noise falls on both alike.
-// Run: npm run bench:cold   (RATE=1000 SECONDS=15 ROUNDS=3 WARMUP_REQUESTS=<serve's default>)
+// Run: npm run bench:cold   (RATE=1000 SECONDS=15 ROUNDS=3 WARMUP_REQUESTS=<serve's default>;
+// to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output)
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
@@ -64,7 +65,8 @@ async function preconnectedPool(url: string): Promise<Pool> {
     connect(opts, cb) {
       const s = sockets.pop()
       if (s === undefined || s.destroyed) return fallback(opts, cb)
-      cb(null, s)
+      // Later, as a real connect answers: undici's client stalls when the callback comes before connect() returns.
+      process.nextTick(cb, null, s)
     },
   })
 }
@@ -95,7 +97,7 @@ async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecon
               if (res.statusCode !== 200) errors++
               const us = Math.max(1, (Number(process.hrtime.bigint() - t0) - due) / 1000)
               perSecond[second]!.recordValue(us)
-              if (second === 0) firstTenths[Math.floor((i * 10) / RATE)]!.recordValue(us)
+              if (second === 0) firstTenths[Math.floor(due / 1e8)]!.recordValue(us)
               if (second >= STEADY[0]) steady.recordValue(us)
             },
             () => void errors++,
@@ -115,17 +117,23 @@ async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecon
 async function once(upstream: string, warm: boolean): Promise<Run> {
   const warmFlag = warm ? (process.env.WARMUP_REQUESTS !== undefined ? ['--warmup-requests', process.env.WARMUP_REQUESTS] : []) : ['--warmup-requests', '0']
   const t = performance.now()
-  const args = ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--config', CONFIG, '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', ...warmFlag]
+  const args = ['--initial-old-space-size=128', ...(process.env.SERVE_FLAGS?.split(' ').filter(Boolean) ?? []), 'dist/cli.js', 'serve', '--config', CONFIG, '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', ...warmFlag]
   const p = await startProcess(process.execPath, args, /on (http:\/\/[\d.:]+) \(admin/, 'stderr', { cwd: root })
   const startMs = performance.now() - t
   try {
     const measured = await load(p.match[1]!)
     // Read after the load: the log (stdout) may arrive after the ready line (stderr).
+    if (process.env.LOG_DIR) writeFileSync(join(process.env.LOG_DIR, `serve-${p.pid}-${warm ? 'on' : 'off'}.log`), p.output())
     return { ...measured, startMs, warmLine: /^.*"msg":"warm.*$/m.exec(p.output())?.[0] }
   } finally {
     await p.stop()
   }
 }
+
+const ratio = (r: Run) => r.perSecond[0]!.getValueAtPercentile(50) / r.steady.getValueAtPercentile(50)
+/** Steady p50 at most this (µs): the router, warm, served RATE without a queue building. */
+const KEPT_UP_US = 50_000
+const keptUp = (r: Run) => r.steady.getValueAtPercentile(50) <= KEPT_UP_US
 
 const ms = (us: number) => `${(us / 1000).toFixed(us < 10_000 ? 2 : 0)} ms`
 
@@ -145,7 +153,7 @@ async function main(): Promise<void> {
         const run = await once(upstream, mode === 'on')
         runs[mode].push(run)
         const cols = run.perSecond.slice(0, 5).map((h) => `${ms(h.getValueAtPercentile(50))} / ${ms(h.getValueAtPercentile(99))}`)
-        console.log(`round ${r + 1} warm-up ${mode.padEnd(3)}  listening after ${Math.round(run.startMs)} ms  p50 / p99 by second: ${cols.join(' | ')}  steady p50 ${ms(run.steady.getValueAtPercentile(50))}  errors ${run.errors}`)
+        console.log(`round ${r + 1} warm-up ${mode.padEnd(3)}  listening after ${Math.round(run.startMs)} ms  p50 / p99 by second: ${cols.join(' | ')}  steady p50 ${ms(run.steady.getValueAtPercentile(50))}  ratio ${ratio(run).toFixed(2)}${keptUp(run) ? '' : ' (steady state queued: machine too busy)'}  errors ${run.errors}`)
         console.log(`  1st s p50 by 100 ms: ${run.firstTenths.map((h) => ms(h.getValueAtPercentile(50))).join(' ')}`)
         if (run.warmLine) console.log(`  ${run.warmLine}`)
       }
@@ -162,12 +170,17 @@ async function main(): Promise<void> {
     const rs = runs[mode]
     const at = (s: number, p: number) => med(rs.map((x) => x.perSecond[s]!.getValueAtPercentile(p)))
     const st = (p: number) => med(rs.map((x) => x.steady.getValueAtPercentile(p)))
-    const ratio = med(rs.map((x) => x.perSecond[0]!.getValueAtPercentile(50) / x.steady.getValueAtPercentile(50)))
-    ratios[mode] = ratio
-    console.log(`| ${mode} | ${Math.round(med(rs.map((x) => x.startMs)))} ms | ${ms(at(0, 50))} | ${ms(at(0, 99))} | ${ms(at(1, 50))} | ${ms(at(1, 99))} | ${ms(st(50))} | ${ms(st(99))} | ${ratio.toFixed(2)} |`)
+    ratios[mode] = med(rs.map(ratio))
+    console.log(`| ${mode} | ${Math.round(med(rs.map((x) => x.startMs)))} ms | ${ms(at(0, 50))} | ${ms(at(0, 99))} | ${ms(at(1, 50))} | ${ms(at(1, 99))} | ${ms(st(50))} | ${ms(st(99))} | ${ratios[mode]!.toFixed(2)} |`)
   }
-  const met = ratios.on! <= 2
-  console.log(`\ntarget: with warm-up on, first-second p50 ≤ 2 × steady p50: ${ratios.on!.toFixed(2)} × — ${met ? 'met' : 'MISSED'} (warm-up off: ${ratios.off!.toFixed(2)} ×)`)
+  // A round whose steady state queued could not sustain RATE even warm (the machine was busy):
+  // its small ratio would say nothing about the start, so the verdict leaves it out.
+  const kept = runs.on.filter(keptUp)
+  const verdict = kept.length === 0 ? 'UNDECIDED (no round kept up in steady state)' : (() => {
+    const r = med(kept.map(ratio))
+    return `${r.toFixed(2)} × over the ${kept.length} of ${runs.on.length} rounds that kept up — ${r <= 2 ? 'met' : 'MISSED'}`
+  })()
+  console.log(`\ntarget: with warm-up on, first-second p50 ≤ 2 × steady p50: ${verdict} (all rounds: ${ratios.on!.toFixed(2)} ×; warm-up off: ${ratios.off!.toFixed(2)} ×)`)
 }
 
 main().catch((err: unknown) => {
