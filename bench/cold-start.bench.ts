@@ -8,6 +8,7 @@
 // to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output)
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -31,6 +32,8 @@ interface Run {
   perSecond: hdr.Histogram[]
   /** The first second in tenths: where in it the time goes. */
   firstTenths: hdr.Histogram[]
+  /** The generator's own longest event-loop stall in the first second, ms: a late send shows as router latency. */
+  generatorStallMs: number
   steady: hdr.Histogram
   errors: number
   /** From spawn to the port accepting, ms. */
@@ -72,7 +75,7 @@ async function preconnectedPool(url: string): Promise<Pool> {
 }
 
 /** Open loop at RATE from the moment the router listens; latency in µs from each request's scheduled time. */
-async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecond' | 'firstTenths' | 'steady' | 'errors'>> {
+async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecond' | 'firstTenths' | 'generatorStallMs' | 'steady' | 'errors'>> {
   const pool = await preconnectedPool(url)
   const perSecond = Array.from({ length: seconds }, histogram)
   const firstTenths = Array.from({ length: 10 }, histogram)
@@ -80,6 +83,13 @@ async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecon
   const bodies = Array.from({ length: 64 }, (_, i) => chatBody(i, i % 2 === 1))
   const n = RATE * seconds
   const interval = 1e9 / RATE
+  const stall = monitorEventLoopDelay({ resolution: 5 })
+  stall.enable()
+  let generatorStallMs = 0
+  setTimeout(() => {
+    generatorStallMs = stall.max / 1e6
+    stall.disable()
+  }, 1000)
   const t0 = process.hrtime.bigint()
   const pending: Promise<void>[] = []
   let errors = 0
@@ -111,7 +121,7 @@ async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecon
   })
   await Promise.all(pending)
   await pool.close()
-  return { perSecond, firstTenths, steady, errors }
+  return { perSecond, firstTenths, generatorStallMs, steady, errors }
 }
 
 async function once(upstream: string, warm: boolean): Promise<Run> {
@@ -154,7 +164,7 @@ async function main(): Promise<void> {
         runs[mode].push(run)
         const cols = run.perSecond.slice(0, 5).map((h) => `${ms(h.getValueAtPercentile(50))} / ${ms(h.getValueAtPercentile(99))}`)
         console.log(`round ${r + 1} warm-up ${mode.padEnd(3)}  listening after ${Math.round(run.startMs)} ms  p50 / p99 by second: ${cols.join(' | ')}  steady p50 ${ms(run.steady.getValueAtPercentile(50))}  ratio ${ratio(run).toFixed(2)}${keptUp(run) ? '' : ' (steady state queued: machine too busy)'}  errors ${run.errors}`)
-        console.log(`  1st s p50 by 100 ms: ${run.firstTenths.map((h) => ms(h.getValueAtPercentile(50))).join(' ')}`)
+        console.log(`  1st s p50 by 100 ms: ${run.firstTenths.map((h) => ms(h.getValueAtPercentile(50))).join(' ')}  (generator's longest stall in it: ${run.generatorStallMs.toFixed(0)} ms)`)
         if (run.warmLine) console.log(`  ${run.warmLine}`)
       }
     }
