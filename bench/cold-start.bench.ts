@@ -2,8 +2,15 @@
 // autoscaler sees it: `serve` (from dist) starts in front of the stub upstream, and as soon as
 // it prints that it listens, an open loop of RATE req/s of 8 KiB chat bodies starts. Latency
 // runs from each request's scheduled time (so a router that falls behind shows its queue),
-// bucketed by the second it was due in. Warm-up off and on alternate in ROUNDS turns, each a
-// new process, so the machine's noise falls on both alike.
+// bucketed by the second it was due in (the first second also by 100 ms). Warm-up off and on
+// alternate in ROUNDS turns, each a new process, so the machine's noise falls on both alike.
+// What is warmed on the generator's side, and why: the target is the router's cold start, not
+// the generator's. Its JIT is warmed by the same load against the stub first (discarded), and
+// its 256 connections to each router are opened before that router's clock starts, when it
+// listens (undici would open them lazily, one per concurrent request, in the first second:
+// the generator's start-up, which a load balancer in front of a real replica has long behind
+// it). No request reaches the router before the clock starts; the router's side of accepting
+// those connections is before it too, and its first request on each of them is not.
 // Run: npm run bench:cold   (RATE=1000 SECONDS=15 ROUNDS=3 WARMUP_REQUESTS=<serve's default>;
 // to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output)
 import { mkdtempSync, writeFileSync } from 'node:fs'
