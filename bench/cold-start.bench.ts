@@ -7,10 +7,11 @@
 // What is warmed on the generator's side, and why: the target is the router's cold start, not
 // the generator's. Its JIT is warmed by the same load against the stub first (discarded), and
 // its 256 connections to each router are opened before that router's clock starts, when it
-// listens (undici would open them lazily, one per concurrent request, in the first second:
-// the generator's start-up, which a load balancer in front of a real replica has long behind
-// it). No request reaches the router before the clock starts; the router's side of accepting
-// those connections is before it too, and its first request on each of them is not.
+// listens (undici would open them lazily, one per concurrent request, in the first second,
+// and the generator's 256 connects would share this machine's CPUs with the router's first
+// second). No request reaches the router before the clock starts; its side of accepting those
+// connections is before it too (a real replica accepts its balancer's connections as the
+// traffic comes), while its first request on each of them is not.
 // Run: npm run bench:cold   (RATE=1000 SECONDS=15 ROUNDS=3 WARMUP_REQUESTS=<serve's default>;
 // to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output)
 import { mkdtempSync, writeFileSync } from 'node:fs'
