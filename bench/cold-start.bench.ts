@@ -13,7 +13,8 @@
 // connections is before it too (a real replica accepts its balancer's connections as the
 // traffic comes), while its first request on each of them is not.
 // Run: npm run bench:cold   (RATE=1000 SECONDS=15 ROUNDS=3 WARMUP_REQUESTS=<serve's default>;
-// to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output)
+// to look inside: SERVE_FLAGS='--trace-gc' adds node flags to serve, LOG_DIR=dir keeps its output;
+// PRECONNECT=0: the generator connects lazily, during the first second)
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
@@ -50,6 +51,8 @@ interface Run {
 }
 
 const CONNECTIONS = 256
+/** PRECONNECT=0: the generator connects lazily, as before (to compare). */
+const PRECONNECT = process.env.PRECONNECT !== '0'
 
 /**
  * The generator's pool, its CONNECTIONS TCP connections opened before the clock starts and
@@ -84,7 +87,7 @@ async function preconnectedPool(url: string): Promise<Pool> {
 
 /** Open loop at RATE from the moment the router listens; latency in µs from each request's scheduled time. */
 async function load(url: string, seconds = SECONDS): Promise<Pick<Run, 'perSecond' | 'firstTenths' | 'generatorStallMs' | 'steady' | 'errors'>> {
-  const pool = await preconnectedPool(url)
+  const pool = PRECONNECT ? await preconnectedPool(url) : new Pool(url, { connections: CONNECTIONS, pipelining: 1, keepAliveTimeout: 60_000 })
   const perSecond = Array.from({ length: seconds }, histogram)
   const firstTenths = Array.from({ length: 10 }, histogram)
   const steady = histogram()
