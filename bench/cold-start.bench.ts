@@ -163,7 +163,7 @@ async function main(): Promise<void> {
   const upstream = `http://127.0.0.1:${stub.match[1]}`
   console.log(`fresh-start latency — ${machine()}`)
   console.log('note: the load generator, the stub and the router all share these CPUs')
-  console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (half SSE) for ${SECONDS} s from the moment serve listens; latency from each request's scheduled time; ${ROUNDS} rounds, warm-up off and on alternating\n`)
+  console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (half SSE) for ${SECONDS} s from the moment serve listens; latency from each request's scheduled time; ${ROUNDS} rounds, warm-up off and on alternating; the generator's ${CONNECTIONS} connections ${PRECONNECT ? 'opened before the clock starts' : 'opened lazily (PRECONNECT=0)'}\n`)
   const runs: Record<'off' | 'on', Run[]> = { off: [], on: [] }
   try {
     // The load generator's own start (its JIT, its client code) must not count against the
