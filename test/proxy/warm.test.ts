@@ -1,6 +1,6 @@
 // The warm-up a starting proxy runs: before its front port accepts anything, on throwaway
 // copies only (the live routers, metrics and upstreams see none of it), closed afterwards,
-// and skipped when configured to 0.
+// and skipped when configured to 0; then the connections it opens to the live instances.
 import net from 'node:net'
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
@@ -152,16 +152,8 @@ describe('warm-up before the front port opens', () => {
     // The sink, and the throwaway server of the first, are closed either way.
     await until(() => listeningServers() === before, 30_000, 'the warm-up servers to close')
   })
-})
 
-describe('upstream connections opened before the front port opens', () => {
-  let proxy: ProxyServer | undefined
-  let stub: Stub | undefined
-  afterEach(async () => {
-    await proxy?.close()
-    await stub?.close()
-    proxy = stub = undefined
-  })
+  // Then the connections to the live instances, right before the port opens.
 
   /** Counts the TCP connections a stub accepts. */
   const countConnections = (s: Stub) => {
