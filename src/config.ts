@@ -190,6 +190,8 @@ export const ConfigSchema = z
         requests: int(0, 1_000_000).default(1000),
         /** The warm-up stops here even if requests are left, so a slow start stays bounded. */
         timeoutMs: ms(10_000),
+        /** Connections opened to each instance in rotation before the front port opens (at most upstream.connections); 0: none. */
+        connections: int(0, 4096).default(16),
       })
       .strict()
       .prefault({}),

@@ -12,6 +12,7 @@ import { logDestination } from './access-log.js'
 import type { ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
+import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
 
 export interface ProxyOptions {
@@ -120,12 +121,20 @@ export class ProxyServer implements ProxyCore {
 
   /** Before the port opens, so that neither traffic nor /health meets a process still in the interpreter. */
   async #warmUp(): Promise<void> {
-    const { requests, timeoutMs } = this.config.warmup
-    if (requests === 0) return
-    const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false, exclusive: true }))
-    const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut, failure: r.failure }
-    if (r.errors > 0 || r.failure !== undefined) this.log.warn(line, 'warm-up incomplete: some of it failed; starting anyway')
-    else this.log.info(line, 'warmed up')
+    const { requests, timeoutMs, connections } = this.config.warmup
+    if (requests > 0) {
+      const r = await warmUp(this.config, requests, timeoutMs, (config, logger) => ProxyServer.start(config, { logger, processMetrics: false, exclusive: true }))
+      const line = { requests: r.requests, errors: r.errors, ms: Math.round(r.ms), timedOut: r.timedOut, failure: r.failure }
+      if (r.errors > 0 || r.failure !== undefined) this.log.warn(line, 'warm-up incomplete: some of it failed; starting anyway')
+      else this.log.info(line, 'warmed up')
+    }
+    // Last, right before the port opens: an instance closes idle connections after its own
+    // keep-alive time (uvicorn's is 5 s), which a long warm-up could outlast.
+    if (connections > 0) {
+      const { path, timeoutMs: probeMs } = this.config.health
+      const c = await preconnect(this.#endpoints.values(), Math.min(connections, this.config.upstream.connections), path, probeMs)
+      this.log.debug(c, 'upstream connections opened')
+    }
   }
 
   get url(): string {

@@ -157,7 +157,7 @@ function warmConfig(config: Config, sinkPort: number): Config {
     // TLS upstreams (h2) would need a certificate the sink does not have: their requests take
     // the same forward code over HTTP/1.1 here.
     upstream: { ...config.upstream, protocol: config.upstream.protocol === 'h2c' ? 'h2c' : 'http1' },
-    warmup: { ...config.warmup, requests: 0 },
+    warmup: { ...config.warmup, requests: 0, connections: 0 },
     log: { ...config.log, prompts: false },
     endpoints: endpoints.map((ep) => ({
       name: ep.name,

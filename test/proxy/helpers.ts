@@ -18,7 +18,7 @@ export function testConfig(endpoints: unknown[], overrides: Record<string, unkno
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
     debugHeaders: true,
     // Tests start many routers; the warm-up has tests of its own (warm.test.ts).
-    warmup: { requests: 0 },
+    warmup: { requests: 0, connections: 0 },
     ...overrides,
     endpoints,
   })
