@@ -117,6 +117,13 @@ class Pace {
   #used = 0
   constructor(readonly slice: number) {}
 
+  /** Whether `length` more bytes fit in the current slice: then the caller works on them at once. */
+  fits(length: number): boolean {
+    if (this.#used + length > this.slice) return false
+    this.#used += length
+    return true
+  }
+
   /** Runs fn over [0, length) in pieces, each within the current slice. */
   async run(length: number, fn: (from: number, to: number) => void): Promise<void> {
     for (let from = 0; from < length; ) {
@@ -145,12 +152,17 @@ export async function readBody(
   for await (const chunk of chunks) {
     size += chunk.length
     if (size > maxBytes) throw tooLarge(maxBytes)
-    if (onChunk) await scan.run(chunk.length, (from, to) => onChunk(to - from === chunk.length ? chunk : chunk.subarray(from, to)))
+    // The usual body fits one slice: no promise or closure for it.
+    if (onChunk && scan.fits(chunk.length)) onChunk(chunk)
+    else if (onChunk) await scan.run(chunk.length, (from, to) => onChunk(to - from === chunk.length ? chunk : chunk.subarray(from, to)))
     parts.push(chunk)
   }
   const out = alloc(size)
-  const gather = new Pace(GATHER_SLICE)
   let at = 0
-  for (const p of parts) await gather.run(p.length, (from, to) => (at += p.copy(out, at, from, to)))
+  if (size <= GATHER_SLICE) for (const p of parts) at += p.copy(out, at)
+  else {
+    const gather = new Pace(GATHER_SLICE)
+    for (const p of parts) await gather.run(p.length, (from, to) => (at += p.copy(out, at, from, to)))
+  }
   return out
 }
