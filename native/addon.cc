@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "key/bindings.h"
+#include "napi_throw.h"
 #include "prefix_index.h"
 #include "router.h"
 #include "strategy/strategy.h"
@@ -28,12 +29,7 @@ namespace {
 
 using pr::RouterState;
 
-Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false) {
-  Napi::Error e = type_error ? Napi::TypeError::New(env, message) : Napi::Error::New(env, message);
-  e.Set("code", Napi::String::New(env, code));
-  e.ThrowAsJavaScriptException();
-  return env.Undefined();
-}
+using pr::Throw;
 
 // Bytes of a Uint8Array (no copy) or a string (UTF-8 into a per-thread buffer).
 struct Bytes {

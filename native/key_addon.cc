@@ -8,18 +8,14 @@
 #include <string>
 
 #include "key/bindings.h"
+#include "napi_throw.h"
 #include "key/openai_key.h"
 #include "xxh3.h"
 #include "prefix_index.h"
 
 namespace {
 
-Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false) {
-  Napi::Error e = type_error ? Napi::TypeError::New(env, message) : Napi::Error::New(env, message);
-  e.Set("code", Napi::String::New(env, code));
-  e.ThrowAsJavaScriptException();
-  return env.Undefined();
-}
+using pr::Throw;
 
 struct View {
   uint8_t* data = nullptr;
