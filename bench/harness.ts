@@ -1,8 +1,9 @@
-// What the proxy benchmarks share: child processes that say when they are ready, the request
-// body they send, the machine they describe and the CPU time they read.
+// What the benchmarks share: child processes that say when they are ready, the request body
+// they send, the machine they describe, the CPU time they read, and batched call timing.
 import { execFileSync, spawn, type SpawnOptions } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { availableParallelism, cpus, platform, release } from 'node:os'
+import { Bench } from 'tinybench'
 
 export interface Started {
   /** The ready pattern's match. */
@@ -119,4 +120,25 @@ export function treeCpuMs(pid: number): number | undefined {
     for (const [child, s] of stats) if (s.ppid === p) queue.push(child)
   }
   return (total * 1000) / clockTicks()
+}
+
+export interface PerCall {
+  meanNs: number
+  medianNs: number
+}
+
+/**
+ * Times fn with tinybench (its warm-up discarded), in batches sized from estimateNs so that one
+ * sample lasts about targetUs: the timer's resolution would swamp a sub-microsecond call.
+ */
+export async function perCall(name: string, fn: () => void, estimateNs: number, o: { timeMs: number; warmupMs: number; targetUs: number }): Promise<PerCall> {
+  const batch = Math.max(1, Math.round((o.targetUs * 1000) / estimateNs))
+  const bench = new Bench({ time: o.timeMs, warmupTime: o.warmupMs })
+  bench.add(name, () => {
+    for (let i = 0; i < batch; i++) fn()
+  })
+  await bench.run()
+  const r = bench.tasks[0]!.result
+  if (r.state !== 'completed') throw new Error(`${name}: ${r.state}`)
+  return { meanNs: (r.latency.mean * 1e6) / batch, medianNs: (r.latency.p50 * 1e6) / batch }
 }

@@ -6,9 +6,9 @@
 // sub-microsecond calls; "median" below is the median of per-call times across batches.
 import { createHash, randomBytes } from 'node:crypto'
 import { xxh3 as nodeRs } from '@node-rs/xxhash'
-import { Bench } from 'tinybench'
 import xxhashWasm from 'xxhash-wasm'
 import { buildInfo, Router, xxh3 } from '../src/index.js'
+import { perCall } from './harness.js'
 
 const TIME = Number(process.env.BENCH_TIME_MS ?? 400)
 const sizes: [string, number][] = [
@@ -21,17 +21,9 @@ const sizes: [string, number][] = [
 
 interface Row { name: string; perCallNs: number; medianNs: number }
 
-/** Runs fn in batches so one sample lasts about targetUs; reports per-call mean and median. */
 async function measure(name: string, fn: () => void, estimateNs: number, targetUs = 20): Promise<Row> {
-  const batch = Math.max(1, Math.round((targetUs * 1000) / estimateNs))
-  const bench = new Bench({ time: TIME, warmupTime: 100 })
-  bench.add(name, () => {
-    for (let i = 0; i < batch; i++) fn()
-  })
-  await bench.run()
-  const r = bench.tasks[0]!.result
-  if (r.state !== 'completed') throw new Error(`${name}: ${r.state}`)
-  return { name, perCallNs: (r.latency.mean * 1e6) / batch, medianNs: (r.latency.p50 * 1e6) / batch }
+  const r = await perCall(name, fn, estimateNs, { timeMs: TIME, warmupMs: 100, targetUs })
+  return { name, perCallNs: r.meanNs, medianNs: r.medianNs }
 }
 
 const fmtRate = (bytes: number, ns: number) => `${(bytes / ns).toFixed(2)} GB/s`

@@ -9,32 +9,21 @@
 // Throughput is bytes of request body per second. Each sample runs a batch of calls sized to
 // ~50 µs; warm-up samples are discarded by tinybench.
 import { spawn, type ChildProcess } from 'node:child_process'
-import { availableParallelism, cpus } from 'node:os'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import readline from 'node:readline'
-import { Bench } from 'tinybench'
 import { parseConfig } from '../src/config.js'
 import { keyBinding, nativeRequest } from '../src/core/key/native-key.js'
 import { openAIRequest } from '../src/core/key/openai-key.js'
 import { Router } from '../src/core/router.js'
 import { closeParsePool } from '../src/proxy/parse-pool.js'
 import { ProxyServer } from '../src/proxy/proxy.js'
+import { machine, perCall } from './harness.js'
 
 const TIME = Number(process.env.BENCH_TIME_MS ?? 500)
-const cpu = cpus()
-console.log(`machine: ${cpu.length} × ${cpu[0]?.model ?? 'unknown CPU'} (${availableParallelism()} usable); node ${process.version}`)
+console.log(`machine: ${machine()}`)
 
-async function perCallNs(name: string, fn: () => void, estimateNs: number, targetUs = 50): Promise<number> {
-  const batch = Math.max(1, Math.round((targetUs * 1000) / estimateNs))
-  const bench = new Bench({ time: TIME, warmupTime: 200 })
-  bench.add(name, () => {
-    for (let i = 0; i < batch; i++) fn()
-  })
-  await bench.run()
-  const r = bench.tasks[0]!.result
-  if (r.state !== 'completed') throw new Error(`${name}: ${r.state}`)
-  return (r.latency.p50 * 1e6) / batch
-}
+const perCallNs = async (name: string, fn: () => void, estimateNs: number) =>
+  (await perCall(name, fn, estimateNs, { timeMs: TIME, warmupMs: 200, targetUs: 50 })).medianNs
 
 /** A chat body of about `bytes`: a long system prompt, a few turns, some accents and escapes. */
 function chatBody(bytes: number): Buffer {
