@@ -10,7 +10,7 @@ import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
 import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
 import { readInvokePrefix } from '../core/key/invoke-key.js'
-import { tenantOf } from '../core/key/tenant.js'
+import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
@@ -158,7 +158,7 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
     const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
     // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
     // known already (tenantOf checks it after the read, as before).
-    const hash = { tenant: Array.isArray(header) ? header.join(',') : header, blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
+    const hash = { tenant: tenantHeaderValue(header), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
     const read = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span, prefixLength, hash })
     if (read.native) {
       // The extracted key carries its own anchor; the pick reads it from there.

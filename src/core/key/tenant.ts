@@ -6,9 +6,12 @@ import { RequestError } from '../errors.js'
 export const TENANT_HEADER = 'x-amzn-sagemaker-prefix-aware-id'
 const VALID = /^[\x20-\x7e]{1,64}$/
 
+/** The tenant header's value as one string (a repeated header joined, as Node joins most). */
+export const tenantHeaderValue = (header: string | string[] | undefined): string | undefined => (Array.isArray(header) ? header.join(',') : header)
+
 export function tenantOf(header: string | string[] | undefined, promptCacheKey?: string): string | undefined {
   if (header !== undefined) {
-    const v = Array.isArray(header) ? header.join(',') : header
+    const v = tenantHeaderValue(header)!
     if (!VALID.test(v)) throw new RequestError('invalid_tenant', `${TENANT_HEADER} must be 1 to 64 printable ASCII characters`)
     return v
   }
