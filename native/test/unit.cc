@@ -4,6 +4,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>  // reference XXH3 (Debian libxxhash-dev)
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -638,19 +640,16 @@ void test_stress() {
 
 // ---- shared state (several processes on one region) ----------------------------------
 
-std::string shm_path(const char* what) {
-  return "/dev/shm/prefix-router-unit-" + std::to_string(::getpid()) + "-" + what;
-}
-
 // A process that attached sees the creator's membership and parameters, shares counters and
-// the prefix index, and may not change membership or parameters.
+// the prefix index, and may not change membership or parameters. On Linux the state is a
+// memfd that others open through the creator's /proc/<pid>/fd.
 void test_shared_attach() {
   std::string err;
-  const std::string path = shm_path("attach");
-  auto creator = pr::RouterState::create_shared(path, kRouterVnodes, 64, &err);
+  auto creator = pr::RouterState::create_shared("/dev/shm", true, kRouterVnodes, 64, &err);
   CHECK(creator != nullptr);
   if (!creator) return;
-  CHECK(pr::RouterState::create_shared(path, kRouterVnodes, 64, &err) == nullptr && !err.empty());  // exists
+  const std::string path = creator->shared_path();
+  CHECK(path.rfind("/proc/" + std::to_string(::getpid()) + "/fd/", 0) == 0);
   auto members = members_named("abcd");
   CHECK(creator->set_instances(members).empty());
   creator->configure(pr::Strategy::PrefixAware, 4096, 2);
@@ -680,17 +679,76 @@ void test_shared_attach() {
   creator->release_reader(rc);
   other.reset();
   creator.reset();
-  CHECK(::access(path.c_str(), F_OK) != 0);  // the creator's close removes the file
+  CHECK(::access(path.c_str(), F_OK) != 0);  // the creator's close lets the memory go
+}
+
+std::vector<std::string> state_files(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d))
+    if (std::string(e->d_name).rfind(pr::Region::kFilePrefix, 0) == 0) out.push_back(dir + "/" + e->d_name);
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The file a creator keeps in a directory: locked while it lives, removed by its close, and
+// removed by the next creator in that directory when it crashed; never one whose creator lives.
+void test_shared_file() {
+  char tmpl[] = "/tmp/prefix-router-unit-XXXXXX";
+  const char* made = ::mkdtemp(tmpl);
+  CHECK(made != nullptr);
+  if (made == nullptr) return;
+  const std::string dir = made;
+  // A creator that crashes: its file stays, its lock goes with it.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::string e;
+    auto st = pr::RouterState::create_shared(dir, false, kRouterVnodes, 16, &e);
+    ::_exit(st ? 0 : 2);  // no destructors: as a SIGKILL would leave it
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(state_files(dir).size() == 1);
+  // An unlocked file whose pid lives (a creator between open and lock, or an older version's).
+  const std::string live = dir + "/" + pr::Region::kFilePrefix + std::to_string(::getppid()) + "-1-1";
+  const int fd = ::open(live.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  CHECK(fd >= 0);
+  ::close(fd);
+
+  std::string err;
+  auto a = pr::RouterState::create_shared(dir, false, kRouterVnodes, 16, &err);
+  CHECK(a != nullptr);
+  if (!a) return;
+  CHECK(a->shared_path().rfind(dir + "/" + pr::Region::kFilePrefix + std::to_string(::getpid()) + "-", 0) == 0);
+  std::vector<std::string> expect = {live, a->shared_path()};
+  std::sort(expect.begin(), expect.end());
+  CHECK(state_files(dir) == expect);  // the crashed creator's file went
+  // A second creator in this process sweeps too, and leaves the first's locked file alone.
+  auto b = pr::RouterState::create_shared(dir, false, kRouterVnodes, 16, &err);
+  CHECK(b != nullptr && state_files(dir).size() == 3);
+  auto other = pr::RouterState::attach(a->shared_path(), &err);
+  CHECK(other != nullptr && !other->writable());
+  const std::string a_path = a->shared_path();
+  other.reset();
+  a.reset();
+  b.reset();
+  CHECK(state_files(dir) == std::vector<std::string>{live});
+  CHECK(::access(a_path.c_str(), F_OK) != 0);
+  ::unlink(live.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // fork(): a child attaches, takes leases and queued prefill, and is killed holding them;
 // release_process(child) takes exactly its share off the counters.
 void test_shared_dead_process() {
   std::string err;
-  const std::string path = shm_path("fork");
-  auto st = pr::RouterState::create_shared(path, kRouterVnodes, 64, &err);
+  auto st = pr::RouterState::create_shared("/dev/shm", true, kRouterVnodes, 64, &err);
   CHECK(st != nullptr);
   if (!st) return;
+  const std::string path = st->shared_path();
   auto members = members_named("abc");
   CHECK(st->set_instances(members).empty());
   st->configure(pr::Strategy::LeastOutstanding, 4096, 100);
@@ -734,9 +792,10 @@ void test_shared_dead_process() {
 // lease must be on the instance the pick's snapshot names, and everything drains to zero.
 void test_shared_churn() {
   std::string err;
-  const std::string path = shm_path("churn");
-  auto creator = pr::RouterState::create_shared(path, kRouterVnodes, 16, &err);
-  auto other = pr::RouterState::attach(path, &err);
+  auto creator = pr::RouterState::create_shared("/dev/shm", true, kRouterVnodes, 16, &err);
+  CHECK(creator != nullptr);
+  if (!creator) return;
+  auto other = pr::RouterState::attach(creator->shared_path(), &err);
   CHECK(creator != nullptr && other != nullptr);
   if (!creator || !other) return;
   std::atomic<bool> stop{false};
@@ -861,6 +920,7 @@ int main() {
       {"router configure publishes", test_configure_publishes},
       {"router multi-thread stress", test_stress},
       {"shared state attach", test_shared_attach},
+      {"shared state file", test_shared_file},
       {"shared state dead process", test_shared_dead_process},
       {"shared state membership churn", test_shared_churn},
       {"shared index owner died", test_shared_index_owner_died},
