@@ -284,8 +284,9 @@ Handle* GetHandle(const Napi::CallbackInfo& info) {
   return h;
 }
 
-// router_create(name | undefined, vnodes, slotCapacity, sharedPath?): with sharedPath, the
-// state lives in a new file there that other processes open with router_attach.
+// router_create(name | undefined, vnodes, slotCapacity, sharedDir?, anonymous?): with
+// sharedDir, the state lives in shared memory that other processes open with router_attach:
+// a memfd if `anonymous` and the system allows, else a new file in sharedDir.
 Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[1].IsNumber() || !info[2].IsNumber())
@@ -294,12 +295,12 @@ Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
   const int64_t slots = info[2].As<Napi::Number>().Int64Value();
   if (vnodes < 1 || vnodes > 65536) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
   if (slots < 1 || slots > 16384) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
-  if (!info[3].IsUndefined() && !info[3].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "sharedPath must be a string", true);
+  if (!info[3].IsUndefined() && !info[3].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "sharedDir must be a string", true);
   std::shared_ptr<RouterState> state;
   if (info[3].IsString()) {
     std::string err;
-    state = RouterState::create_shared(info[3].As<Napi::String>().Utf8Value(), static_cast<uint32_t>(vnodes),
-                                       static_cast<uint32_t>(slots), &err);
+    state = RouterState::create_shared(info[3].As<Napi::String>().Utf8Value(), info[4].IsBoolean() && info[4].As<Napi::Boolean>().Value(),
+                                       static_cast<uint32_t>(vnodes), static_cast<uint32_t>(slots), &err);
     if (!state) return Throw(env, "ROUTER_SHARED_STATE", err);
   } else {
     state = std::make_shared<RouterState>(static_cast<uint32_t>(vnodes), static_cast<uint32_t>(slots));
@@ -325,7 +326,7 @@ Napi::Value RouterAttach(const Napi::CallbackInfo& info) {
   return Wrap(env, std::move(state));
 }
 
-// router_shared_path(h) -> the region file's path, or undefined for a process-private router.
+// router_shared_path(h) -> what router_attach opens, or undefined for a process-private router.
 Napi::Value RouterSharedPath(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);

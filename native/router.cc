@@ -97,8 +97,8 @@ void fill_derived(Snapshot* snap) {
 
 std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
   std::string err;
-  auto r = Region::create("", slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
-                          PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
+  auto r = Region::create_private(slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
+                                  PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
   if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
   return r;
 }
@@ -126,10 +126,10 @@ RouterState::RouterState(std::unique_ptr<Region> region)
   current_.store(s, std::memory_order_release);
 }
 
-std::unique_ptr<RouterState> RouterState::create_shared(const std::string& path, uint32_t vnodes_per_weight,
+std::unique_ptr<RouterState> RouterState::create_shared(const std::string& dir, bool anonymous, uint32_t vnodes_per_weight,
                                                         uint32_t slot_capacity, std::string* err) {
-  auto region = Region::create(path, slot_capacity, vnodes_per_weight, PrefixIndex::kDefaultNodes,
-                               PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), err);
+  auto region = Region::create_shared(dir, anonymous, slot_capacity, vnodes_per_weight, PrefixIndex::kDefaultNodes,
+                                      PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), err);
   if (!region) return nullptr;
   std::unique_ptr<RouterState> st(new RouterState(std::move(region)));
   if (!st->claim_row(err)) return nullptr;

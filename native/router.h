@@ -72,9 +72,10 @@ class RouterState {
  public:
   // Process-private state.
   RouterState(uint32_t vnodes_per_weight, uint32_t slot_capacity);
-  // Creates a region file at `path` that other processes attach to. Null with *err on failure.
-  static std::unique_ptr<RouterState> create_shared(const std::string& path, uint32_t vnodes_per_weight, uint32_t slot_capacity,
-                                                    std::string* err);
+  // Creates a region other processes attach to (Region::create_shared: a memfd when
+  // `anonymous` allows one, else a file in `dir`). Null with *err on failure.
+  static std::unique_ptr<RouterState> create_shared(const std::string& dir, bool anonymous, uint32_t vnodes_per_weight,
+                                                    uint32_t slot_capacity, std::string* err);
   // Opens a region another process created; read-only for membership and parameters.
   static std::unique_ptr<RouterState> attach(const std::string& path, std::string* err);
   ~RouterState();

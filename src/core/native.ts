@@ -41,7 +41,7 @@ export interface NativeBinding {
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
   xxh3_chain(data: Uint8Array | string, blockBytes: number, seed: bigint, out: BigUint64Array | Float64Array): number
   build_info(): NativeBuildInfo
-  router_create(name: string | undefined, vnodes: number, slots: number, sharedPath?: string): NativeHandle
+  router_create(name: string | undefined, vnodes: number, slots: number, sharedDir?: string, anonymous?: boolean): NativeHandle
   router_open(name: string): NativeHandle
   router_attach(path: string): NativeHandle
   router_shared_path(h: NativeHandle): string | undefined
