@@ -6,7 +6,7 @@ import type { Config } from '../config.js'
 import type { TryResult } from '../fleet/outlier.js'
 import type { Membership } from './membership.js'
 
-/** The file of each endpoint's shared routing state, by endpoint name, for Router.attach. */
+/** Each endpoint's shared routing state, by endpoint name, as Router.attach opens it. */
 export type SharedRouters = Record<string, string>
 
 export type ToWorker =

@@ -57,8 +57,9 @@ export class ClusterPrimary {
       metricsText: () => c.#metrics?.text(c.#ready) ?? c.#proxy.metrics.registry.metrics(),
     })
     c.#metrics = new ClusterMetrics(c.#proxy.metrics.registry, () => c.#ready.size)
-    // A second signal exits without the drain: the state files in /dev/shm go with the process
-    // all the same (closing the creator's router removes its file; closing twice is harmless).
+    // A second signal exits without the drain: the routers are closed all the same, so that a
+    // state kept in a file (where the system has no anonymous shared memory) is removed
+    // (closing twice is harmless).
     process.once('exit', () => {
       for (const r of c.#routers) r.close()
     })
@@ -99,7 +100,9 @@ export class ClusterPrimary {
   }
 
   #createRouter(options: RouterOptions): Router {
-    // In shared memory: every worker attaches it, so in-flight counts and overflow are fleet-wide.
+    // In shared memory: every worker attaches it, so in-flight counts and overflow are
+    // fleet-wide. Anonymous (a memfd the workers open through this process's /proc/<pid>/fd):
+    // it goes with the last process mapping it, so a primary killed leaves nothing behind.
     const r = new Router({ ...options, shared: true })
     this.#routers.add(r)
     return r

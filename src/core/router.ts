@@ -2,7 +2,6 @@
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
 import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
 import { ExtractedKey, keyBinding } from './key/native-key.js'
 import { native, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
@@ -26,21 +25,24 @@ const SLOT_CAPACITY = 8192
 
 export interface SharedRouterOptions extends RouterOptions {
   /**
-   * Keep the state (counters, membership, parameters, prefix index) in a file under /dev/shm
-   * that other processes open with `Router.attach(router.sharedPath)`: their picks and this
-   * one's see each other's leases as one process would.
+   * Keep the state (counters, membership, parameters, prefix index) in memory that other
+   * processes of this user map with `Router.attach(router.sharedPath)`: their picks and this
+   * one's see each other's leases as one process would. `true`: anonymous shared memory
+   * (Linux), or where the system has none a file in /dev/shm (else the temporary directory).
+   * `{ directory }`: a file in that directory, for processes that cannot open this one's
+   * /proc/<pid>/fd (another PID namespace sharing the directory, say).
    */
-  shared?: boolean | undefined
+  shared?: boolean | { directory: string } | undefined
 }
 
-// Where shared state files go: tmpfs when the system has one (no disk writes), else the
-// temporary directory. The name says what the file is and which process made it, so one
-// left behind by a primary that crashed can be recognised and removed.
-let sharedFiles = 0
-function sharedStatePath(): string {
-  const dir = existsSync('/dev/shm') ? '/dev/shm' : tmpdir()
-  const nonce = Math.floor(Math.random() * 0x100000000).toString(16)
-  return join(dir, `prefix-router-state-${process.pid}-${++sharedFiles}-${nonce}`)
+// Where the state goes: anonymous memory unless a directory is named; the directory is
+// for the file the system falls back to, tmpfs when it has one (no disk writes).
+function sharedBacking(shared: SharedRouterOptions['shared']): { dir: string; anonymous: boolean } | undefined {
+  if (shared === undefined || shared === false) return undefined
+  if (shared === true) return { dir: existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), anonymous: true }
+  const dir = typeof shared === 'object' && shared !== null ? (shared as { directory?: unknown }).directory : undefined
+  if (typeof dir !== 'string' || dir.length === 0) throw new InvalidArgTypeError('shared', 'a boolean or { directory: string }', shared)
+  return { dir, anonymous: false }
 }
 
 // Native errors carry a code but are plain Errors; shared-state ones become SharedRouterError.
@@ -196,9 +198,8 @@ export class Router {
     if (options.name !== undefined && (typeof options.name !== 'string' || options.name.length === 0 || options.name.length > 256)) {
       throw new OutOfRangeError('name', 'a string of 1 to 256 characters', options.name)
     }
-    const shared = options.shared
-    if (shared !== undefined && typeof shared !== 'boolean') throw new InvalidArgTypeError('shared', 'a boolean', shared)
-    const h = nativeCall(() => native.router_create(options.name, vnodes, SLOT_CAPACITY, shared === true ? sharedStatePath() : undefined))
+    const backing = sharedBacking(options.shared)
+    const h = nativeCall(() => native.router_create(options.name, vnodes, SLOT_CAPACITY, backing?.dir, backing?.anonymous))
     configureNative(h, params)
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
     this.#handle = h
@@ -216,8 +217,8 @@ export class Router {
   }
 
   /**
-   * Opens from another process the state a router created with `shared: true` keeps at
-   * `path` (its `sharedPath`). Picks, releases and the counters are shared with every process
+   * Opens from another process the state a router created with `shared` keeps at `path`
+   * (its `sharedPath`, valid while the creator holds the state). Picks, releases and the counters are shared with every process
    * that has it open; instances and parameters follow the creator's (setInstances and
    * configure throw SharedRouterError `ROUTER_READ_ONLY` here).
    */
@@ -228,7 +229,10 @@ export class Router {
     return r
   }
 
-  /** The shared state file, for `Router.attach`; undefined for a router private to this process. */
+  /**
+   * What `Router.attach` opens: `/proc/<pid>/fd/<fd>` for anonymous shared memory, else the
+   * state file; undefined for a router private to this process.
+   */
   get sharedPath(): string | undefined {
     return native.router_shared_path(this.#h())
   }
@@ -356,7 +360,9 @@ export class Router {
   /**
    * Releases this handle. The state goes when the last handle in the process closes; for a
    * shared router, leases this process still holds are ended then, and the creator's close
-   * removes the state file (a creator that crashed leaves it behind in /dev/shm).
+   * removes the state file if it made one. Anonymous shared memory goes with the last process
+   * that maps it; a file a creator that crashed left behind goes when the next shared router
+   * is created in its directory.
    */
   close(): void {
     if (this.#handle === null) return

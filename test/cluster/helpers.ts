@@ -25,9 +25,14 @@ process.once('exit', () => {
   for (const c of running) c.kill('SIGKILL')
 })
 
-/** Starts `serve` with the flags given (loopback, any free ports); resolves once it says it is routing. */
-export function serve(args: string[]): Promise<Served> {
-  const child = spawn(process.execPath, [cli, 'serve', '--host', '127.0.0.1', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--debug-headers', ...args])
+/**
+ * Starts `serve` with the flags given (loopback, any free ports); resolves once it says it is
+ * routing. `wrap` turns the command line into another that runs it (the router's pid is the
+ * child's only if the wrapper execs it).
+ */
+export function serve(args: string[], wrap: (argv: string[]) => string[] = (argv) => argv): Promise<Served> {
+  const [command, ...rest] = wrap([process.execPath, cli, 'serve', '--host', '127.0.0.1', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--debug-headers', ...args])
+  const child = spawn(command!, rest)
   running.add(child)
   child.once('exit', () => running.delete(child))
   let err = ''
@@ -44,10 +49,7 @@ export function serve(args: string[]): Promise<Served> {
   })
 }
 
-/**
- * Stops it at once, as an operator's second signal does: the workers follow their primary,
- * and the primary removes its shared state files (a SIGKILL would leave them in /dev/shm).
- */
+/** Stops it at once, as an operator's second signal does: the workers follow their primary. */
 export async function stop(s: Served | undefined): Promise<void> {
   if (s === undefined || s.child.exitCode !== null || s.child.signalCode !== null) return
   const gone = () => s.child.exitCode !== null || s.child.signalCode !== null

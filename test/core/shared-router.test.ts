@@ -2,7 +2,9 @@
 // picks of all of them see every lease as one process would. The children load the built
 // package (dist/), like the worker-thread fixtures.
 import { fork, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import v8 from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -10,6 +12,31 @@ import { Router } from '../../src/core/router.js'
 import { ids } from '../helpers/keys.js'
 
 const childScript = new URL('../fixtures/shared-router-child.mjs', import.meta.url)
+const creatorScript = new URL('../fixtures/shared-router-creator.mjs', import.meta.url)
+
+/** The router state files in dir (made by process `pid`, if given), as full paths. */
+function stateFiles(dir: string, pid?: number): string[] {
+  return readdirSync(dir)
+    .filter((f) => f.startsWith(`prefix-router-state-${pid === undefined ? '' : `${pid}-`}`))
+    .map((f) => join(dir, f))
+    .sort()
+}
+
+/** A process that creates a shared router ('anonymous', or in a directory) and waits to be killed. */
+async function creator(where: string): Promise<{ proc: ChildProcess; path: string }> {
+  const proc = fork(creatorScript, [where], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const path = await new Promise<string>((res, rej) => {
+    proc.once('message', (m) => res((m as { path: string }).path))
+    proc.once('exit', (code) => rej(new Error(`creator exited (${code}) before reporting its state`)))
+  })
+  return { proc, path }
+}
+
+async function kill(proc: ChildProcess): Promise<void> {
+  const exited = new Promise((res) => proc.once('exit', res))
+  proc.kill('SIGKILL')
+  await exited
+}
 
 interface Got { instance: string; overflow: boolean }
 
@@ -74,16 +101,58 @@ afterEach(async () => {
 })
 
 describe('Router shared between processes', () => {
-  it('creates a state file, reports its path, and removes it on close', () => {
+  it('keeps the state in anonymous shared memory, named by /proc/<pid>/fd, with no file in /dev/shm', () => {
     const r = new Router({ instances: [{ id: 'a' }], shared: true })
     const path = r.sharedPath!
-    expect(path).toMatch(/prefix-router-state-\d+-/)
-    expect(existsSync(path)).toBe(true)
+    expect(path).toMatch(new RegExp(`^/proc/${process.pid}/fd/\\d+$`))
+    expect(readlinkSync(path)).toMatch(/^\/memfd:prefix-router-state/)
+    expect(stateFiles('/dev/shm', process.pid)).toEqual([])
     r.close()
     expect(existsSync(path)).toBe(false)
     const local = new Router({ instances: [{ id: 'a' }] })
     expect(local.sharedPath).toBeUndefined()
     local.close()
+  })
+
+  it('a creator killed with SIGKILL leaves nothing behind; attaching to it then fails naming the path', async () => {
+    const { proc, path } = await creator('anonymous')
+    expect(readlinkSync(path)).toMatch(/^\/memfd:prefix-router-state/)
+    await kill(proc)
+    expect(stateFiles('/dev/shm', proc.pid)).toEqual([])
+    expect(stateFiles(tmpdir(), proc.pid)).toEqual([])
+    expect(() => Router.attach(path)).toThrow(
+      expect.objectContaining({ code: 'ROUTER_SHARED_STATE', message: expect.stringContaining(`'${path}'`) }),
+    )
+  })
+
+  it('shared: { directory } keeps a file there, removed on close; a crashed creator\'s file goes with the next creation', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'prefix-router-test-'))
+    try {
+      const { proc, path: crashed } = await creator(dir)
+      expect(crashed.startsWith(join(dir, `prefix-router-state-${proc.pid}-`))).toBe(true)
+      await kill(proc)
+      expect(stateFiles(dir)).toEqual([crashed]) // nobody left to remove it
+      const r = new Router({ instances: [{ id: 'a' }], shared: { directory: dir } })
+      routers.push(r)
+      expect(stateFiles(dir)).toEqual([r.sharedPath!])
+      const c = await spawn(r.sharedPath!)
+      expect(await c.pick(['x'], true)).toEqual([{ instance: 'a', overflow: false }])
+      expect(r.inFlight('a')).toBe(1)
+      await c.ask({ cmd: 'release' })
+      r.close()
+      expect(stateFiles(dir)).toEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a directory that cannot hold the state is refused, naming it', () => {
+    expect(() => new Router({ instances: [{ id: 'a' }], shared: { directory: '/nonexistent/dir' } })).toThrow(
+      expect.objectContaining({ name: 'SharedRouterError', code: 'ROUTER_SHARED_STATE', message: expect.stringContaining("'/nonexistent/dir'") }),
+    )
+    for (const bad of [{ directory: '' }, { dir: '/tmp' }, 'yes', null]) {
+      expect(() => new Router({ instances: [{ id: 'a' }], shared: bad as unknown as boolean })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }))
+    }
   })
 
   it('refuses a path that is not a router state, with a coded error naming it', () => {
@@ -92,9 +161,6 @@ describe('Router shared between processes', () => {
     )
     expect(() => Router.attach(new URL(import.meta.url).pathname)).toThrow(expect.objectContaining({ code: 'ROUTER_SHARED_STATE' }))
     expect(() => Router.attach('')).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }))
-    expect(() => new Router({ instances: [{ id: 'a' }], shared: 'yes' as unknown as boolean })).toThrow(
-      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }),
-    )
   })
 
   it('leases held by two children fill the target to the threshold; the next pick overflows as in one process', async () => {
