@@ -260,7 +260,8 @@ class Region {
     struct statvfs vfs;
     if (::statvfs(dir.c_str(), &vfs) != 0) { *err = "cannot keep the router state in '" + dir + "': " + std::strerror(errno); return -1; }
     const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    if (free_bytes < l.size) {
+    // A file system reporting no blocks at all has no limit to tell (tmpfs mounted size=0).
+    if (vfs.f_blocks != 0 && free_bytes < l.size) {
       *err = "cannot keep the router state in '" + dir + "': it needs " + mib(l.size) + " there and '" + dir + "' has " + mib(free_bytes) +
              " free (a container's /dev/shm is 64 MiB unless it is given more, e.g. docker run --shm-size)";
       return -1;
