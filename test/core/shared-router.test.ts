@@ -2,7 +2,7 @@
 // picks of all of them see every lease as one process would. The children load the built
 // package (dist/), like the worker-thread fixtures.
 import { fork, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, ftruncateSync, mkdtempSync, openSync, readdirSync, readlinkSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import v8 from 'node:v8'
@@ -107,6 +107,13 @@ describe('Router shared between processes', () => {
     expect(path).toMatch(new RegExp(`^/proc/${process.pid}/fd/\\d+$`))
     expect(readlinkSync(path)).toMatch(/^\/memfd:prefix-router-state/)
     expect(stateFiles('/dev/shm', process.pid)).toEqual([])
+    // Sealed at its size: a process that opens it cannot shrink it under the others' mappings.
+    const fd = openSync(path, 'r+')
+    try {
+      expect(() => ftruncateSync(fd, 4096)).toThrow(expect.objectContaining({ code: 'EPERM' }))
+    } finally {
+      closeSync(fd)
+    }
     r.close()
     expect(existsSync(path)).toBe(false)
     const local = new Router({ instances: [{ id: 'a' }] })
