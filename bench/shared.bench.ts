@@ -1,5 +1,5 @@
-// Router.pick() + lease.release() through a state shared between processes (a file mapped
-// from /dev/shm) against the process-private state, same options, same run; and what the
+// Router.pick() + lease.release() through a state shared between processes (anonymous shared
+// memory, or a file where that is unavailable) against the process-private state, same options, same run; and what the
 // garbage-collector safety net for unreleased leases adds to each pick.
 // Run: npm run bench:shared   (BENCH_TIME_MS=… to change the time per task, default 400)
 //

@@ -3,7 +3,7 @@
 // split between the processes that map it) of every process in the router's tree, from
 // /proc/<pid>/smaps_rollup, and of the state's mappings alone, from /proc/<pid>/smaps. Rounds
 // alternate the two, and each row reports its median. Linux only (/proc).
-// Run: npm run build:ts && npx tsx bench/workers-memory.bench.ts   (REQUESTS=2000 ROUNDS=3)
+// Run: npm run bench:workers-memory   (REQUESTS=2000 ROUNDS=3)
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { machine, startProcess } from './harness.js'
