@@ -3,8 +3,9 @@
 // of the text string, whose UTF-8 conversion is part of the pick), measured in the same run;
 // then how long serve's event loop stalls while it takes 16 MiB bodies of each shape.
 // Run: npm run bench:key   (BENCH_TIME_MS=… to change the time per task, default 500;
-// KEY_BENCH_SKIP_THROUGHPUT=1 to run only the event-loop and 16 MiB parts; KEY_BENCH_LOOP_REPS=…
-// to change how often each body is sent to serve, default 5)
+// KEY_BENCH_SKIP_THROUGHPUT=1 to run only the event-loop and 16 MiB parts, KEY_BENCH_ONLY_THROUGHPUT=1
+// only the throughput table; KEY_BENCH_LOOP_REPS=… to change how often each body is sent to serve,
+// default 5)
 //
 // Throughput is bytes of request body per second. Each sample runs a batch of calls sized to
 // ~50 µs; warm-up samples are discarded by tinybench.
@@ -264,6 +265,8 @@ async function eventLoop(): Promise<void> {
 }
 
 if (!process.env.KEY_BENCH_SKIP_THROUGHPUT) await throughput()
-await eventLoop()
-mainThreadScan()
+if (!process.env.KEY_BENCH_ONLY_THROUGHPUT) {
+  await eventLoop()
+  mainThreadScan()
+}
 console.log('\nTimings on a shared or busy machine are noisy: compare ratios from one run, not absolute numbers across runs.')

@@ -23,13 +23,13 @@ struct View {
 };
 
 // Through napi_get_typedarray_info's own data pointer: a body gathered into a
-// SharedArrayBuffer (for the parse worker) has no ArrayBuffer to ask for one.
-bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
-  if (!v.IsTypedArray()) return false;
+// SharedArrayBuffer (for the parse worker) has no ArrayBuffer to ask for one. The call fails
+// on anything that is not a typed array, so no type check goes before it.
+bool GetView(napi_env env, napi_value v, napi_typedarray_type type, View* out) {
   napi_typedarray_type t;
   size_t length = 0, offset = 0;
   void* data = nullptr;
-  if (napi_get_typedarray_info(v.Env(), v, &t, &length, &data, nullptr, &offset) != napi_ok || t != type) return false;
+  if (napi_get_typedarray_info(env, v, &t, &length, &data, nullptr, &offset) != napi_ok || t != type) return false;
   out->data = static_cast<uint8_t*>(data);
   out->len = length * (type == napi_float64_array ? sizeof(double) : 1);
   // An empty array may have no buffer at all.
@@ -37,25 +37,31 @@ bool GetView(const Napi::Value& v, napi_typedarray_type type, View* out) {
   return true;
 }
 
-bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
+bool Int(napi_env env, napi_value v, double lo, double hi, size_t* out) {
   double d = 0;
-  if (napi_get_value_double(v.Env(), v, &d) != napi_ok) return false;  // not a number
+  if (napi_get_value_double(env, v, &d) != napi_ok) return false;  // not a number
   if (!(d >= lo && d <= hi) || std::floor(d) != d) return false;
   *out = static_cast<size_t>(d);
   return true;
+}
+bool Int(const Napi::Value& v, double lo, double hi, size_t* out) { return Int(v.Env(), v, lo, hi, out); }
+
+napi_valuetype TypeOf(napi_env env, napi_value v) {
+  napi_valuetype t = napi_undefined;
+  return napi_typeof(env, v, &t) == napi_ok ? t : napi_undefined;
 }
 
 // The tenant a pick will be given, as the bytes it hashes for the seed: the header's value when
 // the caller passed one (tenantOf prefers it), else the body's prompt_cache_key when it is its
 // own bytes (no escapes; 1 to 64 printable ASCII, as tenantOf requires), else none. False
 // when it cannot be told here: the pick then hashes the text itself.
-bool TenantSeed(const Napi::Value& header, const uint8_t* body, const pr::key::KeyResult& r, uint64_t* seed) {
+bool TenantSeed(napi_env env, napi_value header, bool header_is_string, const uint8_t* body, const pr::key::KeyResult& r, uint64_t* seed) {
   *seed = 0;
-  if (header.IsString()) {
+  if (header_is_string) {
     char buf[72];
     size_t n = 0;
     // A longer value is not a tenant tenantOf accepts: the request fails before any pick.
-    if (napi_get_value_string_utf8(header.Env(), header, buf, sizeof buf, &n) != napi_ok || n == 0 || n > 64) return false;
+    if (napi_get_value_string_utf8(env, header, buf, sizeof buf, &n) != napi_ok || n == 0 || n > 64) return false;
     *seed = pr::xxh3_64(buf, n, 0);
     return true;
   }
@@ -106,25 +112,35 @@ size_t WriteHashes(uint8_t* text, const pr::key::KeyResult& r, size_t prefix, si
 // are written after the text as well, for a router whose prefixLength is `prefix` and a
 // request whose tenant header is `tenant` (undefined without one), when out has room for
 // them and the tenant is known (see TenantSeed); meta[9] is the bytes they take, 0 when not.
-Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+// A plain napi_callback rather than node-addon-api's CallbackInfo, which allocates its argument
+// array on the heap for more than six arguments: this runs once per request.
+napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
+  Napi::Env env(raw_env);
+  napi_value argv[10];
+  size_t argc = 10;
+  if (napi_get_cb_info(raw_env, cb, &argc, argv, nullptr, nullptr) != napi_ok) return nullptr;
+  napi_value undefined = nullptr;
+  napi_get_undefined(raw_env, &undefined);
+  for (size_t i = argc; i < 10; i++) argv[i] = undefined;
   size_t api = 0, span = 0, prefix = 0, depth = 0;
-  if (!Int(info[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
+  if (!Int(raw_env, argv[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
   View body, out, meta;
-  if (!GetView(info[1], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
-  if (!Int(info[2], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
-  if (!Int(info[3], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
-  if (!Int(info[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
-  if (!GetView(info[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
-  if (!GetView(info[6], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
+  if (!GetView(raw_env, argv[1], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
+  if (!Int(raw_env, argv[2], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
+  if (!Int(raw_env, argv[3], 1, static_cast<double>(span), &prefix))
+    return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
+  if (!Int(raw_env, argv[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
+  if (!GetView(raw_env, argv[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
+  if (!GetView(raw_env, argv[6], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 10", true);
   size_t offset = 0;
-  if (!info[7].IsUndefined() && !Int(info[7], 0, static_cast<double>(out.len), &offset))
+  if (TypeOf(raw_env, argv[7]) != napi_undefined && !Int(raw_env, argv[7], 0, static_cast<double>(out.len), &offset))
     return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
   size_t block = 0;
-  const bool hash = !info[8].IsUndefined();
-  if (hash && !Int(info[8], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
-  if (!info[9].IsUndefined() && !info[9].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "tenant must be a string", true);
+  const bool hash = TypeOf(raw_env, argv[8]) != napi_undefined;
+  if (hash && !Int(raw_env, argv[8], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
+  const napi_valuetype tenant_type = TypeOf(raw_env, argv[9]);
+  if (tenant_type != napi_undefined && tenant_type != napi_string) return Throw(env, "ERR_INVALID_ARG_TYPE", "tenant must be a string", true);
   if (out.len - offset < pr::key::out_capacity(span, body.len))
     return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for min(4*span, body bytes) after outOffset");
   out.data += offset;
@@ -149,10 +165,12 @@ Napi::Value KeyExtract(const Napi::CallbackInfo& info) {
   m[8] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? 1 : 0) +
          (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? 2 : 0);
   uint64_t seed = 0;
-  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(info[9], body.data, r, &seed)
+  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[9], tenant_type == napi_string, body.data, r, &seed)
              ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
              : 0;
-  return Napi::Number::New(env, static_cast<double>(r.status));
+  napi_value status = nullptr;
+  napi_create_uint32(raw_env, static_cast<uint32_t>(r.status), &status);
+  return status;
 }
 
 Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
@@ -180,7 +198,9 @@ Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
 namespace pr {
 
 void RegisterKey(Napi::Env env, Napi::Object exports) {
-  exports.Set("key_extract", Napi::Function::New(env, KeyExtract, "key_extract"));
+  napi_value extract = nullptr;
+  NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "key_extract", NAPI_AUTO_LENGTH, KeyExtract, nullptr, &extract));
+  exports.Set("key_extract", extract);
   exports.Set("router_pick_extracted", Napi::Function::New(env, RouterPickExtracted, "router_pick_extracted"));
 }
 
