@@ -101,12 +101,38 @@ size_t WriteHashes(uint8_t* text, const pr::key::KeyResult& r, size_t prefix, si
   return static_cast<size_t>(at - (text + r.len)) + sizeof h + h.blocks * sizeof(uint64_t);
 }
 
+// The string members the wrapper turns into JS strings are most often the same from one request
+// to the next (a fleet serves a few models): a memo of the last token's bytes gives each
+// distinct token a generation, and the wrapper makes a string only for a generation it has not
+// seen last. Per thread, as each thread runs its own JS (the parse workers).
+class TokenMemo {
+ public:
+  // The token's generation: the same as the last call's when the bytes are; 0 for a token too
+  // long to keep or an absent one, which are never taken from a memo.
+  double note(const uint8_t* body, const pr::key::Span& token) {
+    const size_t n = token.end - token.begin;
+    if (!token.present() || n > sizeof bytes_) return 0;
+    if (n != len_ || std::memcmp(bytes_, body + token.begin, n) != 0) {
+      std::memcpy(bytes_, body + token.begin, n);
+      len_ = n;
+      gen_++;
+    }
+    return gen_;
+  }
+
+ private:
+  uint8_t bytes_[128];
+  size_t len_ = SIZE_MAX;
+  double gen_ = 0;
+};
+
 // key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
 //             out: Uint8Array, meta: Float64Array(10), outOffset = 0, blockBytes?, tenant?)
 //   -> 0 ok | 1 invalid | 2 unsupported
 // The text is written at out[outOffset..], which must have room for min(4*span, body bytes).
 // meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
-//        stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes]; a string member's span
+//        stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes, and when meta has room,
+//        model generation, prompt_cache_key generation (TokenMemo)]; a string member's span
 //        covers its quotes, begin = end = 0 when absent.
 // With blockBytes (longest_prefix's block size, 0 for the other strategies) the routing hashes
 // are written after the text as well, for a router whose prefixLength is `prefix` and a
@@ -175,6 +201,13 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[9], tenant_type == napi_string, body.data, r, &seed)
              ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
              : 0;
+  if (meta.len >= 12 * sizeof(double)) {
+    // A reference: in a shared library each access to a thread_local may be a call.
+    thread_local TokenMemo tls_memo[2];
+    TokenMemo* memo = tls_memo;
+    m[10] = memo[0].note(body.data, r.model);
+    m[11] = memo[1].note(body.data, r.prompt_cache_key);
+  }
   napi_value status = nullptr;
   napi_create_uint32(raw_env, static_cast<uint32_t>(r.status), &status);
   return status;

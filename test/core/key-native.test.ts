@@ -273,6 +273,45 @@ describe('native key extraction matches openAIRequest', () => {
   })
 })
 
+describe('model and prompt_cache_key strings made once per distinct token', () => {
+  it("a token the same as the last call's gives the same string; any other is read again", () => {
+    const o = { span: 8, prefixLength: 8, maxDepth: 64 }
+    const body = (model: string, cacheKey?: string) =>
+      Buffer.from(`{"model":${model}${cacheKey === undefined ? '' : `,"prompt_cache_key":${cacheKey}`},"messages":[{"role":"user","content":"hi"}]}`)
+    const facts = (b: Buffer) => {
+      const r = nativeRequest('chat', b, o)
+      if (r.status !== 'ok') throw new Error(`declined: ${b.toString()}`)
+      return [r.request.model, r.request.promptCacheKey]
+    }
+    const long = 'm'.repeat(200)
+    // The same bytes, other bytes spelling the same string (an escape), an absent member, a
+    // token too long to remember, a body in shared memory, and the binding called directly in
+    // between (it moves the memo without the wrapper seeing the tokens).
+    const steps: [Buffer, (string | undefined)[]][] = [
+      [body('"a"', '"t1"'), ['a', 't1']],
+      [body('"a"', '"t1"'), ['a', 't1']],
+      [body('"b"', '"t1"'), ['b', 't1']],
+      [body('"\\u0062"'), ['b', undefined]],
+      [body('"b"', '"t2"'), ['b', 't2']],
+      [body(`"${long}"`, '"t2"'), [long, 't2']],
+      [body(`"${long}x"`, '"t2"'), [`${long}x`, 't2']],
+      [body('"a"', '"a\\"b"'), ['a', 'a"b']],
+      [body('"a"', '"a\\"b"'), ['a', 'a"b']],
+    ]
+    for (const [b, want] of steps) expect(facts(b)).toEqual(want)
+    const out = new Uint8Array(256)
+    const meta = new Float64Array(12)
+    expect(facts(body('"c"'))).toEqual(['c', undefined])
+    expect(keyBinding.key_extract(0, body('"d"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(keyBinding.key_extract(0, body('"c"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(facts(body('"c"'))).toEqual(['c', undefined])
+    const shared = Buffer.from(new SharedArrayBuffer(64), 0, body('"e"').length)
+    body('"e"').copy(shared)
+    expect(facts(shared)).toEqual(['e', undefined])
+    expect(facts(shared)).toEqual(['e', undefined])
+  })
+})
+
 describe('a Router picks the same for an ExtractedKey as for the string', () => {
   const ids = Array.from({ length: 12 }, (_, i) => ({ id: `i${i}` }))
   for (const strategy of ['prefix_aware', 'longest_prefix'] as const) {

@@ -112,7 +112,13 @@ const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
 /** The APIs the native extraction reads; the others always take the TypeScript path. */
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
-const meta = new Float64Array(10)
+// Ten results, then the generations of the model and prompt_cache_key tokens (TokenMemo in
+// native/key_addon.cc): a token the same as the last one's is not made into a string again.
+const meta = new Float64Array(12)
+let modelGen = 0
+let modelString: string | undefined
+let cacheKeyGen = 0
+let cacheKeyString: string | undefined
 // A KeyHashes record (native/key/bindings.h): nine 64-bit words, and up to 7 bytes of alignment.
 const HASHES_BYTES = 7 + 9 * 8
 
@@ -127,8 +133,9 @@ let used = 0
 
 // A string member's value from its token: most are plain text between the quotes; one with
 // escapes is decoded by JSON.parse itself, so it cannot differ.
-function stringAt(raw: Buffer, begin: number, end: number, escaped: boolean): string | undefined {
+function stringAt(body: Uint8Array, begin: number, end: number, escaped: boolean): string | undefined {
   if (end <= begin) return undefined
+  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   return escaped ? (JSON.parse(raw.toString('utf8', begin, end)) as string) : raw.toString('utf8', begin + 1, end - 1)
 }
 
@@ -151,19 +158,27 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
       : keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used, h.blockBytes, h.tenant)
   if (status === 1) return { status: 'invalid' }
   if (status !== 0) return { status: 'unsupported' }
-  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
-  const escapes = meta[8]!
   const len = meta[0]!
   const hashes = meta[9]!
   const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!, hashes > 0)
   used += (len + hashes + 7) & ~7
-  return {
-    status: 'ok',
-    request: {
-      key,
-      model: stringAt(raw, meta[3]!, meta[4]!, (escapes & 1) !== 0),
-      promptCacheKey: stringAt(raw, meta[5]!, meta[6]!, (escapes & 2) !== 0),
-      stream: meta[7] === 1,
-    },
+  let model: string | undefined
+  const mg = meta[10]!
+  if (mg !== 0 && mg === modelGen) {
+    model = modelString
+  } else {
+    model = stringAt(body, meta[3]!, meta[4]!, (meta[8]! & 1) !== 0)
+    modelGen = mg
+    modelString = model
   }
+  let promptCacheKey: string | undefined
+  const cg = meta[11]!
+  if (cg !== 0 && cg === cacheKeyGen) {
+    promptCacheKey = cacheKeyString
+  } else {
+    promptCacheKey = stringAt(body, meta[5]!, meta[6]!, (meta[8]! & 2) !== 0)
+    cacheKeyGen = cg
+    cacheKeyString = promptCacheKey
+  }
+  return { status: 'ok', request: { key, model, promptCacheKey, stream: meta[7] === 1 } }
 }
