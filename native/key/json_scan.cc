@@ -271,6 +271,13 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   size_t value_begin = 0;
   std::vector<LongString>* long_strings = root->long_strings;
   if (long_strings) long_strings->clear();
+  std::vector<MessageFields>* messages = root->message_fields;
+  if (messages) messages->clear();
+  // The root member being read is names[root->messages] (its elements are recorded), and which
+  // of role (0) or content (1) the member of one of its elements being read is.
+  bool in_messages = false;
+  int message_field = -1;
+  size_t message_value_begin = 0;
 
   // A member's key and colon, with i at the key's quote; leaves i at the value.
   auto key = [&](size_t* pi) -> Scan {
@@ -283,6 +290,11 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
       field = -1;
       for (int k = 0; k < root->count; k++)
         if (string_equals(d, Span{i, end}, root->names[k])) field = k;
+      in_messages = messages != nullptr && field >= 0 && field == root->messages;
+      // A later duplicate replaces the array, as JSON.parse keeps the last.
+      if (in_messages) messages->clear();
+    } else if (depth == 3 && in_messages && stack[1] == 0) {
+      message_field = string_equals(d, Span{i, end}, "role") ? 0 : string_equals(d, Span{i, end}, "content") ? 1 : -1;
     }
     i = skip_ws(d, n, end);
     if (i >= n || d[i] != ':') return Scan::Invalid;
@@ -296,6 +308,13 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (i >= n) return Scan::Invalid;
     if (depth == 1) value_begin = i;
     const uint8_t c = d[i];
+    if (in_messages) {
+      if (depth == 2 && stack[1] == 0) {
+        messages->push_back(MessageFields{i, c == '{', Span{}, Span{}});
+      } else if (depth == 3) {
+        message_value_begin = i;
+      }
+    }
     size_t end = 0, units = 0, plain = 0;
     Scan s = Scan::Ok;
     if (c == '{' || c == '[') {
@@ -336,6 +355,11 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
       if (depth == 1 && field >= 0) {
         root->values[field] = Span{value_begin, i};
         field = -1;
+      }
+      if (depth == 3 && message_field >= 0) {
+        MessageFields& m = messages->back();
+        (message_field == 0 ? m.role : m.content) = Span{message_value_begin, i};
+        message_field = -1;
       }
       i = skip_ws(d, n, i);
       if (depth == 0) return i == n ? Scan::Ok : Scan::Invalid;
