@@ -249,6 +249,13 @@ inline bool literal(const uint8_t* d, size_t n, size_t i, const char* word, size
   return i + len <= n && std::memcmp(d + i, word, len) == 0;
 }
 
+// string_equals for a member's name, answering the usual case (another first character, which
+// no escape spells) without the call: a body's every key is compared with every name wanted.
+inline bool key_is(const uint8_t* d, const Span& token, const char* name) {
+  const uint8_t c = d[token.begin + 1];
+  return (c == static_cast<uint8_t>(name[0]) || c == '\\') && string_equals(d, token, name);
+}
+
 }  // namespace
 
 size_t skip_ws(const uint8_t* d, size_t n, size_t i) {
@@ -289,12 +296,12 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (depth == 1) {
       field = -1;
       for (int k = 0; k < root->count; k++)
-        if (string_equals(d, Span{i, end}, root->names[k])) field = k;
+        if (key_is(d, Span{i, end}, root->names[k])) field = k;
       in_messages = messages != nullptr && field >= 0 && field == root->messages;
       // A later duplicate replaces the array, as JSON.parse keeps the last.
       if (in_messages) messages->clear();
     } else if (depth == 3 && in_messages && stack[1] == 0) {
-      message_field = string_equals(d, Span{i, end}, "role") ? 0 : string_equals(d, Span{i, end}, "content") ? 1 : -1;
+      message_field = key_is(d, Span{i, end}, "role") ? 0 : key_is(d, Span{i, end}, "content") ? 1 : -1;
     }
     i = skip_ws(d, n, end);
     if (i >= n || d[i] != ':') return Scan::Invalid;
