@@ -37,14 +37,16 @@ bool GetView(napi_env env, napi_value v, napi_typedarray_type type, View* out) {
   return true;
 }
 
-bool Int(napi_env env, napi_value v, double lo, double hi, size_t* out) {
-  double d = 0;
-  if (napi_get_value_double(env, v, &d) != napi_ok) return false;  // not a number
+bool Int(double d, double lo, double hi, size_t* out) {
   if (!(d >= lo && d <= hi) || std::floor(d) != d) return false;
   *out = static_cast<size_t>(d);
   return true;
 }
-bool Int(const Napi::Value& v, double lo, double hi, size_t* out) { return Int(v.Env(), v, lo, hi, out); }
+bool Int(const Napi::Value& v, double lo, double hi, size_t* out) {
+  double d = 0;
+  if (napi_get_value_double(v.Env(), v, &d) != napi_ok) return false;  // not a number
+  return Int(d, lo, hi, out);
+}
 
 napi_valuetype TypeOf(napi_env env, napi_value v) {
   napi_valuetype t = napi_undefined;
@@ -126,46 +128,48 @@ class TokenMemo {
   double gen_ = 0;
 };
 
-// key_extract(api: 0 chat | 1 completions, body: Uint8Array, span, prefix, maxDepth,
-//             out: Uint8Array, meta: Float64Array(10), outOffset = 0, blockBytes?, tenant?)
+// key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array(10 or 12), tenant?)
 //   -> 0 ok | 1 invalid | 2 unsupported
+// io holds the numbers in, [api (0 chat | 1 completions), span, prefix, maxDepth, outOffset,
+// blockBytes, hash (0 | 1)], and the results out (below): numbers written into a typed array
+// by JS cost next to nothing, where each one read as an argument is a crossing of its own.
 // The text is written at out[outOffset..], which must have room for min(4*span, body bytes).
-// meta: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
-//        stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes, and when meta has room,
-//        model generation, prompt_cache_key generation (TokenMemo)]; a string member's span
-//        covers its quotes, begin = end = 0 when absent.
-// With blockBytes (longest_prefix's block size, 0 for the other strategies) the routing hashes
-// are written after the text as well, for a router whose prefixLength is `prefix` and a
+// io out: [textBytes, keyBytes, anchorBytes or -1, model begin, end, prompt_cache_key begin, end,
+//          stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes, and when io has room,
+//          model generation, prompt_cache_key generation (TokenMemo)]; a string member's span
+//          covers its quotes, begin = end = 0 when absent.
+// With hash 1, the routing hashes are written after the text as well (blockBytes: longest_prefix's
+// block size, 0 for the other strategies), for a router whose prefixLength is `prefix` and a
 // request whose tenant header is `tenant` (undefined without one), when out has room for
-// them and the tenant is known (see TenantSeed); meta[9] is the bytes they take, 0 when not.
+// them and the tenant is known (see TenantSeed); io[9] is the bytes they take, 0 when not.
 // A plain napi_callback rather than node-addon-api's CallbackInfo, which allocates its argument
 // array on the heap for more than six arguments: this runs once per request.
 napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   Napi::Env env(raw_env);
-  napi_value argv[10];
-  size_t argc = 10;
+  napi_value argv[4];
+  size_t argc = 4;
   if (napi_get_cb_info(raw_env, cb, &argc, argv, nullptr, nullptr) != napi_ok) return nullptr;
   napi_value undefined = nullptr;
   napi_get_undefined(raw_env, &undefined);
-  for (size_t i = argc; i < 10; i++) argv[i] = undefined;
-  size_t api = 0, span = 0, prefix = 0, depth = 0;
-  if (!Int(raw_env, argv[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
+  for (size_t i = argc; i < 4; i++) argv[i] = undefined;
   View body, out, meta;
-  if (!GetView(raw_env, argv[1], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
-  if (!Int(raw_env, argv[2], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
-  if (!Int(raw_env, argv[3], 1, static_cast<double>(span), &prefix))
-    return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
-  if (!Int(raw_env, argv[4], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
-  if (!GetView(raw_env, argv[5], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
-  if (!GetView(raw_env, argv[6], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "meta must be a Float64Array of 10", true);
+  if (!GetView(raw_env, argv[2], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "io must be a Float64Array of 10", true);
+  double* m = reinterpret_cast<double*>(meta.data);
+  size_t api = 0, span = 0, prefix = 0, depth = 0;
+  if (!Int(m[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
+  if (!GetView(raw_env, argv[0], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
+  if (!Int(m[1], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
+  if (!Int(m[2], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
+  if (!Int(m[3], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
+  if (!GetView(raw_env, argv[1], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
   size_t offset = 0;
-  if (TypeOf(raw_env, argv[7]) != napi_undefined && !Int(raw_env, argv[7], 0, static_cast<double>(out.len), &offset))
-    return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
-  size_t block = 0;
-  const bool hash = TypeOf(raw_env, argv[8]) != napi_undefined;
-  if (hash && !Int(raw_env, argv[8], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
-  const napi_valuetype tenant_type = TypeOf(raw_env, argv[9]);
+  if (!Int(m[4], 0, static_cast<double>(out.len), &offset)) return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
+  size_t block = 0, hash_flag = 0;
+  if (!Int(m[6], 0, 1, &hash_flag)) return Throw(env, "ERR_OUT_OF_RANGE", "hash must be 0 or 1");
+  const bool hash = hash_flag == 1;
+  if (hash && !Int(m[5], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
+  const napi_valuetype tenant_type = TypeOf(raw_env, argv[3]);
   if (tenant_type != napi_undefined && tenant_type != napi_string) return Throw(env, "ERR_INVALID_ARG_TYPE", "tenant must be a string", true);
   if (out.len - offset < pr::key::out_capacity(span, body.len))
     return Throw(env, "ERR_OUT_OF_RANGE", "out must have room for min(4*span, body bytes) after outOffset");
@@ -186,7 +190,6 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   p.prefix = prefix;
   p.scan.max_depth = depth;
   const pr::key::KeyResult r = pr::key::extract(static_cast<pr::key::Api>(api), body.data, body.len, p, out.data);
-  double* m = reinterpret_cast<double*>(meta.data);
   m[0] = static_cast<double>(r.len);
   m[1] = static_cast<double>(r.key_bytes);
   m[2] = r.has_anchor ? static_cast<double>(r.anchor_bytes) : -1;
@@ -198,7 +201,7 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   m[8] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? 1 : 0) +
          (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? 2 : 0);
   uint64_t seed = 0;
-  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[9], tenant_type == napi_string, body.data, r, &seed)
+  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[3], tenant_type == napi_string, body.data, r, &seed)
              ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
              : 0;
   if (meta.len >= 12 * sizeof(double)) {

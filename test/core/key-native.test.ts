@@ -302,8 +302,8 @@ describe('model and prompt_cache_key strings made once per distinct token', () =
     const out = new Uint8Array(256)
     const meta = new Float64Array(12)
     expect(facts(body('"c"'))).toEqual(['c', undefined])
-    expect(keyBinding.key_extract(0, body('"d"'), 8, 8, 64, out, meta)).toBe(0)
-    expect(keyBinding.key_extract(0, body('"c"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(extractWith(0, body('"d"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(extractWith(0, body('"c"'), 8, 8, 64, out, meta)).toBe(0)
     expect(facts(body('"c"'))).toEqual(['c', undefined])
     const shared = Buffer.from(new SharedArrayBuffer(64), 0, body('"e"').length)
     body('"e"').copy(shared)
@@ -532,6 +532,12 @@ describe('the parse worker', () => {
   })
 })
 
+// key_extract with its numbers as arguments, written into io where the binding reads them.
+function extractWith(api: number, body: Uint8Array, span: number, prefix: number, maxDepth: number, out: Uint8Array, io: Float64Array, outOffset = 0, blockBytes?: number, tenant?: string): number {
+  io.set([api, span, prefix, maxDepth, outOffset, blockBytes ?? 0, blockBytes === undefined ? 0 : 1])
+  return keyBinding.key_extract(body, out, io, tenant)
+}
+
 describe('the native entry points', () => {
   const meta = new Float64Array(10)
   const body = Buffer.from('{"messages":[{"role":"user","content":"hi"}]}')
@@ -546,23 +552,23 @@ describe('the native entry points', () => {
       }
       return 'returned'
     }
-    expect(code(() => keyBinding.key_extract(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.key_extract(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
     // Room for min(4*span, body bytes) is needed: 32 here.
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(9)))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, -1))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, 16, 5 as unknown as string))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, new Float64Array(9)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 0, -1))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 0, 16, 5 as unknown as string))).toBe('ERR_INVALID_ARG_TYPE')
     // Hashes are written only where out has room for them after the text.
-    expect(keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32, 0, undefined)).toBe(0)
+    expect(extractWith(0, body, 8, 8, 64, out, meta, 32, 0, undefined)).toBe(0)
     expect(meta[9]).toBe(0)
-    expect(keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(128), meta, 0, 0, undefined)).toBe(0)
+    expect(extractWith(0, body, 8, 8, 64, new Uint8Array(128), meta, 0, 0, undefined)).toBe(0)
     expect(meta[9]).toBeGreaterThan(0)
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
+    expect(code(() => extractWith(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['a', 'b'], [1, 1])
     const picked = new Float64Array(4)

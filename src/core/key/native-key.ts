@@ -7,18 +7,12 @@ import { native, type NativeHandle } from '../native.js'
 import type { OpenAIApi } from './openai-key.js'
 
 interface KeyBinding {
-  key_extract(
-    api: number,
-    body: Uint8Array,
-    span: number,
-    prefix: number,
-    maxDepth: number,
-    out: Uint8Array,
-    meta: Float64Array,
-    outOffset?: number,
-    blockBytes?: number,
-    tenant?: string,
-  ): number
+  /**
+   * io in: [api (0 chat | 1 completions), span, prefix, maxDepth, outOffset, blockBytes, hash
+   * (0 | 1)]; io out: the results (native/key_addon.cc). Numbers go through io rather than as
+   * arguments: each argument read is a crossing of its own, a typed array's slot next to nothing.
+   */
+  key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array, tenant?: string): number
   router_pick_extracted(
     h: NativeHandle,
     text: Uint8Array,
@@ -152,10 +146,14 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
     slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
     used = 0
   }
-  const status =
-    h === undefined
-      ? keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used)
-      : keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used, h.blockBytes, h.tenant)
+  meta[0] = code
+  meta[1] = o.span
+  meta[2] = prefix
+  meta[3] = o.maxDepth
+  meta[4] = used
+  meta[5] = h === undefined ? 0 : h.blockBytes
+  meta[6] = h === undefined ? 0 : 1
+  const status = keyBinding.key_extract(body, slab, meta, h?.tenant)
   if (status === 1) return { status: 'invalid' }
   if (status !== 0) return { status: 'unsupported' }
   const len = meta[0]!
