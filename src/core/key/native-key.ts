@@ -106,13 +106,10 @@ const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
 /** The APIs the native extraction reads; the others always take the TypeScript path. */
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
-// Ten results, then the generations of the model and prompt_cache_key tokens (TokenMemo in
-// native/key_addon.cc): a token the same as the last one's is not made into a string again.
+// key_extract's io: the call's numbers in; ten results out, then the generations of the model
+// and prompt_cache_key tokens (TokenMemo in native/key_addon.cc), so that a token the same as
+// the last one's is not made into a string again.
 const meta = new Float64Array(12)
-let modelGen = 0
-let modelString: string | undefined
-let cacheKeyGen = 0
-let cacheKeyString: string | undefined
 // A KeyHashes record (native/key/bindings.h): nine 64-bit words, and up to 7 bytes of alignment.
 const HASHES_BYTES = 7 + 9 * 8
 
@@ -132,6 +129,20 @@ function stringAt(body: Uint8Array, begin: number, end: number, escaped: boolean
   const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   return escaped ? (JSON.parse(raw.toString('utf8', begin, end)) as string) : raw.toString('utf8', begin + 1, end - 1)
 }
+
+/** A member's string, made again only when its token's generation is not the last one seen. */
+class TokenString {
+  #gen = 0
+  #value: string | undefined
+
+  get(body: Uint8Array, begin: number, end: number, escaped: boolean, gen: number): string | undefined {
+    if (gen !== 0 && gen === this.#gen) return this.#value
+    this.#gen = gen
+    return (this.#value = stringAt(body, begin, end, escaped))
+  }
+}
+const modelString = new TokenString()
+const cacheKeyString = new TokenString()
 
 export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): NativeOutcome {
   const code = API[api]
@@ -160,23 +171,7 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
   const hashes = meta[9]!
   const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!, hashes > 0)
   used += (len + hashes + 7) & ~7
-  let model: string | undefined
-  const mg = meta[10]!
-  if (mg !== 0 && mg === modelGen) {
-    model = modelString
-  } else {
-    model = stringAt(body, meta[3]!, meta[4]!, (meta[8]! & 1) !== 0)
-    modelGen = mg
-    modelString = model
-  }
-  let promptCacheKey: string | undefined
-  const cg = meta[11]!
-  if (cg !== 0 && cg === cacheKeyGen) {
-    promptCacheKey = cacheKeyString
-  } else {
-    promptCacheKey = stringAt(body, meta[5]!, meta[6]!, (meta[8]! & 2) !== 0)
-    cacheKeyGen = cg
-    cacheKeyString = promptCacheKey
-  }
+  const model = modelString.get(body, meta[3]!, meta[4]!, (meta[8]! & 1) !== 0, meta[10]!)
+  const promptCacheKey = cacheKeyString.get(body, meta[5]!, meta[6]!, (meta[8]! & 2) !== 0, meta[11]!)
   return { status: 'ok', request: { key, model, promptCacheKey, stream: meta[7] === 1 } }
 }
