@@ -3,8 +3,9 @@
 // of the text string, whose UTF-8 conversion is part of the pick), measured in the same run;
 // then how long serve's event loop stalls while it takes 16 MiB bodies of each shape.
 // Run: npm run bench:key   (BENCH_TIME_MS=… to change the time per task, default 500;
-// KEY_BENCH_SKIP_THROUGHPUT=1 to run only the event-loop and 16 MiB parts; KEY_BENCH_LOOP_REPS=…
-// to change how often each body is sent to serve, default 5)
+// KEY_BENCH_SKIP_THROUGHPUT=1 to run only the event-loop and 16 MiB parts, KEY_BENCH_ONLY_THROUGHPUT=1
+// only the throughput table; KEY_BENCH_LOOP_REPS=… to change how often each body is sent to serve,
+// default 5)
 //
 // Throughput is bytes of request body per second. Each sample runs a batch of calls sized to
 // ~50 µs; warm-up samples are discarded by tinybench.
@@ -62,8 +63,19 @@ async function throughput(): Promise<void> {
     const scan = await perCallNs('scan', () => nativeRequest('chat', body, o), 2000)
     // The extraction itself: what native/key costs, without the wrapper's objects or the pick.
     const out = new Uint8Array(2 * body.length)
-    const meta = new Float64Array(10)
-    const call = await perCallNs('call', () => keyBinding.key_extract(0, body, span, Math.min(o.prefixLength, span), o.maxDepth, out, meta, 0, blockBytes, undefined), 1500)
+    // The binding reads its numbers from io and writes its results over them: set each call.
+    const io = new Float64Array(12)
+    const prefix = Math.min(o.prefixLength, span)
+    const call = await perCallNs('call', () => {
+      io[0] = 0
+      io[1] = span
+      io[2] = prefix
+      io[3] = o.maxDepth
+      io[4] = 0
+      io[5] = blockBytes
+      io[6] = 1
+      keyBinding.key_extract(body, out, io, undefined)
+    }, 1500)
     const gbs = (ns: number) => body.length / ns
     console.log(
       `${strategy.padEnd(16)}${`${gbs(native).toFixed(2)} GB/s`.padEnd(12)}${`${gbs(ts).toFixed(2)} GB/s`.padEnd(13)}${`${(ts / native).toFixed(1)}x`.padEnd(9)}${`${gbs(scan).toFixed(2)} GB/s`.padEnd(13)}${`${gbs(call).toFixed(2)} GB/s`.padEnd(14)}native >= 3 GB/s: ${gbs(native) >= 3 ? 'met' : 'MISSED'}; native call: ${gbs(call) >= 3 ? 'met' : 'MISSED'}`,
@@ -264,6 +276,8 @@ async function eventLoop(): Promise<void> {
 }
 
 if (!process.env.KEY_BENCH_SKIP_THROUGHPUT) await throughput()
-await eventLoop()
-mainThreadScan()
+if (!process.env.KEY_BENCH_ONLY_THROUGHPUT) {
+  await eventLoop()
+  mainThreadScan()
+}
 console.log('\nTimings on a shared or busy machine are noisy: compare ratios from one run, not absolute numbers across runs.')

@@ -67,10 +67,15 @@ inline size_t find_sse2(const uint8_t* d, size_t i, size_t end) {
   return i;
 }
 
+// The quote and the backslash in one compare: a lookup by low nibble holds each at its own
+// (2 and C) and 0 elsewhere, so a byte equals the entry it picks only if it is one of them or
+// 0x00 (a control character, special anyway). Bytes >= 0x80 pick 0 and are caught, with the
+// controls, by the signed compare.
 __attribute__((target("avx2"))) inline __m256i special32(const uint8_t* p) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('"')), _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
-                         _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
+  const __m256i quote_or_slash = _mm256_setr_epi8(0, 0, '"', 0, 0, 0, 0, 0, 0, 0, 0, 0, '\\', 0, 0, 0,
+                                                  0, 0, '"', 0, 0, 0, 0, 0, 0, 0, 0, 0, '\\', 0, 0, 0);
+  return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(quote_or_slash, v), v), _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v));
 }
 
 __attribute__((target("avx2"))) inline __m256i quote_or_slash32(const uint8_t* p) {
@@ -249,6 +254,13 @@ inline bool literal(const uint8_t* d, size_t n, size_t i, const char* word, size
   return i + len <= n && std::memcmp(d + i, word, len) == 0;
 }
 
+// string_equals for a member's name, answering the usual case (another first character, which
+// no escape spells) without the call: a body's every key is compared with every name wanted.
+inline bool key_is(const uint8_t* d, const Span& token, const char* name) {
+  const uint8_t c = d[token.begin + 1];
+  return (c == static_cast<uint8_t>(name[0]) || c == '\\') && string_equals(d, token, name);
+}
+
 }  // namespace
 
 size_t skip_ws(const uint8_t* d, size_t n, size_t i) {
@@ -271,6 +283,13 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
   size_t value_begin = 0;
   std::vector<LongString>* long_strings = root->long_strings;
   if (long_strings) long_strings->clear();
+  std::vector<MessageFields>* messages = root->message_fields;
+  if (messages) messages->clear();
+  // The root member being read is names[root->messages] (its elements are recorded), and which
+  // of role (0) or content (1) the member of one of its elements being read is.
+  bool in_messages = false;
+  int message_field = -1;
+  size_t message_value_begin = 0;
 
   // A member's key and colon, with i at the key's quote; leaves i at the value.
   auto key = [&](size_t* pi) -> Scan {
@@ -282,7 +301,12 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (depth == 1) {
       field = -1;
       for (int k = 0; k < root->count; k++)
-        if (string_equals(d, Span{i, end}, root->names[k])) field = k;
+        if (key_is(d, Span{i, end}, root->names[k])) field = k;
+      in_messages = messages != nullptr && field >= 0 && field == root->messages;
+      // A later duplicate replaces the array, as JSON.parse keeps the last.
+      if (in_messages) messages->clear();
+    } else if (depth == 3 && in_messages && stack[1] == 0) {
+      message_field = key_is(d, Span{i, end}, "role") ? 0 : key_is(d, Span{i, end}, "content") ? 1 : -1;
     }
     i = skip_ws(d, n, end);
     if (i >= n || d[i] != ':') return Scan::Invalid;
@@ -296,6 +320,13 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
     if (i >= n) return Scan::Invalid;
     if (depth == 1) value_begin = i;
     const uint8_t c = d[i];
+    if (in_messages) {
+      if (depth == 2 && stack[1] == 0) {
+        messages->push_back(MessageFields{i, c == '{', Span{}, Span{}});
+      } else if (depth == 3) {
+        message_value_begin = i;
+      }
+    }
     size_t end = 0, units = 0, plain = 0;
     Scan s = Scan::Ok;
     if (c == '{' || c == '[') {
@@ -336,6 +367,11 @@ Scan validate(const uint8_t* d, size_t n, const ScanOptions& o, RootFields* root
       if (depth == 1 && field >= 0) {
         root->values[field] = Span{value_begin, i};
         field = -1;
+      }
+      if (depth == 3 && message_field >= 0) {
+        MessageFields& m = messages->back();
+        (message_field == 0 ? m.role : m.content) = Span{message_value_begin, i};
+        message_field = -1;
       }
       i = skip_ws(d, n, i);
       if (depth == 0) return i == n ? Scan::Ok : Scan::Invalid;

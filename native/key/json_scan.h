@@ -37,6 +37,15 @@ struct LongString {
   size_t plain = 0;
 };
 
+// An element of the root's `messages` array as validate saw it: where it begins, whether it is
+// an object, and that object's last "role" and "content" values (absent: not present()).
+struct MessageFields {
+  size_t begin = 0;
+  bool object = false;
+  Span role;
+  Span content;
+};
+
 // Root members the caller wants; the last occurrence wins, as with JSON.parse.
 struct RootFields {
   static constexpr int kMax = 8;
@@ -46,6 +55,10 @@ struct RootFields {
   bool root_is_object = false;
   // Filled when set: every string token of kLongString bytes or more, in order.
   std::vector<LongString>* long_strings = nullptr;
+  // Filled when set: the elements of the array that is the last value of names[messages], in
+  // order, so that a walk of the messages need not step through them again.
+  int messages = -1;
+  std::vector<MessageFields>* message_fields = nullptr;
 };
 
 struct ScanOptions {

@@ -204,17 +204,15 @@ void parts_text(const Body& b, const Span& parts, Emitter* em) {
 }
 
 // messagesText: messages in order until the text reaches the cap; those after it are not read.
-Scan chat_text(const Body& b, const Span& messages, Emitter* em, KeyResult* r) {
-  static const char* const kNames[] = {"role", "content"};
+// validate recorded each message's role and content, so the array is not stepped through again.
+Scan chat_text(const Body& b, const Span& messages, const std::vector<MessageFields>& fields, Emitter* em, KeyResult* r) {
   if (!messages.present() || b.first(messages) != '[') return Scan::Invalid;
-  Elements it(b.d, b.n, messages, b.walk);
-  size_t at = 0;
   bool any = false;
-  while (!em->done() && it.next_begin(&at)) {
+  for (const MessageFields& m : fields) {
+    if (em->done()) break;
     any = true;
-    if (b.d[at] != '{') return Scan::Invalid;
-    Span f[2];
-    it.end_at(last_members(b, Span{at, messages.end}, kNames, f));
+    if (!m.object) return Scan::Invalid;
+    const Span f[2] = {m.role, m.content};
     if (!b.is_string(f[0])) return Scan::Invalid;
     const Span& content = f[1];
     const uint8_t c = content.present() ? b.first(content) : 'n';
@@ -259,8 +257,14 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   // Per thread so that a scan allocates nothing; a reference, since in a shared library each
   // access to a thread_local may be a call.
   thread_local std::vector<LongString> tls_long;
+  thread_local std::vector<MessageFields> tls_messages;
   std::vector<LongString>& long_strings = tls_long;
+  std::vector<MessageFields>& messages = tls_messages;
   root.long_strings = &long_strings;
+  if (api == Api::Chat) {
+    root.messages = kMessages;
+    root.message_fields = &messages;
+  }
   r.status = validate(d, n, p.scan, &root);
   if (r.status != Scan::Ok) return r;
   Walk walk;
@@ -278,7 +282,7 @@ KeyResult extract(Api api, const uint8_t* d, size_t n, const KeyParams& p, uint8
   // The TS loop stops adding messages once the text has 2*span UTF-16 units; a completion's
   // text is one string, of which nothing past the span matters (no cap: stop at the span).
   Emitter em(out, out_capacity(p.span, n), p.span, p.prefix, api == Api::Chat ? p.span * 2 : SIZE_MAX);
-  r.status = api == Api::Chat ? chat_text(b, v[kMessages], &em, &r) : completion_text(b, v[kPrompt], &em);
+  r.status = api == Api::Chat ? chat_text(b, v[kMessages], messages, &em, &r) : completion_text(b, v[kPrompt], &em);
   em.flush();
   r.overflowed = em.overflowed();
   if (r.overflowed) r.status = Scan::Unsupported;

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   volatile size_t sink = 0;
   const char* names[] = {"model", "prompt_cache_key", "stream", "messages", "prompt"};
   std::vector<pr::key::LongString> longs;
+  std::vector<pr::key::MessageFields> messages;
   // A third argument names the one path to time (scalar, sse2, avx2); default all.
   const std::string only = argc > 3 ? argv[3] : "";
   for (const pr::SimdPath path : {pr::SimdPath::AVX2, pr::SimdPath::SSE2, pr::SimdPath::Scalar}) {
@@ -77,6 +78,9 @@ int main(int argc, char** argv) {
       root.names = names;
       root.count = 5;
       root.long_strings = &longs;
+      // What extract asks of validate for a chat body: the messages' fields as well.
+      root.messages = 3;
+      root.message_fields = &messages;
       sink = sink + static_cast<size_t>(pr::key::validate(d, n, so, &root));
     });
     pr::key::KeyParams p;

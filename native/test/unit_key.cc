@@ -295,6 +295,37 @@ void test_multibyte_runs() {
   CHECK(wrong == 0);
 }
 
+// validate's record of the root's messages: each element of the last "messages" array, and
+// each object element's last role and content, whatever their shape or the nesting around them.
+void test_message_fields() {
+  const std::string s =
+      "{\"messages\":[{\"role\":\"x\"}],\"m\":[{\"role\":\"no\"}],\"messages\":[{\"content\":[{\"role\":\"deep\"}],"
+      "\"role\":\"a\",\"role\":{\"role\":1}},7,[{\"role\":\"no\"}],{},{\"content\":\"c\",\"x\":{\"content\":2}}],\"n\":{\"messages\":[1]}}";
+  std::vector<uint8_t> buf(s.begin(), s.end());
+  const char* names[] = {"messages"};
+  std::vector<pr::key::MessageFields> m;
+  pr::key::RootFields root;
+  root.names = names;
+  root.count = 1;
+  root.messages = 0;
+  root.message_fields = &m;
+  CHECK(pr::key::validate(buf.data(), buf.size(), pr::key::ScanOptions{}, &root) == Scan::Ok);
+  const auto text = [&](const pr::key::Span& t) { return t.present() ? s.substr(t.begin, t.end - t.begin) : std::string("-"); };
+  CHECK(m.size() == 5);
+  if (m.size() != 5) return;
+  CHECK(m[0].object && text(m[0].role) == "{\"role\":1}" && text(m[0].content) == "[{\"role\":\"deep\"}]");
+  CHECK(!m[1].object && text(m[1].role) == "-" && text(m[1].content) == "-");
+  CHECK(!m[2].object && s[m[2].begin] == '[' && text(m[2].role) == "-");
+  CHECK(m[3].object && text(m[3].role) == "-" && text(m[3].content) == "-");
+  CHECK(m[4].object && text(m[4].role) == "-" && text(m[4].content) == "\"c\"");
+  CHECK(s[m[1].begin] == '7');
+  // Not an array: nothing is recorded, and the walk refuses it.
+  const std::string o = "{\"messages\":[{\"role\":\"x\"}],\"messages\":{\"role\":\"x\"}}";
+  std::vector<uint8_t> obuf(o.begin(), o.end());
+  CHECK(pr::key::validate(obuf.data(), obuf.size(), pr::key::ScanOptions{}, &root) == Scan::Ok);
+  CHECK(m.empty());
+}
+
 }  // namespace
 
 int main() {
@@ -305,6 +336,7 @@ int main() {
   test_block_offsets();
   test_random_strings();
   test_multibyte_runs();
+  test_message_fields();
   for (SimdPath path : paths())
     if (path != SimdPath::Scalar) std::printf("  key scan: path %s compared with scalar\n", pr::simd_path_name(path));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -273,6 +273,45 @@ describe('native key extraction matches openAIRequest', () => {
   })
 })
 
+describe('model and prompt_cache_key strings made once per distinct token', () => {
+  it("a token the same as the last call's gives the same string; any other is read again", () => {
+    const o = { span: 8, prefixLength: 8, maxDepth: 64 }
+    const body = (model: string, cacheKey?: string) =>
+      Buffer.from(`{"model":${model}${cacheKey === undefined ? '' : `,"prompt_cache_key":${cacheKey}`},"messages":[{"role":"user","content":"hi"}]}`)
+    const facts = (b: Buffer) => {
+      const r = nativeRequest('chat', b, o)
+      if (r.status !== 'ok') throw new Error(`declined: ${b.toString()}`)
+      return [r.request.model, r.request.promptCacheKey]
+    }
+    const long = 'm'.repeat(200)
+    // The same bytes, other bytes spelling the same string (an escape), an absent member, a
+    // token too long to remember, a body in shared memory, and the binding called directly in
+    // between (it moves the memo without the wrapper seeing the tokens).
+    const steps: [Buffer, (string | undefined)[]][] = [
+      [body('"a"', '"t1"'), ['a', 't1']],
+      [body('"a"', '"t1"'), ['a', 't1']],
+      [body('"b"', '"t1"'), ['b', 't1']],
+      [body('"\\u0062"'), ['b', undefined]],
+      [body('"b"', '"t2"'), ['b', 't2']],
+      [body(`"${long}"`, '"t2"'), [long, 't2']],
+      [body(`"${long}x"`, '"t2"'), [`${long}x`, 't2']],
+      [body('"a"', '"a\\"b"'), ['a', 'a"b']],
+      [body('"a"', '"a\\"b"'), ['a', 'a"b']],
+    ]
+    for (const [b, want] of steps) expect(facts(b)).toEqual(want)
+    const out = new Uint8Array(256)
+    const meta = new Float64Array(12)
+    expect(facts(body('"c"'))).toEqual(['c', undefined])
+    expect(extractWith(0, body('"d"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(extractWith(0, body('"c"'), 8, 8, 64, out, meta)).toBe(0)
+    expect(facts(body('"c"'))).toEqual(['c', undefined])
+    const shared = Buffer.from(new SharedArrayBuffer(64), 0, body('"e"').length)
+    body('"e"').copy(shared)
+    expect(facts(shared)).toEqual(['e', undefined])
+    expect(facts(shared)).toEqual(['e', undefined])
+  })
+})
+
 describe('a Router picks the same for an ExtractedKey as for the string', () => {
   const ids = Array.from({ length: 12 }, (_, i) => ({ id: `i${i}` }))
   for (const strategy of ['prefix_aware', 'longest_prefix'] as const) {
@@ -493,6 +532,12 @@ describe('the parse worker', () => {
   })
 })
 
+// key_extract with its numbers as arguments, written into io where the binding reads them.
+function extractWith(api: number, body: Uint8Array, span: number, prefix: number, maxDepth: number, out: Uint8Array, io: Float64Array, outOffset = 0, blockBytes?: number, tenant?: string): number {
+  io.set([api, span, prefix, maxDepth, outOffset, blockBytes ?? 0, blockBytes === undefined ? 0 : 1])
+  return keyBinding.key_extract(body, out, io, tenant)
+}
+
 describe('the native entry points', () => {
   const meta = new Float64Array(10)
   const body = Buffer.from('{"messages":[{"role":"user","content":"hi"}]}')
@@ -507,23 +552,23 @@ describe('the native entry points', () => {
       }
       return 'returned'
     }
-    expect(code(() => keyBinding.key_extract(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.key_extract(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(2, body, 8, 8, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, 'x' as unknown as Uint8Array, 8, 8, 64, out, meta))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 0, 1, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 9, 64, out, meta))).toBe('ERR_OUT_OF_RANGE')
     // Room for min(4*span, body bytes) is needed: 32 here.
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, new Float64Array(9)))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, -1))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 0, 16, 5 as unknown as string))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, new Uint8Array(31), meta))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 40))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, new Float64Array(9)))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 0, -1))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 0, 16, 5 as unknown as string))).toBe('ERR_INVALID_ARG_TYPE')
     // Hashes are written only where out has room for them after the text.
-    expect(keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32, 0, undefined)).toBe(0)
+    expect(extractWith(0, body, 8, 8, 64, out, meta, 32, 0, undefined)).toBe(0)
     expect(meta[9]).toBe(0)
-    expect(keyBinding.key_extract(0, body, 8, 8, 64, new Uint8Array(128), meta, 0, 0, undefined)).toBe(0)
+    expect(extractWith(0, body, 8, 8, 64, new Uint8Array(128), meta, 0, 0, undefined)).toBe(0)
     expect(meta[9]).toBeGreaterThan(0)
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
-    expect(code(() => keyBinding.key_extract(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
+    expect(code(() => extractWith(0, body, 8, 8, 64, body as unknown as Uint8Array, meta))).toBe('ERR_INVALID_ARG_VALUE')
+    expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['a', 'b'], [1, 1])
     const picked = new Float64Array(4)

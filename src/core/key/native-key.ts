@@ -7,18 +7,12 @@ import { native, type NativeHandle } from '../native.js'
 import type { OpenAIApi } from './openai-key.js'
 
 interface KeyBinding {
-  key_extract(
-    api: number,
-    body: Uint8Array,
-    span: number,
-    prefix: number,
-    maxDepth: number,
-    out: Uint8Array,
-    meta: Float64Array,
-    outOffset?: number,
-    blockBytes?: number,
-    tenant?: string,
-  ): number
+  /**
+   * io in: [api (0 chat | 1 completions), span, prefix, maxDepth, outOffset, blockBytes, hash
+   * (0 | 1)]; io out: the results (native/key_addon.cc). Numbers go through io rather than as
+   * arguments: each argument read is a crossing of its own, a typed array's slot next to nothing.
+   */
+  key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array, tenant?: string): number
   router_pick_extracted(
     h: NativeHandle,
     text: Uint8Array,
@@ -112,7 +106,10 @@ const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
 /** The APIs the native extraction reads; the others always take the TypeScript path. */
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
-const meta = new Float64Array(10)
+// key_extract's io: the call's numbers in; ten results out, then the generations of the model
+// and prompt_cache_key tokens (TokenMemo in native/key_addon.cc), so that a token the same as
+// the last one's is not made into a string again.
+const meta = new Float64Array(12)
 // A KeyHashes record (native/key/bindings.h): nine 64-bit words, and up to 7 bytes of alignment.
 const HASHES_BYTES = 7 + 9 * 8
 
@@ -127,10 +124,25 @@ let used = 0
 
 // A string member's value from its token: most are plain text between the quotes; one with
 // escapes is decoded by JSON.parse itself, so it cannot differ.
-function stringAt(raw: Buffer, begin: number, end: number, escaped: boolean): string | undefined {
+function stringAt(body: Uint8Array, begin: number, end: number, escaped: boolean): string | undefined {
   if (end <= begin) return undefined
+  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   return escaped ? (JSON.parse(raw.toString('utf8', begin, end)) as string) : raw.toString('utf8', begin + 1, end - 1)
 }
+
+/** A member's string, made again only when its token's generation is not the last one seen. */
+class TokenString {
+  #gen = 0
+  #value: string | undefined
+
+  get(body: Uint8Array, begin: number, end: number, escaped: boolean, gen: number): string | undefined {
+    if (gen !== 0 && gen === this.#gen) return this.#value
+    this.#gen = gen
+    return (this.#value = stringAt(body, begin, end, escaped))
+  }
+}
+const modelString = new TokenString()
+const cacheKeyString = new TokenString()
 
 export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): NativeOutcome {
   const code = API[api]
@@ -145,25 +157,21 @@ export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOpti
     slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
     used = 0
   }
-  const status =
-    h === undefined
-      ? keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used)
-      : keyBinding.key_extract(code, body, o.span, prefix, o.maxDepth, slab, meta, used, h.blockBytes, h.tenant)
+  meta[0] = code
+  meta[1] = o.span
+  meta[2] = prefix
+  meta[3] = o.maxDepth
+  meta[4] = used
+  meta[5] = h === undefined ? 0 : h.blockBytes
+  meta[6] = h === undefined ? 0 : 1
+  const status = keyBinding.key_extract(body, slab, meta, h?.tenant)
   if (status === 1) return { status: 'invalid' }
   if (status !== 0) return { status: 'unsupported' }
-  const raw = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength)
-  const escapes = meta[8]!
   const len = meta[0]!
   const hashes = meta[9]!
   const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!, hashes > 0)
   used += (len + hashes + 7) & ~7
-  return {
-    status: 'ok',
-    request: {
-      key,
-      model: stringAt(raw, meta[3]!, meta[4]!, (escapes & 1) !== 0),
-      promptCacheKey: stringAt(raw, meta[5]!, meta[6]!, (escapes & 2) !== 0),
-      stream: meta[7] === 1,
-    },
-  }
+  const model = modelString.get(body, meta[3]!, meta[4]!, (meta[8]! & 1) !== 0, meta[10]!)
+  const promptCacheKey = cacheKeyString.get(body, meta[5]!, meta[6]!, (meta[8]! & 2) !== 0, meta[11]!)
+  return { status: 'ok', request: { key, model, promptCacheKey, stream: meta[7] === 1 } }
 }
