@@ -35,6 +35,11 @@ struct Snapshot {
   std::vector<uint32_t> slot_of;   // member index -> counter slot
   std::vector<double> cum_weight;  // running sum of weights, for weighted random
   std::unordered_map<std::string, std::vector<uint64_t>> groups;  // group -> bitset over members
+  // The same groups by the router's id for their name (RouterState::group_id), for picks
+  // that name their group by id: an index read instead of copying and hashing the name.
+  // group_at[id] is an offset into group_bits (words of (members + 63) / 64), or -1.
+  std::vector<int32_t> group_at;
+  std::vector<uint64_t> group_bits;
   RoutingParams params;
   // The region's version and members_version this snapshot was built from (shared_region.h).
   uint64_t version = 0;

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
-import { ExtractedKey, keyBinding } from './key/native-key.js'
+import { ExtractedKey } from './key/native-key.js'
 import { native, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
@@ -144,9 +144,21 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
   )
 }
 
-// pick()'s result buffer, shared by every router of this thread: filled by the native call
-// and read at once, so the call allocates nothing.
-const picked = new Float64Array(4)
+// Words of a handle's io block (native/addon.cc, router_pick_io): the pick's numeric
+// arguments go in, its result comes back over the first four, so the native call reads no
+// argument through V8 but the prefix (and a tenant, when there is one).
+const IO_KIND = 0
+const IO_KEY_BYTES = 1
+const IO_ANCHOR = 2
+const IO_HASHED = 3
+const IO_GROUP = 4
+const IO_TENANT = 5
+const IO_AVOID_COUNT = 6
+const IO_AVOID = 7
+const IO_MAX_AVOID = 8
+/** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
+const NO_GROUP = -1
+const GROUP_BY_NAME = -2
 
 function resolvedFromNative(p: NativeParams): ResolvedParams {
   return {
@@ -178,6 +190,10 @@ export class Router {
   // Instance id per slot, cached with the slot's generation so a reused slot is re-read.
   readonly #ids: string[] = []
   readonly #gens: number[] = []
+  // This handle's io block, and the ids of the groups it has picked in. Ids are only given to
+  // names some membership listed, so the map holds at most the groups the router has served.
+  #io: Float64Array
+  readonly #groupIds = new Map<string, number>()
 
   constructor(options: SharedRouterOptions)
   /** @internal used by Router.open */
@@ -186,6 +202,7 @@ export class Router {
     if (handle !== undefined) {
       this.#handle = handle
       this.#params = resolveParams(options)
+      this.#io = native.router_io(handle)
       return
     }
     if (options === null || typeof options !== 'object') throw new InvalidArgTypeError('options', 'an object', options)
@@ -203,6 +220,7 @@ export class Router {
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
     this.#handle = h
     this.#params = params
+    this.#io = native.router_io(h)
   }
 
   /**
@@ -271,47 +289,70 @@ export class Router {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
+    const io = this.#io
     // Checked field by field, without closures or copies: this runs on every request.
     let tenant: string | undefined
     let group: string | undefined
-    let anchor: number | undefined
-    let slots: number[] | undefined
+    let navoid = 0
+    io[IO_TENANT] = 0
+    io[IO_GROUP] = NO_GROUP
+    io[IO_ANCHOR] = -1
     if (opts !== undefined) {
-      if (opts.tenant !== undefined) tenant = checkTenant(opts.tenant)
+      if (opts.tenant !== undefined) {
+        tenant = checkTenant(opts.tenant)
+        io[IO_TENANT] = 1
+      }
       group = opts.group
       if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
-      anchor = opts.anchor
-      if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
-        throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+      const anchor = opts.anchor
+      if (anchor !== undefined) {
+        if (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0) throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+        io[IO_ANCHOR] = anchor
       }
       const avoid = opts.avoid
       if (avoid !== undefined) {
         if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-        if (avoid.length > 0) {
-          slots = [] // only on a retry
-          for (let i = 0; i < avoid.length; i++) {
-            const l: unknown = avoid[i]
-            if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-            slots.push(l._slot)
-          }
+        for (let i = 0; i < avoid.length; i++) {
+          const l: unknown = avoid[i]
+          if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+          if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = l._slot
         }
       }
     }
-    const r =
-      prefix instanceof ExtractedKey
-        ? keyBinding.router_pick_extracted(this.#h(), prefix, tenant, group, prefix.anchorBytes, picked, slots, prefix.keyBytes, prefix.hashed)
-        : native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
+    io[IO_AVOID_COUNT] = navoid
+    if (prefix instanceof ExtractedKey) {
+      // The key carries its own anchor: opts.anchor is not read.
+      io[IO_KIND] = 1
+      io[IO_KEY_BYTES] = prefix.keyBytes
+      io[IO_ANCHOR] = prefix.anchorBytes ?? -1
+      io[IO_HASHED] = prefix.hashed ? 1 : 0
+    } else io[IO_KIND] = 0
+    const h = this.#h()
+    if (group !== undefined) io[IO_GROUP] = this.#groupId(h, group)
+    const r = native.router_pick_io(h, prefix, tenant, group)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
-    const slot = picked[0]!
-    const gen = picked[1]!
+    const slot = io[0]!
+    const gen = io[1]!
     let id = this.#ids[slot]
     if (id === undefined || this.#gens[slot] !== gen) {
-      id = native.router_slot_id(this.#handle!, slot)
+      id = native.router_slot_id(h, slot)
       this.#ids[slot] = id
       this.#gens[slot] = gen
     }
-    return new Lease(this, slot, id, picked[2] === 1, picked[3]!)
+    return new Lease(this, slot, id, io[2] === 1, io[3]!)
+  }
+
+  // A group's id, asked of the native side once per name; a name no membership has listed
+  // yet is passed by name (and asked again next time: it may be served by then).
+  #groupId(h: NativeHandle, group: string): number {
+    let id = this.#groupIds.get(group)
+    if (id === undefined) {
+      id = native.router_group_id(h, group)
+      if (id < 0) return GROUP_BY_NAME
+      this.#groupIds.set(group, id)
+    }
+    return id
   }
 
   /** @internal called by Lease.firstToken */
