@@ -1,0 +1,62 @@
+// Memory for the tables every pick reads (the ring's points, owners and buckets): one mapping,
+// aligned to 2 MiB and advised for transparent huge pages, so a pick's lookups share one TLB
+// entry. Between two picks a proxy handles a whole request, which evicts the TLB: each 4 KiB
+// page a pick touches is then a page walk, and under virtualisation a walk costs as much as
+// the rest of the lookup. Where huge pages are unavailable the mapping is ordinary pages,
+// still contiguous.
+#pragma once
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+namespace pr {
+
+class HotPages {
+ public:
+  static constexpr size_t kHuge = size_t{2} << 20;
+
+  HotPages() = default;
+  explicit HotPages(size_t bytes) {
+    if (bytes == 0) return;
+    size_ = (bytes + kHuge - 1) / kHuge * kHuge;
+    // Over-map by one huge page and trim, so the start is 2 MiB aligned.
+    void* raw = ::mmap(nullptr, size_ + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) std::abort();  // a few MiB of address space: nothing sensible to do without it
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);
+    if (aligned > start) ::munmap(raw, aligned - start);
+    const uintptr_t end = start + size_ + kHuge;
+    if (end > aligned + size_) ::munmap(reinterpret_cast<void*>(aligned + size_), end - (aligned + size_));
+    base_ = reinterpret_cast<char*>(aligned);
+#ifdef MADV_HUGEPAGE
+    ::madvise(base_, size_, MADV_HUGEPAGE);
+#endif
+  }
+  ~HotPages() {
+    if (base_ != nullptr) ::munmap(base_, size_);
+  }
+  HotPages(const HotPages&) = delete;
+  HotPages& operator=(const HotPages&) = delete;
+  HotPages(HotPages&& o) noexcept : base_(o.base_), size_(o.size_) { o.base_ = nullptr; o.size_ = 0; }
+  HotPages& operator=(HotPages&& o) noexcept {
+    if (this != &o) {
+      if (base_ != nullptr) ::munmap(base_, size_);
+      base_ = o.base_;
+      size_ = o.size_;
+      o.base_ = nullptr;
+      o.size_ = 0;
+    }
+    return *this;
+  }
+
+  char* data() const { return base_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace pr
