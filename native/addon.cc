@@ -518,7 +518,7 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
 // (a copy of the key, parameters reloaded since the extraction, another tenant) null, and the
 // pick hashes the text.
-const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
+PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
                             uint64_t seed) {
   size_t buffer_len = 0;
   void* base = nullptr;
@@ -553,7 +553,7 @@ struct PickArgs {
 
 // The pick itself: 0, -1 (no instances) or -2 (no instance in the group), or undefined with
 // an exception pending.
-Napi::Value PickWith(napi_env env, const PickArgs& a) {
+PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
   Handle* h = a.h;
   // Everything below reads the parameters of one snapshot, the one the pick uses.
   pr::SnapshotGuard guard(*h->state, h->reader);
@@ -689,7 +689,7 @@ Napi::Value RouterIo(const Napi::CallbackInfo& info) {
 }
 
 // An io word that must be a whole number in [0, limit]: false for anything else.
-bool IoIndex(double d, double limit, size_t* out) {
+inline bool IoIndex(double d, double limit, size_t* out) {
   if (!(d >= 0 && d <= limit) || d != static_cast<double>(static_cast<uint64_t>(d))) return false;
   *out = static_cast<size_t>(d);
   return true;
@@ -697,13 +697,30 @@ bool IoIndex(double d, double limit, size_t* out) {
 
 // router_pick_io(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> as
 // router_pick, with the other arguments in the handle's io block and the result written over
-// its first four words. The prefix is an extracted key's text when the block says so.
-Napi::Value RouterPickIo(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+// its first four words. The prefix is an extracted key's text when the block says so. A plain
+// N-API callback: node-addon-api's wrapper would add a frame and a CallbackInfo off the hot pages.
+PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
+  size_t argc = 4;
+  napi_value argv[4];
+  if (napi_get_cb_info(env, cb, &argc, argv, nullptr, nullptr) != napi_ok) return nullptr;
+  napi_value undefined;
+  napi_get_undefined(env, &undefined);
+  for (size_t i = argc; i < 4; i++) argv[i] = undefined;
+  void* handle = nullptr;
+  if (napi_get_value_external(env, argv[0], &handle) != napi_ok || handle == nullptr) {
+    Throw(env, "ERR_INVALID_ARG_TYPE", "not a router handle", true);
+    return nullptr;
+  }
   PickArgs a;
-  a.h = GetHandle(info);
-  if (!a.h) return env.Undefined();
-  if (!a.h->io) return Throw(env, "ERR_INVALID_STATE", "router_io was not called on this handle");
+  a.h = static_cast<Handle*>(handle);
+  if (!a.h->state) {
+    Throw(env, "ROUTER_CLOSED", "router is closed");
+    return nullptr;
+  }
+  if (!a.h->io) {
+    Throw(env, "ERR_INVALID_STATE", "router_io was not called on this handle");
+    return nullptr;
+  }
   double* w = a.h->io->w;
   pr::ExtractedText text;
   size_t n = 0;
@@ -711,22 +728,28 @@ Napi::Value RouterPickIo(const Napi::CallbackInfo& info) {
     napi_typedarray_type type;
     void* data = nullptr;
     size_t offset = 0;
-    if (napi_get_typedarray_info(env, info[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
-        type != napi_uint8_array || (data == nullptr && text.len != 0))
-      return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+    if (napi_get_typedarray_info(env, argv[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
+        type != napi_uint8_array || (data == nullptr && text.len != 0)) {
+      Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+      return nullptr;
+    }
     text.data = static_cast<const uint8_t*>(data);
-    if (!IoIndex(w[io::kKeyBytes], static_cast<double>(text.len), &text.key_bytes))
-      return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
-    if (w[io::kAnchor] != -1 && !IoIndex(w[io::kAnchor], static_cast<double>(text.len), &text.anchor_bytes))
-      return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+    if (!IoIndex(w[io::kKeyBytes], static_cast<double>(text.len), &text.key_bytes)) {
+      Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
+      return nullptr;
+    }
+    if (w[io::kAnchor] != -1 && !IoIndex(w[io::kAnchor], static_cast<double>(text.len), &text.anchor_bytes)) {
+      Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+      return nullptr;
+    }
     a.prepared = &text;
     a.hashed = w[io::kHashed] == 1;
   } else {
-    a.prefix = info[1];
+    a.prefix = argv[1];
     if (IoIndex(w[io::kAnchor], 4294967295.0, &n)) a.anchor = n;
   }
-  if (w[io::kTenant] == 1) a.tenant = info[2];
-  if (w[io::kGroup] == -2) a.group_name = info[3];
+  if (w[io::kTenant] == 1) a.tenant = argv[2];
+  if (w[io::kGroup] == -2) a.group_name = argv[3];
   else if (IoIndex(w[io::kGroup], 4294967294.0, &n)) a.group_id = static_cast<uint32_t>(n);
   size_t navoid = 0;
   if (IoIndex(w[io::kAvoidCount], 8, &navoid))
@@ -840,7 +863,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
   exports.Set("router_pick", Napi::Function::New(env, RouterPick, "router_pick"));
   exports.Set("router_io", Napi::Function::New(env, RouterIo, "router_io"));
-  exports.Set("router_pick_io", Napi::Function::New(env, RouterPickIo, "router_pick_io"));
+  napi_value pick_io;
+  if (napi_create_function(env, "router_pick_io", NAPI_AUTO_LENGTH, RouterPickIo, nullptr, &pick_io) == napi_ok)
+    exports.Set("router_pick_io", Napi::Value(env, pick_io));
   exports.Set("router_group_id", Napi::Function::New(env, RouterGroupId, "router_group_id"));
   exports.Set("router_release", Napi::Function::New(env, RouterRelease, "router_release"));
   exports.Set("router_first_token", Napi::Function::New(env, RouterFirstToken, "router_first_token"));

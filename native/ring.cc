@@ -58,7 +58,7 @@ Ring::Ring(std::vector<RingMember> members, uint32_t vnodes_per_weight) : member
   buckets_[nb] = static_cast<uint32_t>(npoints_);
 }
 
-size_t Ring::find(uint64_t key) const {
+PR_HOT size_t Ring::find(uint64_t key) const {
   if (npoints_ == 0) return 0;
   const size_t b = static_cast<size_t>(key >> (64 - bucket_bits_));
   size_t pos = buckets_[b];

@@ -78,6 +78,12 @@ bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<Ri
   return r.ok;
 }
 
+const RoutingStrategy* strategy_of(Strategy s) {
+  const auto& registry = strategy_registry();
+  const uint32_t id = static_cast<uint32_t>(s);
+  return &(id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
+}
+
 std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
   std::string err;
   auto r = Region::create("", slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
@@ -121,8 +127,8 @@ int64_t RouterState::group_id(const std::string& name) {
   return it == group_ids_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
 }
 
-SnapshotGuard::SnapshotGuard(RouterState& st, int reader) : st_(st), reader_(reader), snap_(st.enter(reader)) {}
-SnapshotGuard::~SnapshotGuard() { st_.leave(reader_); }
+PR_HOT SnapshotGuard::SnapshotGuard(RouterState& st, int reader) : st_(st), reader_(reader), snap_(st.enter(reader)) {}
+PR_HOT SnapshotGuard::~SnapshotGuard() { st_.leave(reader_); }
 void SnapshotGuard::renew() const {
   st_.leave(reader_);
   snap_ = st_.enter(reader_);
@@ -139,6 +145,7 @@ RouterState::RouterState(std::unique_ptr<Region> region)
       index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
+  s->strategy = strategy_of(s->params.strategy);
   current_.store(s, std::memory_order_release);
 }
 
@@ -205,7 +212,7 @@ void RouterState::release_reader(int reader) {
   hazards_[reader].claimed.store(false, std::memory_order_release);
 }
 
-const Snapshot* RouterState::enter(int reader) {
+PR_HOT const Snapshot* RouterState::enter(int reader) {
   for (;;) {
     const Snapshot* s = current_.load(std::memory_order_acquire);
     hazards_[reader].ptr.store(s, std::memory_order_seq_cst);
@@ -290,6 +297,7 @@ void RouterState::drained(uint32_t slot) {
 }
 
 void RouterState::swap_locked(Snapshot* next) {
+  next->strategy = strategy_of(next->params.strategy);
   const Snapshot* old = current_.exchange(next, std::memory_order_seq_cst);
   // Readers hold a snapshot for the length of one pick (microseconds), so waiting them out
   // here is cheap and lets the old one go right away.
@@ -399,17 +407,17 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
   return pick(g, key, group, blocks, nblocks, anchor_blocks);
 }
 
-PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
+PR_HOT PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
                               size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
   return pick_among(g, key, group, kNoGroup, blocks, nblocks, anchor_blocks, avoid, navoid);
 }
 
-PickResult RouterState::pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
+PR_HOT PickResult RouterState::pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
                                    size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
   return pick_among(g, key, nullptr, group, blocks, nblocks, anchor_blocks, avoid, navoid);
 }
 
-PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
+PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
                                    size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
   for (;;) {
     PickResult r;
@@ -449,9 +457,7 @@ PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const s
       for (uint64_t w : narrowed) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
     }
     if (eligible.count == 0) return r;
-    const auto& registry = strategy_registry();
-    const uint32_t id = static_cast<uint32_t>(s.params.strategy);
-    const RoutingStrategy& impl = (id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
+    const RoutingStrategy& impl = *s.strategy;  // every snapshot with members was published by swap_locked
     PickInput in;
     in.key = key;
     in.blocks = blocks;
