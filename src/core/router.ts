@@ -159,6 +159,8 @@ const IO_MAX_AVOID = 8
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
 const GROUP_BY_NAME = -2
+// The binding's function, read once rather than off the binding object on every pick.
+const pickIo = native.router_pick_io
 
 function resolvedFromNative(p: NativeParams): ResolvedParams {
   return {
@@ -187,9 +189,9 @@ export class Router {
   readonly #unreleased = new FinalizationRegistry<Held>((held) => {
     if (!held.released && this.#handle !== null) native.router_lease_collected(this.#handle, held.slot, held.prefill)
   })
-  // Instance id per slot, cached with the slot's generation so a reused slot is re-read.
-  readonly #ids: string[] = []
-  readonly #gens: number[] = []
+  // Instance id per slot, cached with the slot's generation so a reused slot is re-read:
+  // [id, generation] at [2 * slot, 2 * slot + 1].
+  readonly #ids: (string | number)[] = []
   // This handle's io block, and the ids of the groups it has picked in. Ids are only given to
   // names some membership listed, so the map holds at most the groups the router has served.
   #io: Float64Array
@@ -286,69 +288,76 @@ export class Router {
    * marks, and `opts.anchor` is not read.
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
+    if (opts === undefined) return this._pickIn(prefix, undefined, undefined, undefined, undefined, undefined)
+    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid)
+  }
+
+  /**
+   * @internal pick() with its options as arguments, and the group's `_groupId` if the caller
+   * kept it with its own record of the group (serve's endpoints do: one map lookup per pick
+   * rather than two); undefined looks it up.
+   */
+  _pickIn(prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, groupId: number | undefined, anchor: number | undefined, avoid: readonly Lease[] | undefined): Lease {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
     const io = this.#io
     // Checked field by field, without closures or copies: this runs on every request.
-    let tenant: string | undefined
-    let group: string | undefined
-    let navoid = 0
     io[IO_TENANT] = 0
-    io[IO_GROUP] = NO_GROUP
+    if (tenant !== undefined) {
+      tenant = checkTenant(tenant)
+      io[IO_TENANT] = 1
+    }
+    if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
     io[IO_ANCHOR] = -1
-    if (opts !== undefined) {
-      if (opts.tenant !== undefined) {
-        tenant = checkTenant(opts.tenant)
-        io[IO_TENANT] = 1
-      }
-      group = opts.group
-      if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
-      const anchor = opts.anchor
-      if (anchor !== undefined) {
-        if (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0) throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
-        io[IO_ANCHOR] = anchor
-      }
-      const avoid = opts.avoid
-      if (avoid !== undefined) {
-        if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-        for (let i = 0; i < avoid.length; i++) {
-          const l: unknown = avoid[i]
-          if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-          if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = l._slot
-        }
+    if (anchor !== undefined) {
+      if (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0) throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+      io[IO_ANCHOR] = anchor
+    }
+    let navoid = 0
+    if (avoid !== undefined) {
+      if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+      for (let i = 0; i < avoid.length; i++) {
+        const l: unknown = avoid[i]
+        if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+        if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = l._slot
       }
     }
     io[IO_AVOID_COUNT] = navoid
     if (prefix instanceof ExtractedKey) {
-      // The key carries its own anchor: opts.anchor is not read.
+      // The key carries its own anchor: `anchor` is not read.
       io[IO_KIND] = 1
       io[IO_KEY_BYTES] = prefix.keyBytes
       io[IO_ANCHOR] = prefix.anchorBytes ?? -1
       io[IO_HASHED] = prefix.hashed ? 1 : 0
     } else io[IO_KIND] = 0
+    io[IO_GROUP] = group === undefined ? NO_GROUP : (groupId ?? this._groupId(group))
     const h = this.#h()
-    if (group !== undefined) io[IO_GROUP] = this.#groupId(h, group)
-    const r = native.router_pick_io(h, prefix, tenant, group)
+    const r = pickIo(h, prefix, tenant, group)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = io[0]!
     const gen = io[1]!
-    let id = this.#ids[slot]
-    if (id === undefined || this.#gens[slot] !== gen) {
+    // Id and generation side by side: one array for the cache, not two.
+    const ids = this.#ids
+    let id = ids[2 * slot] as string | undefined
+    if (id === undefined || ids[2 * slot + 1] !== gen) {
       id = native.router_slot_id(h, slot)
-      this.#ids[slot] = id
-      this.#gens[slot] = gen
+      ids[2 * slot] = id
+      ids[2 * slot + 1] = gen
     }
     return new Lease(this, slot, id, io[2] === 1, io[3]!)
   }
 
-  // A group's id, asked of the native side once per name; a name no membership has listed
-  // yet is passed by name (and asked again next time: it may be served by then).
-  #groupId(h: NativeHandle, group: string): number {
+  /**
+   * @internal The id pick() passes for a group. Names some membership listed get one, asked of
+   * the native side once; any other name is passed by name (and asked again next time: it may
+   * be served by then).
+   */
+  _groupId(group: string): number {
     let id = this.#groupIds.get(group)
     if (id === undefined) {
-      id = native.router_group_id(h, group)
+      id = native.router_group_id(this.#h(), group)
       if (id < 0) return GROUP_BY_NAME
       this.#groupIds.set(group, id)
     }
