@@ -111,7 +111,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
         native.router_configure(h, longest ? 'longest_prefix' : 'prefix_aware', 1024, 4, 64, 1000, 3, 2, 2, 4096)
         io.set(words)
         settles(() => {
-          if (native.router_pick_io(h, k, t, g as string) === 0) {
+          if (native.router_pick_io(h, k as Uint8Array, t as string | undefined, g as string | undefined) === 0) {
             picked++
             native.router_release(h, io[0]!, io[3])
           }
