@@ -1,14 +1,18 @@
 // XXH3-64 throughput against @node-rs/xxhash (its XXH3-64, the baseline of every ratio),
-// xxhash-wasm (XXH64) and node:crypto sha1; then Router.pick() + release().
-// Run: npm run bench   (BENCH_TIME_MS=… to change the time per task, default 400)
+// xxhash-wasm (XXH64) and node:crypto sha1; then Router.pick() + release(), and the pick as
+// serve makes it, with caches warm (a tight loop) and cold (caches evicted between picks).
+// Run: npm run bench   (BENCH_TIME_MS=… to change the time per task, default 400;
+// EVICT_KIB=… the memory the cold row touches between two picks, default 4096; COLD_ONLY=1
+// runs the warm/cold table alone)
 //
 // Each sample runs a batch of calls sized to ~20 µs, so timer resolution does not swamp
 // sub-microsecond calls; "median" below is the median of per-call times across batches.
 import { createHash, randomBytes } from 'node:crypto'
 import { xxh3 as nodeRs } from '@node-rs/xxhash'
 import xxhashWasm from 'xxhash-wasm'
+import { nativeRequest } from '../src/core/key/native-key.js'
 import { buildInfo, Router, xxh3 } from '../src/index.js'
-import { perCall } from './harness.js'
+import { chatBody, machine, perCall } from './harness.js'
 
 const TIME = Number(process.env.BENCH_TIME_MS ?? 400)
 const sizes: [string, number][] = [
@@ -107,7 +111,67 @@ async function longestTable(): Promise<void> {
   aware.close()
 }
 
+/**
+ * The pick serve makes for a chat request (an extracted 4,096-character key whose hashes the
+ * scan made, a model group, one instance at the default 8,192 virtual nodes), timed call by
+ * call: in a tight loop, where its code and data stay in cache, and cold: before each pick, a
+ * JSON.parse of a request body and EVICT_KIB of memory touched, as a proxy's handling of a
+ * whole request does between two picks (other code runs, and the core's L2 and TLB are
+ * evicted). Warm and cold alternate over rounds; each row is the median of its rounds' medians.
+ */
+async function coldTable(): Promise<void> {
+  const evictBytes = Number(process.env.EVICT_KIB ?? 4096) * 1024
+  const r = new Router({ strategy: 'prefix_aware', instances: [{ id: 'http://10.0.0.1:8000', groups: ['stub'] }] })
+  const texts = Array.from({ length: 64 }, (_, i) => chatBody(i, false))
+  const bodies = texts.map((t) => Buffer.from(t))
+  const keyOptions = { span: 4096, prefixLength: 4096, maxDepth: 64, hash: { tenant: undefined, blockBytes: 0 } }
+  const key = (i: number) => {
+    const out = nativeRequest('chat', bodies[i & 63]!, keyOptions)
+    if (out.status !== 'ok' || !out.request.key.hashed) throw new Error('the chat body did not extract a hashed key')
+    return out.request.key
+  }
+  const opts = { group: 'stub' }
+  const trash = new Uint8Array(evictBytes)
+  const times = new Float64Array(4000)
+  let parsed = 0
+  const run = (n: number, cold: boolean): number => {
+    for (let i = 0; i < n; i++) {
+      const k = key(i)
+      if (cold) {
+        parsed += (JSON.parse(texts[i & 63]!) as { messages: unknown[] }).messages.length
+        for (let j = 0; j < trash.length; j += 64) trash[j]!++
+      }
+      const t0 = performance.now()
+      const lease = r.pick(k, opts)
+      times[i] = performance.now() - t0
+      lease.release()
+    }
+    return [...times.subarray(0, n)].sort((a, b) => a - b)[n >> 1]! * 1e6
+  }
+  run(2000, false) // warm-up, discarded
+  run(200, true)
+  const warm: number[] = []
+  const cold: number[] = []
+  for (let round = 0; round < 7; round++) {
+    warm.push(run(4000, false))
+    cold.push(run(400, true))
+  }
+  if (parsed === 0) throw new Error('the cold rows parsed nothing')
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!
+  const w = median(warm)
+  const c = median(cold)
+  console.log(`\nRouter.pick() of an extracted chat key (4,096 characters, hashed by the scan), group, 1 instance; a body parsed and ${evictBytes >> 10} KiB touched before each cold pick`)
+  console.log(`${pad('caches', 10)}${pad('median', 12)}ratio to warm`)
+  console.log(`${pad('warm', 10)}${pad(fmtNs(w), 12)}1.00x`)
+  console.log(`${pad('cold', 10)}${pad(fmtNs(c), 12)}${(c / w).toFixed(2)}x`)
+  r.close()
+}
+
 console.log(`prefix-router hash benchmark — node ${process.version}, ${TIME} ms per task`)
-await hashTable()
-await pickTable()
-await longestTable()
+console.log(`machine: ${machine()}`)
+if (process.env.COLD_ONLY === undefined) {
+  await hashTable()
+  await pickTable()
+  await longestTable()
+}
+await coldTable()

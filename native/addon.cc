@@ -250,9 +250,32 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
 std::mutex g_registry_mutex;
 std::unordered_map<std::string, std::weak_ptr<RouterState>> g_registry;
 
+// A pick's numeric arguments and its result, in memory the handle shares with one Float64Array
+// (router_io): router_pick_io reads them from there rather than by a V8 call per argument.
+// The pick runs on every request, with its code and data mostly evicted from cache by the rest
+// of the request, where each of those calls was measured at 100-400 ns.
+namespace io {
+enum : size_t {
+  kKind,        // 0: a string or Uint8Array prefix; 1: an extracted key's text (key/bindings.h)
+  kKeyBytes,    // extracted: the key's end in the text
+  kAnchor,      // the anchor (extracted: bytes; else units of a string, bytes of a Uint8Array), -1 for none
+  kHashed,      // extracted: 1 when key_extract wrote the hashes after the text
+  kGroup,       // -1: no group; -2: the group is named by the call's 4th argument; else its id (router_group_id)
+  kTenant,      // 1: the call's 3rd argument is the tenant
+  kAvoidCount,  // slots of earlier tries to avoid, at most 8, which follow
+  kAvoid,
+  kWords = kAvoid + 8
+};
+}  // namespace io
+struct IoBlock {
+  double w[io::kWords] = {};
+};
+
 struct Handle {
   std::shared_ptr<RouterState> state;
   int reader = -1;
+  // Shared with the ArrayBuffer router_io made, which may outlive the handle.
+  std::shared_ptr<IoBlock> io;
   void close() {
     if (state && reader >= 0) state->release_reader(reader);
     state.reset();
@@ -265,7 +288,7 @@ Napi::Value Wrap(Napi::Env env, std::shared_ptr<RouterState> state) {
   int reader = state->acquire_reader();
   if (reader < 0)
     return Throw(env, "ROUTER_TOO_MANY_HANDLES", "at most 128 open handles per router (one per thread)");
-  auto* h = new Handle{std::move(state), reader};
+  auto* h = new Handle{std::move(state), reader, nullptr};
   return Napi::External<Handle>::New(env, h, [](Napi::Env, Handle* p) { delete p; });
 }
 
@@ -496,7 +519,7 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
 // (a copy of the key, parameters reloaded since the extraction, another tenant) null, and the
 // pick hashes the text.
-const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
+PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
                             uint64_t seed) {
   size_t buffer_len = 0;
   void* base = nullptr;
@@ -514,41 +537,33 @@ const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const p
   return h;
 }
 
-// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
-//             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
-// instance in the group). avoid: slots (from earlier leases) the pick must not choose.
-// out receives [slot, generation, overflow (0/1), prefill blocks]; filling a caller's array
-// allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
-// string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
-// opening up to its first user message, which every later turn of the conversation shares.
-// prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
-// span and whose key end, in bytes, is info[7]; info[8] true when key_extract hashed it.
-// Arguments are read with one N-API call each where node-addon-api's checks would make
-// several: every call crosses into V8, and this runs on every request.
-Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepared) {
-  Napi::Env env = info.Env();
-  Handle* h = GetHandle(info);
-  if (!h) return env.Undefined();
-  napi_typedarray_type out_type;
-  size_t out_len = 0;
-  void* out_data = nullptr;
-  if (napi_get_typedarray_info(env, info[5], &out_type, &out_len, &out_data, nullptr, nullptr) != napi_ok ||
-      out_type != napi_float64_array || out_len < 4 || out_data == nullptr)
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of 4", true);
-  double* out = static_cast<double*>(out_data);
+// What a pick reads from its caller, however the binding received it.
+struct PickArgs {
+  Handle* h = nullptr;
+  napi_value prefix = nullptr;                 // a string or Uint8Array (unless `prepared`)
+  const pr::ExtractedText* prepared = nullptr;  // router_pick_extracted's text
+  bool hashed = false;                         // the caller says key_extract wrote the hashes
+  size_t anchor = SIZE_MAX;                    // UTF-16 units or bytes of `prefix`; ignored with `prepared`
+  napi_value tenant = nullptr;                 // a string, or null for none
+  napi_value group_name = nullptr;             // a string (looked up by name), or null
+  uint32_t group_id = pr::RouterState::kNoGroup;  // used when group_name is null
+  uint32_t avoid[8];
+  size_t navoid = 0;
+  double* out = nullptr;                       // [slot, generation, overflow (0/1), prefill blocks]
+};
+
+// The pick itself: 0, -1 (no instances) or -2 (no instance in the group), or undefined with
+// an exception pending.
+PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
+  Handle* h = a.h;
   // Everything below reads the parameters of one snapshot, the one the pick uses.
   pr::SnapshotGuard guard(*h->state, h->reader);
   const pr::RoutingParams& p = guard.params();
   const bool longest = p.strategy == pr::Strategy::LongestPrefix;
   // longest_prefix matches further into the prompt than the key reaches.
   const size_t span = longest && p.match_length > p.prefix_length ? p.match_length : p.prefix_length;
-  size_t anchor = SIZE_MAX;
-  double a = 0;
-  if (prepared != nullptr) {
-    if (longest) anchor = prepared->anchor_bytes;
-  } else if (longest && napi_get_value_double(env, info[4], &a) == napi_ok && a >= 0 && a < 4294967296.0) {
-    anchor = static_cast<size_t>(a);
-  }
+  const pr::ExtractedText* prepared = a.prepared;
+  const size_t anchor = !longest ? SIZE_MAX : prepared != nullptr ? prepared->anchor_bytes : a.anchor;
   Marks marks;
   Bytes b;
   if (prepared != nullptr) {
@@ -557,30 +572,30 @@ Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepar
     b.ok = true;
     marks.key_bytes = prepared->key_bytes;
     marks.anchor_bytes = anchor;
-  } else if (info[1].IsString()) {
-    marks.key_cp = p.prefix_length;
-    marks.anchor_units = anchor;
-    b = PrefixOfString(info[1], span, &marks);
   } else {
-    b = GetBytes(info[1]);
-    if (b.len > span) b.len = span;
-    marks.key_bytes = p.prefix_length;
-    marks.anchor_bytes = anchor;
+    const Napi::Value prefix(env, a.prefix);
+    if (prefix.IsString()) {
+      marks.key_cp = p.prefix_length;
+      marks.anchor_units = anchor;
+      b = PrefixOfString(prefix, span, &marks);
+    } else {
+      b = GetBytes(prefix);
+      if (b.len > span) b.len = span;
+      marks.key_bytes = p.prefix_length;
+      marks.anchor_bytes = anchor;
+    }
   }
   if (!b.ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "prefix must be a Uint8Array or a string", true);
   // Tenants get their own key space: the tenant id's hash seeds the prefix hash.
   uint64_t seed = 0;
   std::string tenant;
-  if (SmallString(env, info[2], &tenant)) seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
+  if (a.tenant != nullptr && SmallString(env, a.tenant, &tenant)) seed = pr::xxh3_64(tenant.data(), tenant.size(), 0);
   std::string group;
-  const bool has_group = SmallString(env, info[3], &group);
+  const bool has_group = a.group_name != nullptr && SmallString(env, a.group_name, &group);
   uint64_t key = 0;
   const uint64_t* blocks = nullptr;
   size_t nblocks = 0, anchor_blocks = 0;
-  bool claimed = false;
-  const pr::KeyHashes* hashed = prepared != nullptr && napi_get_value_bool(env, info[8], &claimed) == napi_ok && claimed
-                                    ? Hashed(env, *prepared, p, span, longest, seed)
-                                    : nullptr;
+  const pr::KeyHashes* hashed = prepared != nullptr && a.hashed ? Hashed(env, *prepared, p, span, longest, seed) : nullptr;
   if (hashed != nullptr) {
     key = hashed->key;
     nblocks = hashed->blocks;
@@ -603,28 +618,158 @@ Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepar
     anchor_blocks =
         anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   }
-  uint32_t avoid[8];
-  size_t navoid = 0;
-  bool is_array = false;
-  if (info.Length() > 6 && napi_is_array(env, info[6], &is_array) == napi_ok && is_array) {
-    Napi::Array list = info[6].As<Napi::Array>();
-    for (uint32_t i = 0; i < list.Length() && navoid < 8; i++) {
-      Napi::Value v = list.Get(i);
-      if (!v.IsNumber()) continue;
-      const double d = v.As<Napi::Number>().DoubleValue();
-      if (d >= 0 && d < 4294967296.0) avoid[navoid++] = static_cast<uint32_t>(d);
-    }
-  }
-  pr::PickResult r = h->state->pick(guard, key, has_group ? &group : nullptr, blocks, nblocks, anchor_blocks, avoid, navoid);
+  pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid)
+                               : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
-  out[0] = r.slot;
-  out[1] = r.generation;
-  out[2] = r.overflow ? 1 : 0;
-  out[3] = r.prefill;
+  a.out[0] = r.slot;
+  a.out[1] = r.generation;
+  a.out[2] = r.overflow ? 1 : 0;
+  a.out[3] = r.prefill;
   return Napi::Number::New(env, 0);
 }
 
+// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
+//             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
+// instance in the group). avoid: slots (from earlier leases) the pick must not choose.
+// out receives [slot, generation, overflow (0/1), prefill blocks]; filling a caller's array
+// allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
+// string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
+// opening up to its first user message, which every later turn of the conversation shares.
+// prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
+// span and whose key end, in bytes, is info[7]; info[8] true when key_extract hashed it.
+Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepared) {
+  Napi::Env env = info.Env();
+  PickArgs a;
+  a.h = GetHandle(info);
+  if (!a.h) return env.Undefined();
+  napi_typedarray_type out_type;
+  size_t out_len = 0;
+  void* out_data = nullptr;
+  if (napi_get_typedarray_info(env, info[5], &out_type, &out_len, &out_data, nullptr, nullptr) != napi_ok ||
+      out_type != napi_float64_array || out_len < 4 || out_data == nullptr)
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of 4", true);
+  a.out = static_cast<double*>(out_data);
+  a.prefix = info[1];
+  a.prepared = prepared;
+  double anchor = 0;
+  if (prepared == nullptr && napi_get_value_double(env, info[4], &anchor) == napi_ok && anchor >= 0 && anchor < 4294967296.0)
+    a.anchor = static_cast<size_t>(anchor);
+  a.tenant = info[2];
+  a.group_name = info[3];
+  a.hashed = prepared != nullptr && napi_get_value_bool(env, info[8], &a.hashed) == napi_ok && a.hashed;
+  bool is_array = false;
+  if (info.Length() > 6 && napi_is_array(env, info[6], &is_array) == napi_ok && is_array) {
+    Napi::Array list = info[6].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length() && a.navoid < 8; i++) {
+      Napi::Value v = list.Get(i);
+      if (!v.IsNumber()) continue;
+      const double d = v.As<Napi::Number>().DoubleValue();
+      if (d >= 0 && d < 4294967296.0) a.avoid[a.navoid++] = static_cast<uint32_t>(d);
+    }
+  }
+  return PickWith(env, a);
+}
+
 Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, nullptr); }
+
+// router_io(h) -> Float64Array: the handle's io block (see io:: above), for router_pick_io.
+Napi::Value RouterIo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!h->io) h->io = std::make_shared<IoBlock>();
+  auto* keep = new std::shared_ptr<IoBlock>(h->io);
+  napi_value buffer, array;
+  const auto release = [](napi_env, void*, void* hint) { delete static_cast<std::shared_ptr<IoBlock>*>(hint); };
+  if (napi_create_external_arraybuffer(env, h->io->w, sizeof(IoBlock), release, keep, &buffer) != napi_ok) {
+    delete keep;
+    return Throw(env, "ROUTER_NO_EXTERNAL_BUFFERS", "this runtime does not allow external ArrayBuffers");
+  }
+  if (napi_create_typedarray(env, napi_float64_array, io::kWords, buffer, 0, &array) != napi_ok) return env.Undefined();
+  return Napi::Value(env, array);
+}
+
+// An io word that must be a whole number in [0, limit]: false for anything else.
+inline bool IoIndex(double d, double limit, size_t* out) {
+  if (!(d >= 0 && d <= limit) || d != static_cast<double>(static_cast<uint64_t>(d))) return false;
+  *out = static_cast<size_t>(d);
+  return true;
+}
+
+// router_pick_io(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> as
+// router_pick, with the other arguments in the handle's io block and the result written over
+// its first four words. The prefix is an extracted key's text when the block says so. A plain
+// N-API callback: node-addon-api's wrapper would add a frame and a CallbackInfo off the hot pages.
+PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
+  size_t argc = 4;
+  napi_value argv[4];
+  if (napi_get_cb_info(env, cb, &argc, argv, nullptr, nullptr) != napi_ok) return nullptr;
+  napi_value undefined;
+  napi_get_undefined(env, &undefined);
+  for (size_t i = argc; i < 4; i++) argv[i] = undefined;
+  void* handle = nullptr;
+  if (napi_get_value_external(env, argv[0], &handle) != napi_ok || handle == nullptr) {
+    Throw(env, "ERR_INVALID_ARG_TYPE", "not a router handle", true);
+    return nullptr;
+  }
+  PickArgs a;
+  a.h = static_cast<Handle*>(handle);
+  if (!a.h->state) {
+    Throw(env, "ROUTER_CLOSED", "router is closed");
+    return nullptr;
+  }
+  if (!a.h->io) {
+    Throw(env, "ERR_INVALID_STATE", "router_io was not called on this handle");
+    return nullptr;
+  }
+  double* w = a.h->io->w;
+  pr::ExtractedText text;
+  size_t n = 0;
+  if (w[io::kKind] == 1) {
+    napi_typedarray_type type;
+    void* data = nullptr;
+    size_t offset = 0;
+    if (napi_get_typedarray_info(env, argv[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
+        type != napi_uint8_array || (data == nullptr && text.len != 0)) {
+      Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
+      return nullptr;
+    }
+    text.data = static_cast<const uint8_t*>(data);
+    if (!IoIndex(w[io::kKeyBytes], static_cast<double>(text.len), &text.key_bytes)) {
+      Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
+      return nullptr;
+    }
+    if (w[io::kAnchor] != -1 && !IoIndex(w[io::kAnchor], static_cast<double>(text.len), &text.anchor_bytes)) {
+      Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
+      return nullptr;
+    }
+    a.prepared = &text;
+    a.hashed = w[io::kHashed] == 1;
+  } else {
+    a.prefix = argv[1];
+    if (IoIndex(w[io::kAnchor], 4294967295.0, &n)) a.anchor = n;
+  }
+  if (w[io::kTenant] == 1) a.tenant = argv[2];
+  if (w[io::kGroup] == -2) a.group_name = argv[3];
+  else if (IoIndex(w[io::kGroup], 4294967294.0, &n)) a.group_id = static_cast<uint32_t>(n);
+  size_t navoid = 0;
+  if (IoIndex(w[io::kAvoidCount], 8, &navoid))
+    for (size_t i = 0; i < navoid; i++)
+      if (IoIndex(w[io::kAvoid + i], 4294967295.0, &n)) a.avoid[a.navoid++] = static_cast<uint32_t>(n);
+  a.out = w;
+  return PickWith(env, a);
+}
+
+// router_group_id(h, name) -> the id router_pick_io takes for the group, or -1 for a name no
+// membership of this router has listed.
+Napi::Value RouterGroupId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "name must be a string", true);
+  return Napi::Number::New(env, static_cast<double>(h->state->group_id(info[1].As<Napi::String>().Utf8Value())));
+}
+
 
 // router_release(h, slot, prefill?) -> boolean; router_first_token(h, slot, prefill)
 Napi::Value RouterRelease(const Napi::CallbackInfo& info) {
@@ -718,6 +863,11 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
   exports.Set("router_pick", Napi::Function::New(env, RouterPick, "router_pick"));
+  exports.Set("router_io", Napi::Function::New(env, RouterIo, "router_io"));
+  napi_value pick_io;
+  if (napi_create_function(env, "router_pick_io", NAPI_AUTO_LENGTH, RouterPickIo, nullptr, &pick_io) == napi_ok)
+    exports.Set("router_pick_io", Napi::Value(env, pick_io));
+  exports.Set("router_group_id", Napi::Function::New(env, RouterGroupId, "router_group_id"));
   exports.Set("router_release", Napi::Function::New(env, RouterRelease, "router_release"));
   exports.Set("router_first_token", Napi::Function::New(env, RouterFirstToken, "router_first_token"));
   exports.Set("strategy_names", Napi::Function::New(env, StrategyNames, "strategy_names"));

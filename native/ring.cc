@@ -34,30 +34,37 @@ Ring::Ring(std::vector<RingMember> members, uint32_t vnodes_per_weight) : member
   std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
     return a.hash != b.hash ? a.hash < b.hash : a.owner < b.owner;
   });
-  points_.resize(pts.size());
-  owners_.resize(pts.size());
-  for (size_t i = 0; i < pts.size(); i++) { points_[i] = pts[i].hash; owners_[i] = static_cast<uint16_t>(pts[i].owner); }
-
+  npoints_ = pts.size();
+  if (npoints_ == 0) return;  // find() answers 0 without the tables
   bucket_bits_ = 1;
-  while (bucket_bits_ < 20 && (size_t{1} << bucket_bits_) < points_.size()) bucket_bits_++;
+  while (bucket_bits_ < 20 && (size_t{1} << bucket_bits_) < npoints_) bucket_bits_++;
   const size_t nb = size_t{1} << bucket_bits_;
-  buckets_.resize(nb + 1);
+  // Buckets first (a lookup reads one, then the points it names), then points, then owners.
+  const size_t bucket_bytes = (nb + 1) * sizeof(uint32_t);
+  const size_t point_at = (bucket_bytes + 63) / 64 * 64;
+  const size_t owner_at = point_at + npoints_ * sizeof(uint64_t);
+  table_bytes_ = owner_at + npoints_ * sizeof(uint16_t);
+  pages_ = HotPages(table_bytes_);
+  buckets_ = reinterpret_cast<uint32_t*>(pages_.data());
+  points_ = reinterpret_cast<uint64_t*>(pages_.data() + point_at);
+  owners_ = reinterpret_cast<uint16_t*>(pages_.data() + owner_at);
+  for (size_t i = 0; i < npoints_; i++) { points_[i] = pts[i].hash; owners_[i] = static_cast<uint16_t>(pts[i].owner); }
   size_t pos = 0;
   for (size_t b = 0; b < nb; b++) {
     const uint64_t lo = static_cast<uint64_t>(b) << (64 - bucket_bits_);
-    while (pos < points_.size() && points_[pos] < lo) pos++;
+    while (pos < npoints_ && points_[pos] < lo) pos++;
     buckets_[b] = static_cast<uint32_t>(pos);
   }
-  buckets_[nb] = static_cast<uint32_t>(points_.size());
+  buckets_[nb] = static_cast<uint32_t>(npoints_);
 }
 
-size_t Ring::find(uint64_t key) const {
-  if (points_.empty()) return 0;
+PR_HOT size_t Ring::find(uint64_t key) const {
+  if (npoints_ == 0) return 0;
   const size_t b = static_cast<size_t>(key >> (64 - bucket_bits_));
   size_t pos = buckets_[b];
   const size_t end = buckets_[b + 1];
   while (pos < end && points_[pos] < key) pos++;
-  return pos == points_.size() ? 0 : pos;
+  return pos == npoints_ ? 0 : pos;
 }
 
 int Ring::index_of(const std::string& id) const {
@@ -69,8 +76,7 @@ int Ring::index_of(const std::string& id) const {
 size_t Ring::memory_bytes() const {
   size_t ids = 0;
   for (const auto& m : members_) ids += sizeof(RingMember) + m.id.capacity();
-  return sizeof(*this) + ids + points_.capacity() * sizeof(uint64_t) + owners_.capacity() * sizeof(uint16_t) +
-         buckets_.capacity() * sizeof(uint32_t);
+  return sizeof(*this) + ids + table_bytes_;
 }
 
 }  // namespace pr

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "hot_pages.h"
+
 namespace pr {
 
 struct RingMember {
@@ -23,12 +25,12 @@ class Ring {
   Ring(std::vector<RingMember> members, uint32_t vnodes_per_weight);
 
   size_t member_count() const { return members_.size(); }
-  size_t point_count() const { return points_.size(); }
+  size_t point_count() const { return npoints_; }
   const RingMember& member(size_t i) const { return members_[i]; }
 
   // Position of the first point at or after key, wrapping at the top of the space.
   size_t find(uint64_t key) const;
-  size_t next(size_t pos) const { return pos + 1 == points_.size() ? 0 : pos + 1; }
+  size_t next(size_t pos) const { return pos + 1 == npoints_ ? 0 : pos + 1; }
   // Index (into members) of the instance that owns the point at pos.
   uint32_t owner(size_t pos) const { return owners_[pos]; }
   // Precondition for owner/owner_of: the ring has members (point_count() > 0).
@@ -42,11 +44,15 @@ class Ring {
 
  private:
   std::vector<RingMember> members_;
-  std::vector<uint64_t> points_;
-  std::vector<uint16_t> owners_;  // member index; routers cap members at 4096
+  // The lookup's tables, together in one mapping (hot_pages.h).
+  HotPages pages_;
+  size_t table_bytes_ = 0;  // of pages_, which rounds up to whole huge pages
+  size_t npoints_ = 0;
+  uint64_t* points_ = nullptr;
+  uint16_t* owners_ = nullptr;  // member index; routers cap members at 4096
   // buckets_[b] = first position whose point's top `bucket_bits_` bits are >= b, so a
   // lookup is one table read and a short scan instead of a binary search.
-  std::vector<uint32_t> buckets_;
+  uint32_t* buckets_ = nullptr;
   int bucket_bits_ = 0;
 };
 

@@ -78,8 +78,24 @@ bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<Ri
   return r.ok;
 }
 
+const RoutingStrategy* strategy_of(Strategy s) {
+  const auto& registry = strategy_registry();
+  const uint32_t id = static_cast<uint32_t>(s);
+  return &(id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
+}
+
+std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
+  std::string err;
+  auto r = Region::create_private(slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
+                                  PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
+  if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
+  return r;
+}
+
+}  // namespace
+
 // Weights and group bitsets, from the ring and slot_of.
-void fill_derived(Snapshot* snap) {
+void RouterState::fill_derived(Snapshot* snap) {
   const Ring& ring = *snap->ring;
   snap->cum_weight.resize(ring.member_count());
   double sum = 0;
@@ -93,20 +109,26 @@ void fill_derived(Snapshot* snap) {
       bits[i / 64] |= uint64_t{1} << (i % 64);
     }
   }
+  const size_t words = (ring.member_count() + 63) / 64;
+  std::lock_guard<std::mutex> lock(names_);
+  snap->group_at.assign(group_ids_.size() + snap->groups.size(), -1);
+  snap->group_bits.clear();
+  snap->group_bits.reserve(words * snap->groups.size());
+  for (const auto& [name, bits] : snap->groups) {
+    const uint32_t id = group_ids_.emplace(name, static_cast<uint32_t>(group_ids_.size())).first->second;
+    snap->group_at[id] = static_cast<int32_t>(snap->group_bits.size());
+    snap->group_bits.insert(snap->group_bits.end(), bits.begin(), bits.end());
+  }
 }
 
-std::unique_ptr<Region> private_region(uint32_t vnodes, uint32_t slot_capacity) {
-  std::string err;
-  auto r = Region::create_private(slot_capacity, vnodes, PrefixIndex::kDefaultNodes,
-                                  PrefixIndex::area_bytes(slot_capacity, PrefixIndex::kDefaultNodes), &err);
-  if (!r) std::abort();  // anonymous memory the size of the slot array: out of address space
-  return r;
+int64_t RouterState::group_id(const std::string& name) {
+  std::lock_guard<std::mutex> lock(names_);
+  auto it = group_ids_.find(name);
+  return it == group_ids_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
 }
 
-}  // namespace
-
-SnapshotGuard::SnapshotGuard(RouterState& st, int reader) : st_(st), reader_(reader), snap_(st.enter(reader)) {}
-SnapshotGuard::~SnapshotGuard() { st_.leave(reader_); }
+PR_HOT SnapshotGuard::SnapshotGuard(RouterState& st, int reader) : st_(st), reader_(reader), snap_(st.enter(reader)) {}
+PR_HOT SnapshotGuard::~SnapshotGuard() { st_.leave(reader_); }
 void SnapshotGuard::renew() const {
   st_.leave(reader_);
   snap_ = st_.enter(reader_);
@@ -123,6 +145,7 @@ RouterState::RouterState(std::unique_ptr<Region> region)
       index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
+  s->strategy = strategy_of(s->params.strategy);
   current_.store(s, std::memory_order_release);
 }
 
@@ -189,7 +212,7 @@ void RouterState::release_reader(int reader) {
   hazards_[reader].claimed.store(false, std::memory_order_release);
 }
 
-const Snapshot* RouterState::enter(int reader) {
+PR_HOT const Snapshot* RouterState::enter(int reader) {
   for (;;) {
     const Snapshot* s = current_.load(std::memory_order_acquire);
     hazards_[reader].ptr.store(s, std::memory_order_seq_cst);
@@ -274,6 +297,7 @@ void RouterState::drained(uint32_t slot) {
 }
 
 void RouterState::swap_locked(Snapshot* next) {
+  next->strategy = strategy_of(next->params.strategy);
   const Snapshot* old = current_.exchange(next, std::memory_order_seq_cst);
   // Readers hold a snapshot for the length of one pick (microseconds), so waiting them out
   // here is cheap and lets the old one go right away.
@@ -383,22 +407,38 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
   return pick(g, key, group, blocks, nblocks, anchor_blocks);
 }
 
-PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
+PR_HOT PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
                               size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
+  return pick_among(g, key, group, kNoGroup, blocks, nblocks, anchor_blocks, avoid, navoid);
+}
+
+PR_HOT PickResult RouterState::pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
+                                   size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
+  return pick_among(g, key, nullptr, group, blocks, nblocks, anchor_blocks, avoid, navoid);
+}
+
+PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
+                                   size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
   for (;;) {
     PickResult r;
     const Snapshot& s = g.snap();
     Eligible eligible;
     eligible.count = s.ring->member_count();
-    if (group != nullptr) {
-      auto it = s.groups.find(*group);
-      if (it == s.groups.end()) {
+    if (name != nullptr || id != kNoGroup) {
+      // Resolved on each snapshot the pick tries: a retry's snapshot has bitsets of its own.
+      if (name != nullptr) {
+        auto it = s.groups.find(*name);
+        eligible.bits = it == s.groups.end() ? nullptr : it->second.data();
+      } else if (id < s.group_at.size() && s.group_at[id] >= 0) {
+        eligible.bits = s.group_bits.data() + s.group_at[id];
+      }
+      if (eligible.bits == nullptr) {
         r.no_group = true;
         return r;
       }
-      eligible.bits = it->second.data();
       eligible.count = 0;
-      for (uint64_t w : it->second) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
+      for (size_t w = 0, n = (s.ring->member_count() + 63) / 64; w < n; w++)
+        eligible.count += static_cast<size_t>(__builtin_popcountll(eligible.bits[w]));
     }
     // Avoiding members narrows the eligible set: a copy of the group's bits (or all members)
     // without them. Only retries pass an avoid list, so the common pick allocates nothing.
@@ -417,9 +457,7 @@ PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::st
       for (uint64_t w : narrowed) eligible.count += static_cast<size_t>(__builtin_popcountll(w));
     }
     if (eligible.count == 0) return r;
-    const auto& registry = strategy_registry();
-    const uint32_t id = static_cast<uint32_t>(s.params.strategy);
-    const RoutingStrategy& impl = (id < registry.size() ? registry[id] : registry[static_cast<size_t>(Strategy::PrefixAware)]).impl;
+    const RoutingStrategy& impl = *s.strategy;  // every snapshot with members was published by swap_locked
     PickInput in;
     in.key = key;
     in.blocks = blocks;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "load.h"
@@ -117,6 +118,13 @@ class RouterState {
   // gives its next choice, as if those members were not in the group.
   PickResult pick(const SnapshotGuard& g, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
                   size_t nblocks = 0, size_t anchor_blocks = 0, const uint32_t* avoid = nullptr, size_t navoid = 0);
+  // The same, with the group named by its id (group_id), or kNoGroup for every member.
+  static constexpr uint32_t kNoGroup = UINT32_MAX;
+  PickResult pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
+                        size_t anchor_blocks, const uint32_t* avoid, size_t navoid);
+  // The id of a group name some membership of this router listed; -1 for a name none did.
+  // Ids last as long as the state, so a caller may keep them across membership changes.
+  int64_t group_id(const std::string& name);
   PickResult pick(int reader, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
                   size_t nblocks = 0, size_t anchor_blocks = 0);
   // The lease's prefill is over (its first token came back): its blocks leave the queue.
@@ -145,6 +153,12 @@ class RouterState {
   // region's versions, swaps, waits out readers of the old one, unpins the old slots.
   void publish_locked(Snapshot* next, bool members_changed);
   void swap_locked(Snapshot* next);
+  // Group bitsets of `snap` (ring and slot_of set), indexed by name and by id; assigns ids to
+  // names new to this router (writer_ held).
+  void fill_derived(Snapshot* snap);
+  // pick and pick_by_id: the group by name (non-null) or by id (kNoGroup: none).
+  PickResult pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
+                        size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid);
   // The slot's word reached zero: its index entries go (unless the writer took it again).
   void drained(uint32_t slot);
   // Claims a row of the process table for this process (shared regions).
@@ -168,6 +182,10 @@ class RouterState {
   PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
 
   std::mutex writer_;  // this process's publication (creator) or snapshot rebuild (attached)
+  // Group name -> id, append-only: names come from memberships only (never from a pick), so
+  // the table holds at most the groups this router has ever served.
+  std::mutex names_;
+  std::unordered_map<std::string, uint32_t> group_ids_;
 };
 
 }  // namespace pr

@@ -13,6 +13,8 @@
 
 namespace pr {
 
+class RoutingStrategy;
+
 // Built-in strategies, in the order of the registry (strategy/registry.cc). A strategy added
 // later needs no entry here: it is found by name.
 enum class Strategy : uint32_t { Random = 0, LeastOutstanding = 1, PrefixAware = 2, LongestPrefix = 3 };
@@ -35,7 +37,15 @@ struct Snapshot {
   std::vector<uint32_t> slot_of;   // member index -> counter slot
   std::vector<double> cum_weight;  // running sum of weights, for weighted random
   std::unordered_map<std::string, std::vector<uint64_t>> groups;  // group -> bitset over members
+  // The same groups by the router's id for their name (RouterState::group_id), for picks
+  // that name their group by id: an index read instead of copying and hashing the name.
+  // group_at[id] is an offset into group_bits (words of (members + 63) / 64), or -1.
+  std::vector<int32_t> group_at;
+  std::vector<uint64_t> group_bits;
   RoutingParams params;
+  // params.strategy's implementation, resolved when the snapshot is published, so a pick
+  // reads it here rather than from the registry's table on a page of its own.
+  const RoutingStrategy* strategy = nullptr;
   // The region's version and members_version this snapshot was built from (shared_region.h).
   uint64_t version = 0;
   uint64_t members_version = 0;

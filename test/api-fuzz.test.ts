@@ -67,6 +67,9 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     'router_configure',
     'router_set_instances',
     'router_pick',
+    'router_io',
+    'router_pick_io',
+    'router_group_id',
     'router_release',
     'router_first_token',
     'router_slot_id',
@@ -94,6 +97,32 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     expect(stats.slotsInUse).toBeGreaterThanOrEqual(1)
     native.router_close(h)
     expect(() => native.router_pick(h, 'p', undefined, undefined, undefined, new Float64Array(4))).toThrow(/router is closed/)
+  })
+
+  it('router_pick_io never aborts, whatever its io block and arguments hold', () => {
+    const h = native.router_create(undefined, 64, 64)
+    native.router_set_instances(h, ['x', 'y'], [1, 1], [['m'], ['m', 'n']])
+    const io = native.router_io(h)
+    const word = fc.oneof(fc.double(), fc.integer({ min: -3, max: 70000 }), fc.constantFrom(0, 1, -1, -2, 8, 9, 2 ** 32))
+    const key = fc.oneof(anyValue, fc.uint8Array({ minLength: 1, maxLength: 300 }).map((b) => new Uint8Array(b.buffer, 0, Math.max(0, b.length - 80))))
+    let picked = 0
+    fc.assert(
+      fc.property(fc.boolean(), fc.array(word, { minLength: io.length, maxLength: io.length }), key, anyValue, anyValue, (longest, words, k, t, g) => {
+        native.router_configure(h, longest ? 'longest_prefix' : 'prefix_aware', 1024, 4, 64, 1000, 3, 2, 2, 4096)
+        io.set(words)
+        settles(() => {
+          if (native.router_pick_io(h, k as Uint8Array, t as string | undefined, g as string | undefined) === 0) {
+            picked++
+            native.router_release(h, io[0]!, io[3])
+          }
+        })
+      }),
+      { numRuns: 5000 },
+    )
+    // The run took leases (so the pick paths ran), and gave every one back.
+    expect(picked).toBeGreaterThan(0)
+    expect(native.router_in_flight(h, 'x') + native.router_in_flight(h, 'y')).toBe(0)
+    native.router_close(h)
   })
 
   it('rejects a closed or foreign handle with a clear error', () => {

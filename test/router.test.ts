@@ -278,6 +278,24 @@ describe('groups (models and adapters)', () => {
     expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
     expect(r.instances().find((i) => i.id === fleet[0]!.id)!.groups).toEqual(['base', 'lora-a'])
   })
+
+  it('a group follows membership changes: gone, then served again, then new', () => {
+    const r = make({ instances: fleet })
+    const inGroup = (l: Lease) => fleet.slice(0, 2).some((i) => i.id === l.instance)
+    const before = r.pick(prefix, { group: 'lora-a' })
+    expect(inGroup(before)).toBe(true)
+    before.release()
+    r.setInstances(fleet.map((i) => ({ id: i.id })))
+    expect(() => r.pick(prefix, { group: 'lora-a' })).toThrow(expect.objectContaining({ code: 'ROUTER_NO_GROUP' }))
+    expect(() => r.pick(prefix, { group: 'lora-b' })).toThrow(expect.objectContaining({ code: 'ROUTER_NO_GROUP' }))
+    r.setInstances([...fleet, { id: 'http://10.9.9.9:8000', groups: ['lora-b'] }])
+    const again = r.pick(prefix, { group: 'lora-a' })
+    expect(again.instance).toBe(before.instance)
+    again.release()
+    const added = r.pick(prefix, { group: 'lora-b' })
+    expect(added.instance).toBe('http://10.9.9.9:8000')
+    added.release()
+  })
 })
 
 describe('avoid (a retry asks for the next choice)', () => {

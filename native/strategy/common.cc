@@ -17,13 +17,13 @@ uint64_t next_random() {
   return z ^ (z >> 31);
 }
 
-size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible) {
+PR_HOT size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible) {
   size_t pos = ring.find(key);
   while (!eligible(ring.owner(pos))) pos = ring.next(pos);
   return pos;
 }
 
-Choice place_with_overflow(const PickContext& ctx, size_t pos) {
+PR_HOT Choice place_with_overflow(const PickContext& ctx, size_t pos) {
   const Ring& ring = *ctx.snap.ring;
   const uint32_t limit = ctx.snap.params.threshold;
   const uint32_t target = ring.owner(pos);
@@ -45,7 +45,7 @@ Choice place_with_overflow(const PickContext& ctx, size_t pos) {
   return c;
 }
 
-uint32_t acquire_fewest(const PickContext& ctx, uint32_t first) {
+PR_HOT uint32_t acquire_fewest(const PickContext& ctx, uint32_t first) {
   uint32_t chosen = first;
   uint32_t best = ctx.counter(first).in_flight();
   for (uint32_t i = 0; i < ctx.snap.ring->member_count(); i++) {

@@ -6,7 +6,7 @@ namespace {
 
 class LeastOutstandingStrategy final : public RoutingStrategy {
  public:
-  Choice pick(const PickContext& ctx) const override {
+  PR_HOT Choice pick(const PickContext& ctx) const override {
     const Ring& ring = *ctx.snap.ring;
     Choice c;
     double best = 0;

@@ -42,7 +42,7 @@ namespace {
 
 class LongestPrefixStrategy final : public RoutingStrategy {
  public:
-  Choice pick(const PickContext& ctx) const override {
+  PR_HOT Choice pick(const PickContext& ctx) const override {
     const PickInput& in = ctx.in;
     const Ring& ring = *ctx.snap.ring;
     const RoutingParams& p = ctx.snap.params;

@@ -8,7 +8,7 @@ namespace {
 
 class PrefixAwareStrategy final : public RoutingStrategy {
  public:
-  Choice pick(const PickContext& ctx) const override {
+  PR_HOT Choice pick(const PickContext& ctx) const override {
     return place_with_overflow(ctx, home_position(*ctx.snap.ring, ctx.in.key, ctx.eligible));
   }
 };

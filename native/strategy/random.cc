@@ -6,7 +6,7 @@ namespace {
 
 class RandomStrategy final : public RoutingStrategy {
  public:
-  Choice pick(const PickContext& ctx) const override {
+  PR_HOT Choice pick(const PickContext& ctx) const override {
     const Snapshot& s = ctx.snap;
     const size_t n = s.ring->member_count();
     Choice c;

@@ -3,7 +3,7 @@
 import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
-import { ExtractedKey, keyBinding } from './key/native-key.js'
+import { ExtractedKey } from './key/native-key.js'
 import { native, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
@@ -146,9 +146,23 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
   )
 }
 
-// pick()'s result buffer, shared by every router of this thread: filled by the native call
-// and read at once, so the call allocates nothing.
-const picked = new Float64Array(4)
+// Words of a handle's io block (native/addon.cc, router_pick_io): the pick's numeric
+// arguments go in, its result comes back over the first four, so the native call reads no
+// argument through V8 but the prefix (and a tenant, when there is one).
+const IO_KIND = 0
+const IO_KEY_BYTES = 1
+const IO_ANCHOR = 2
+const IO_HASHED = 3
+const IO_GROUP = 4
+const IO_TENANT = 5
+const IO_AVOID_COUNT = 6
+const IO_AVOID = 7
+const IO_MAX_AVOID = 8
+/** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
+const NO_GROUP = -1
+const GROUP_BY_NAME = -2
+// The binding's function, read once rather than off the binding object on every pick.
+const pickIo = native.router_pick_io
 
 function resolvedFromNative(p: NativeParams): ResolvedParams {
   return {
@@ -177,9 +191,13 @@ export class Router {
   readonly #unreleased = new FinalizationRegistry<Held>((held) => {
     if (!held.released && this.#handle !== null) native.router_lease_collected(this.#handle, held.slot, held.prefill)
   })
-  // Instance id per slot, cached with the slot's generation so a reused slot is re-read.
-  readonly #ids: string[] = []
-  readonly #gens: number[] = []
+  // Instance id per slot, cached with the slot's generation so a reused slot is re-read:
+  // [id, generation] at [2 * slot, 2 * slot + 1].
+  readonly #ids: (string | number)[] = []
+  // This handle's io block, and the ids of the groups it has picked in. Ids are only given to
+  // names some membership listed, so the map holds at most the groups the router has served.
+  #io: Float64Array
+  readonly #groupIds = new Map<string, number>()
 
   constructor(options: SharedRouterOptions)
   /** @internal used by Router.open */
@@ -188,6 +206,7 @@ export class Router {
     if (handle !== undefined) {
       this.#handle = handle
       this.#params = resolveParams(options)
+      this.#io = native.router_io(handle)
       return
     }
     if (options === null || typeof options !== 'object') throw new InvalidArgTypeError('options', 'an object', options)
@@ -204,6 +223,7 @@ export class Router {
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
     this.#handle = h
     this.#params = params
+    this.#io = native.router_io(h)
   }
 
   /**
@@ -272,50 +292,80 @@ export class Router {
    * marks, and `opts.anchor` is not read.
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
+    if (opts === undefined) return this._pickIn(prefix, undefined, undefined, undefined, undefined, undefined)
+    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid)
+  }
+
+  /**
+   * @internal pick() with its options as arguments, and the group's `_groupId` if the caller
+   * kept it with its own record of the group (serve's endpoints do: one map lookup per pick
+   * rather than two); undefined looks it up.
+   */
+  _pickIn(prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, groupId: number | undefined, anchor: number | undefined, avoid: readonly Lease[] | undefined): Lease {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
+    const io = this.#io
     // Checked field by field, without closures or copies: this runs on every request.
-    let tenant: string | undefined
-    let group: string | undefined
-    let anchor: number | undefined
-    let slots: number[] | undefined
-    if (opts !== undefined) {
-      if (opts.tenant !== undefined) tenant = checkTenant(opts.tenant)
-      group = opts.group
-      if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
-      anchor = opts.anchor
-      if (anchor !== undefined && (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0)) {
-        throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
-      }
-      const avoid = opts.avoid
-      if (avoid !== undefined) {
-        if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-        if (avoid.length > 0) {
-          slots = [] // only on a retry
-          for (let i = 0; i < avoid.length; i++) {
-            const l: unknown = avoid[i]
-            if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-            slots.push(l._slot)
-          }
-        }
+    io[IO_TENANT] = 0
+    if (tenant !== undefined) {
+      tenant = checkTenant(tenant)
+      io[IO_TENANT] = 1
+    }
+    if (group !== undefined && typeof group !== 'string') throw new InvalidArgTypeError('group', 'a string', group)
+    io[IO_ANCHOR] = -1
+    if (anchor !== undefined) {
+      if (typeof anchor !== 'number' || !Number.isInteger(anchor) || anchor < 0) throw new OutOfRangeError('anchor', 'a non-negative integer', anchor)
+      io[IO_ANCHOR] = anchor
+    }
+    let navoid = 0
+    if (avoid !== undefined) {
+      if (!Array.isArray(avoid)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+      for (let i = 0; i < avoid.length; i++) {
+        const l: unknown = avoid[i]
+        if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
+        if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = l._slot
       }
     }
-    const r =
-      prefix instanceof ExtractedKey
-        ? keyBinding.router_pick_extracted(this.#h(), prefix, tenant, group, prefix.anchorBytes, picked, slots, prefix.keyBytes, prefix.hashed)
-        : native.router_pick(this.#h(), prefix, tenant, group, anchor, picked, slots)
+    io[IO_AVOID_COUNT] = navoid
+    if (prefix instanceof ExtractedKey) {
+      // The key carries its own anchor: `anchor` is not read.
+      io[IO_KIND] = 1
+      io[IO_KEY_BYTES] = prefix.keyBytes
+      io[IO_ANCHOR] = prefix.anchorBytes ?? -1
+      io[IO_HASHED] = prefix.hashed ? 1 : 0
+    } else io[IO_KIND] = 0
+    io[IO_GROUP] = group === undefined ? NO_GROUP : (groupId ?? this._groupId(group))
+    const h = this.#h()
+    const r = pickIo(h, prefix, tenant, group)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
-    const slot = picked[0]!
-    const gen = picked[1]!
-    let id = this.#ids[slot]
-    if (id === undefined || this.#gens[slot] !== gen) {
-      id = native.router_slot_id(this.#handle!, slot)
-      this.#ids[slot] = id
-      this.#gens[slot] = gen
+    const slot = io[0]!
+    const gen = io[1]!
+    // Id and generation side by side: one array for the cache, not two.
+    const ids = this.#ids
+    let id = ids[2 * slot] as string | undefined
+    if (id === undefined || ids[2 * slot + 1] !== gen) {
+      id = native.router_slot_id(h, slot)
+      ids[2 * slot] = id
+      ids[2 * slot + 1] = gen
     }
-    return new Lease(this, slot, id, picked[2] === 1, picked[3]!)
+    return new Lease(this, slot, id, io[2] === 1, io[3]!)
+  }
+
+  /**
+   * @internal The id pick() passes for a group. Names some membership listed get one, asked of
+   * the native side once; any other name is passed by name (and asked again next time: it may
+   * be served by then).
+   */
+  _groupId(group: string): number {
+    let id = this.#groupIds.get(group)
+    if (id === undefined) {
+      id = native.router_group_id(this.#h(), group)
+      if (id < 0) return GROUP_BY_NAME
+      this.#groupIds.set(group, id)
+    }
+    return id
   }
 
   /** @internal called by Lease.firstToken */

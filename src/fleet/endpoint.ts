@@ -4,7 +4,7 @@
 import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
 import { noHealthyInstance, RequestError } from '../core/errors.js'
-import { NoInstanceError, Router, type Lease, type PickOptions } from '../core/router.js'
+import { NoInstanceError, Router, type Lease } from '../core/router.js'
 import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'
 import type { InstanceEntry } from './discovery/source.js'
 import { closeWhenDrained } from './drain.js'
@@ -44,6 +44,12 @@ const MODEL_UNKNOWN = 1
 /** Models remembered between syncs: names come from clients, so the map is bounded. */
 const MAX_GROUPS = 1024
 
+/** A router group, with the id the router's pick takes for it (Router._groupId). */
+interface RouterGroup {
+  name: string
+  id: number
+}
+
 export interface Pick {
   lease: Lease
   instance: Instance
@@ -72,10 +78,7 @@ export class Endpoint {
   // health, ejection and models is published: the instances in rotation, and each requested
   // model's group (or why there is none).
   #healthy: readonly Instance[] | undefined
-  #groups = new Map<string, string | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
-  // pick()'s options, refilled on each call (the router reads them synchronously).
-  // (`avoid` stays unset on this one: see pick().)
-  #pickOptions: PickOptions = { tenant: undefined, group: undefined, anchor: undefined }
+  #groups = new Map<string, RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -194,12 +197,12 @@ export class Endpoint {
   }
 
   /** The router group of a request for `model`, or why no instance can take it. */
-  #groupOf(model: string): string | typeof MODEL_DOWN | typeof MODEL_UNKNOWN {
+  #groupOf(model: string): RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN {
     let g = this.#groups.get(model)
     if (g !== undefined) return g
     const healthy = this.healthy()
-    if (healthy.some((i) => i.serves(model))) g = model
-    else if (healthy.some((i) => !i.knowsModels())) g = ANY_MODEL
+    if (healthy.some((i) => i.serves(model))) g = { name: model, id: this.router._groupId(model) }
+    else if (healthy.some((i) => !i.knowsModels())) g = { name: ANY_MODEL, id: this.router._groupId(ANY_MODEL) }
     else if ([...this.instances.values()].some((i) => i.serves(model))) g = MODEL_DOWN
     else g = MODEL_UNKNOWN
     if (this.#groups.size >= MAX_GROUPS) this.#groups.clear()
@@ -287,20 +290,15 @@ export class Endpoint {
   /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
   pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[]): Pick {
     if (this.healthy().length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
-    let group: string | undefined
+    let group: RouterGroup | undefined
     if (model !== undefined) {
       const g = this.#groupOf(model)
       if (g === MODEL_DOWN) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
       if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`, 404)
       group = g
     }
-    // A first try reuses one options object; a retry (rare) has its own, with what to avoid.
-    const opts: PickOptions = avoid !== undefined && avoid.length > 0 ? { tenant, group, anchor, avoid } : this.#pickOptions
-    opts.tenant = tenant
-    opts.group = group
-    opts.anchor = anchor
     try {
-      const lease = this.router.pick(key, opts)
+      const lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, avoid)
       const instance = this.instances.get(lease.instance)
       if (instance === undefined) {
         // Membership and the map are updated together on this thread; this is a backstop.
@@ -312,9 +310,6 @@ export class Endpoint {
     } catch (err) {
       if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
       throw err
-    } finally {
-      // Nothing of this request stays reachable from the endpoint.
-      opts.tenant = opts.group = opts.anchor = undefined
     }
   }
 
