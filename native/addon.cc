@@ -255,6 +255,8 @@ std::unordered_map<std::string, std::weak_ptr<RouterState>> g_registry;
 // The pick runs on every request, with its code and data mostly evicted from cache by the rest
 // of the request, where each of those calls was measured at 100-400 ns.
 namespace io {
+// Above serve's most tries of one request (retries.max 10, plus the first).
+constexpr size_t kMaxAvoid = 16;
 enum : size_t {
   kKind,        // 0: a string or Uint8Array prefix; 1: an extracted key's text (key/bindings.h)
   kKeyBytes,    // extracted: the key's end in the text
@@ -262,9 +264,9 @@ enum : size_t {
   kHashed,      // extracted: 1 when key_extract wrote the hashes after the text
   kGroup,       // -1: no group; -2: the group is named by the call's 4th argument; else its id (router_group_id)
   kTenant,      // 1: the call's 3rd argument is the tenant
-  kAvoidCount,  // slots of earlier tries to avoid, at most 8, which follow
+  kAvoidCount,  // slots of earlier tries to avoid, at most kMaxAvoid, which follow
   kAvoid,
-  kWords = kAvoid + 8
+  kWords = kAvoid + kMaxAvoid
 };
 }  // namespace io
 struct IoBlock {
@@ -547,7 +549,7 @@ struct PickArgs {
   napi_value tenant = nullptr;                 // a string, or null for none
   napi_value group_name = nullptr;             // a string (looked up by name), or null
   uint32_t group_id = pr::RouterState::kNoGroup;  // used when group_name is null
-  uint32_t avoid[8];
+  uint32_t avoid[io::kMaxAvoid];
   size_t navoid = 0;
   double* out = nullptr;                       // [slot, generation, overflow (0/1), prefill blocks]
 };
@@ -660,7 +662,7 @@ Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepar
   bool is_array = false;
   if (info.Length() > 6 && napi_is_array(env, info[6], &is_array) == napi_ok && is_array) {
     Napi::Array list = info[6].As<Napi::Array>();
-    for (uint32_t i = 0; i < list.Length() && a.navoid < 8; i++) {
+    for (uint32_t i = 0; i < list.Length() && a.navoid < io::kMaxAvoid; i++) {
       Napi::Value v = list.Get(i);
       if (!v.IsNumber()) continue;
       const double d = v.As<Napi::Number>().DoubleValue();
@@ -753,7 +755,7 @@ PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
   if (w[io::kGroup] == -2) a.group_name = argv[3];
   else if (IoIndex(w[io::kGroup], 4294967294.0, &n)) a.group_id = static_cast<uint32_t>(n);
   size_t navoid = 0;
-  if (IoIndex(w[io::kAvoidCount], 8, &navoid))
+  if (IoIndex(w[io::kAvoidCount], io::kMaxAvoid, &navoid))
     for (size_t i = 0; i < navoid; i++)
       if (IoIndex(w[io::kAvoid + i], 4294967295.0, &n)) a.avoid[a.navoid++] = static_cast<uint32_t>(n);
   a.out = w;

@@ -331,6 +331,20 @@ describe('avoid (a retry asks for the next choice)', () => {
     }
   })
 
+  it('honours as many avoided tries as serve can make (retries.max 10: eleven tries)', () => {
+    const r = make({ instances: ids(12).map((id) => ({ id })), strategy: 'prefix_aware' })
+    for (const k of randomKeys(20)) {
+      const tries = [r.pick(k)]
+      for (let i = 1; i < 12; i++) {
+        const next = r.pick(k, { avoid: tries })
+        expect(tries.map((l) => l.instance)).not.toContain(next.instance)
+        tries.push(next)
+      }
+      for (const l of tries) l.release()
+    }
+    expect(r.instances().every((i) => i.inFlight === 0)).toBe(true)
+  })
+
   it('rejects an avoid list that is not leases', () => {
     const r = make({ instances: four })
     expect(() => r.pick('x'.repeat(10), { avoid: ['a' as never] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }))

@@ -76,7 +76,7 @@ export interface PickOptions {
   anchor?: number | undefined
   /**
    * Earlier tries of this request (a retry): their instances are not candidates, and the
-   * strategy gives its next choice. At most 8 are honoured.
+   * strategy gives its next choice. At most 16 are honoured.
    */
   avoid?: readonly Lease[]
 }
@@ -157,7 +157,7 @@ const IO_GROUP = 4
 const IO_TENANT = 5
 const IO_AVOID_COUNT = 6
 const IO_AVOID = 7
-const IO_MAX_AVOID = 8
+const IO_MAX_AVOID = 16
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
 const GROUP_BY_NAME = -2
