@@ -6,12 +6,12 @@
 // otherwise, so a client never mistakes a truncated answer for a whole one.
 import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
-import { util, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { withoutAwsCredentials } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
 import { upstreamFailed } from './errors.js'
-import { endToEnd } from './hop-headers.js'
+import { endToEnd, endToEndRaw } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
@@ -150,7 +150,7 @@ class Upstream {
     this.started = true
     f.onResponse(statusCode)
     this.resume = resume
-    const headers = endToEnd(util.parseHeaders(raw))
+    const headers = endToEndRaw(raw)
     const type = headers['content-type']
     this.sse = type !== undefined && String(type).startsWith('text/event-stream')
     // Ours win over the instance's: the request id it may echo, and the debug headers.
