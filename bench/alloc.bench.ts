@@ -10,91 +10,14 @@
 // Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 to change the load;
 // CASES=chat-json,invoke to run only some cases; BASELINE=/path/to/another/checkout, built,
 // adds that checkout's router to each case, as a same-run baseline for the decision time)
-import { spawn, type ChildProcess } from 'node:child_process'
 import os from 'node:os'
-import { fileURLToPath } from 'node:url'
-import { Client } from 'undici'
+import { CONCURRENCY, cases, load, root, start, stop, stopAll, type Case, type Proc } from './alloc/load.js'
 
 const REQUESTS = Number(process.env.REQUESTS ?? 10_000)
 const WARMUP = Number(process.env.WARMUP ?? 2_000)
-const CONCURRENCY = Number(process.env.CONCURRENCY ?? 8)
-const root = fileURLToPath(new URL('..', import.meta.url))
 const PROBE = ['--import', process.env.ALLOC_PROBE ?? './bench/alloc/probe.mjs']
-const children: ChildProcess[] = []
-
-interface Proc {
-  child: ChildProcess
-  url: string
-  ask<T>(msg: string): Promise<T>
-}
-
-function start(args: string[], ipc: boolean, cwd = root): Promise<Proc> {
-  const child = spawn(process.execPath, args, { cwd, stdio: ['ignore', 'pipe', 'pipe', ...(ipc ? (['ipc'] as const) : [])] })
-  children.push(child)
-  let out = ''
-  const ask = <T>(msg: string) =>
-    new Promise<T>((resolve) => {
-      child.once('message', (m) => resolve(m as T))
-      child.send(msg)
-    })
-  return new Promise((resolve, reject) => {
-    const onData = (d: Buffer) => {
-      out += d.toString()
-      const m = /listening (\d+)/.exec(out)
-      if (m) resolve({ child, url: `http://127.0.0.1:${m[1]}`, ask })
-    }
-    child.stdout!.on('data', onData)
-    child.stderr!.on('data', (d: Buffer) => void (out += d.toString()))
-    child.once('exit', (c) => reject(new Error(`${args.join(' ')} exited ${c}: ${out}`)))
-  })
-}
-
-function stop(p: Proc): Promise<void> {
-  return new Promise((resolve) => {
-    if (p.child.exitCode !== null) return resolve()
-    p.child.once('exit', () => resolve())
-    p.child.kill('SIGTERM')
-  })
-}
-
-// An 8 KiB chat body, as in bench/proxy.bench.ts: a long shared system prompt and a short question.
-function body(i: number, stream: boolean): string {
-  const system = 'You are the support assistant of a large retailer; answer from the policy below. '.repeat(96).slice(0, 7900)
-  return JSON.stringify({ model: 'stub', messages: [{ role: 'system', content: system }, { role: 'user', content: `question ${i}` }], max_tokens: 8, stream })
-}
-
-/**
- * What is sent: chat completions, whole and streamed, whose routing key is text taken from the
- * parsed body, and SageMaker invocations of the same body, whose key is its first bytes.
- */
-interface Case { label: string; path: string; stream: boolean }
-const ALL_CASES: Case[] = [
-  { label: 'chat JSON', path: '/v1/chat/completions', stream: false },
-  { label: 'chat SSE', path: '/v1/chat/completions', stream: true },
-  { label: 'invoke', path: '/invocations', stream: false },
-]
-const slug = (c: Case) => c.label.toLowerCase().replace(/ /g, '-')
-const CASES = process.env.CASES === undefined ? ALL_CASES : ALL_CASES.filter((c) => process.env.CASES!.split(',').includes(slug(c)))
-if (CASES.length === 0) throw new Error(`CASES must list some of ${ALL_CASES.map(slug).join(', ')}`)
+const CASES = cases()
 const BASELINE = process.env.BASELINE
-
-/** `n` requests, CONCURRENCY at a time, each read to its end; throws on any non-200. */
-async function load(url: string, n: number, c: Case): Promise<void> {
-  const { path, stream } = c
-  const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000 })
-  const bodies = Array.from({ length: 64 }, (_, i) => body(i, stream))
-  let next = 0
-  const worker = async () => {
-    while (next < n) {
-      const i = next++
-      const res = await client.request({ path, method: 'POST', body: bodies[i % 64]!, headers: { 'content-type': 'application/json' } })
-      for await (const _ of res.body);
-      if (res.statusCode !== 200) throw new Error(`${url}: status ${res.statusCode}`)
-    }
-  }
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker))
-  await client.close()
-}
 
 interface Bucket { labels: { le?: number | string }; value: number; metricName?: string }
 
@@ -172,5 +95,5 @@ async function main(): Promise<void> {
 try {
   await main()
 } finally {
-  for (const c of children) if (c.exitCode === null) c.kill('SIGTERM')
+  stopAll()
 }

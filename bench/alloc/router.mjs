@@ -4,6 +4,7 @@
 // Usage: node --import ./bench/alloc/probe.mjs bench/alloc/router.mjs UPSTREAM_URL on|off
 import { pino } from 'pino'
 import { parseConfig } from '../../dist/config.js'
+import { batched } from '../../dist/proxy/access-log.js'
 import { ProxyServer } from '../../dist/proxy/proxy.js'
 
 const [upstream, accessLog = 'on'] = process.argv.slice(2)
@@ -13,8 +14,9 @@ const config = parseConfig({
   log: { level: 'info', accessLog: accessLog === 'on' },
   endpoints: [{ name: 'default', instances: [upstream] }],
 })
-// Lines are written (and so built) as in production, to a sink that costs no terminal.
-const logger = pino({ level: 'info' }, pino.destination({ dest: '/dev/null', sync: false }))
+// Lines are written (and so built) as in production, batched as serve's logDestination()
+// batches them, to a sink that costs no terminal.
+const logger = pino({ level: 'info' }, batched('/dev/null'))
 const server = await ProxyServer.start(config, { logger })
 console.log(`listening ${new URL(server.url).port}`)
 

@@ -7,6 +7,6 @@ const SIGV4 = /^AWS4-[A-Z0-9-]+ /
 export function withoutAwsCredentials(h: Record<string, string | string[]>): Record<string, string | string[]> {
   const auth = h.authorization
   if (typeof auth === 'string' && SIGV4.test(auth)) delete h.authorization
-  delete h['x-amz-security-token']
+  if (h['x-amz-security-token'] !== undefined) delete h['x-amz-security-token']
   return h
 }

@@ -14,31 +14,128 @@ export const bodyTimeout = (ms: number) =>
 
 const clientGone = () => new PrefixRouterError('PR_CLIENT_GONE', 'client closed the request body')
 
-/**
- * The chunks of req's body, failing with 408 once timeoutMs (0: no limit) have passed since
- * this call. Single use. A reader that gives up early leaves the rest unread, and the
- * answer says connection: close; on HTTP/2 the stream is reset with NO_ERROR once the
- * answer is out, which is how RFC 9113 (8.1) has a server stop a request it answered.
- */
-export function bodyChunks(req: Req, timeoutMs: number): AsyncIterable<Buffer> {
-  const queue: Buffer[] = []
-  let ended = false
-  let failure: Error | undefined
-  let wake: (() => void) | undefined
-  const notify = () => {
-    const w = wake
-    wake = undefined
-    w?.()
+/** Bytes a reader may hold unread before the request is paused: a body this small is never paused. */
+const AHEAD_BYTES = 64 * 1024
+
+const DONE: IteratorResult<Buffer> = Object.freeze({ value: undefined, done: true })
+const READER = Symbol('body reader')
+type Read = Req & { [READER]?: BodyReader | undefined }
+
+// Listeners shared by every request (Node calls them with the request as `this`), so that a
+// body read makes no closure.
+function onData(this: Read, chunk: Buffer): void {
+  this[READER]?.data(chunk)
+}
+function onEnd(this: Read): void {
+  this[READER]?.end()
+}
+function onError(this: Read, err: Error): void {
+  this[READER]?.fail(err)
+}
+// 'close' follows 'end' on every request (and the reader is detached by then); only an early one means the client left.
+function onClose(this: Read): void {
+  this[READER]?.fail(clientGone())
+}
+function onTimeout(r: BodyReader, ms: number): void {
+  r.fail(bodyTimeout(ms))
+}
+
+/** The chunks of one request's body, as an async iterator: see bodyChunks. */
+class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
+  readonly #queue: Buffer[] = []
+  #queued = 0
+  #ended = false
+  #paused = false
+  #failure: Error | undefined = undefined
+  #waiting: { resolve(r: IteratorResult<Buffer>): void; reject(err: Error): void } | undefined = undefined
+  readonly #timer: NodeJS.Timeout | undefined
+
+  constructor(
+    readonly req: Read,
+    timeoutMs: number,
+  ) {
+    this.#timer = timeoutMs > 0 ? setTimeout(onTimeout, timeoutMs, this, timeoutMs) : undefined
+    this.#timer?.unref()
+    req[READER] = this
+    req.on('data', onData)
+    req.on('end', onEnd)
+    req.on('error', onError)
+    req.on('close', onClose)
   }
-  const detach = () => {
-    clearTimeout(timer)
+
+  [Symbol.asyncIterator](): AsyncIterator<Buffer> {
+    return this
+  }
+
+  data(chunk: Buffer): void {
+    const w = this.#waiting
+    if (w !== undefined) {
+      this.#waiting = undefined
+      return w.resolve({ value: chunk, done: false })
+    }
+    this.#queue.push(chunk)
+    this.#queued += chunk.length
+    // Enough held: the reader is either buffering or writing upstream, and takes more when it wants them.
+    if (this.#queued >= AHEAD_BYTES && !this.#paused) {
+      this.#paused = true
+      this.req.pause()
+    }
+  }
+
+  end(): void {
+    this.#ended = true
+    this.#detach()
+    const w = this.#waiting
+    this.#waiting = undefined
+    w?.resolve(DONE)
+  }
+
+  fail(err: Error): void {
+    if (this.#ended || this.#failure) return
+    this.#failure = err
+    this.#abandon()
+    const w = this.#waiting
+    this.#waiting = undefined
+    w?.reject(err)
+  }
+
+  next(): Promise<IteratorResult<Buffer>> {
+    const q = this.#queue
+    if (q.length > 0) {
+      const value = q.shift()!
+      this.#queued -= value.length
+      return Promise.resolve({ value, done: false })
+    }
+    if (this.#failure) return Promise.reject(this.#failure)
+    if (this.#ended) return Promise.resolve(DONE)
+    if (this.#paused) {
+      this.#paused = false
+      this.req.resume()
+    }
+    return new Promise((resolve, reject) => (this.#waiting = { resolve, reject }))
+  }
+
+  async return(): Promise<IteratorResult<Buffer>> {
+    if (!this.#ended && !this.#failure) {
+      this.#failure = clientGone()
+      this.#abandon()
+    }
+    return DONE
+  }
+
+  #detach(): void {
+    clearTimeout(this.#timer)
+    const { req } = this
     req.off('data', onData)
     req.off('end', onEnd)
     req.off('error', onError)
     req.off('close', onClose)
+    req[READER] = undefined
   }
-  const abandon = () => {
-    detach()
+
+  #abandon(): void {
+    this.#detach()
+    const { req } = this
     req.pause()
     if (req.httpVersionMajor === 2) {
       const stream = (req as Http2ServerRequest).stream
@@ -49,56 +146,17 @@ export function bodyChunks(req: Req, timeoutMs: number): AsyncIterable<Buffer> {
       else stream.once('finish', reset)
     }
   }
-  const fail = (err: Error) => {
-    if (ended || failure) return
-    failure = err
-    abandon()
-    notify()
-  }
-  const onData = (chunk: Buffer) => {
-    queue.push(chunk)
-    // One chunk ahead is enough: the reader is either buffering or writing upstream.
-    req.pause()
-    notify()
-  }
-  const onEnd = () => {
-    ended = true
-    detach()
-    notify()
-  }
-  const onError = (err: Error) => fail(err)
-  // 'close' follows 'end' on every request; only an early one means the client left.
-  const onClose = () => fail(clientGone())
-  const timer = timeoutMs > 0 ? setTimeout(() => fail(bodyTimeout(timeoutMs)), timeoutMs) : undefined
-  timer?.unref()
-  req.on('data', onData)
-  req.once('end', onEnd)
-  req.once('error', onError)
-  req.once('close', onClose)
+}
 
-  const iterator: AsyncIterator<Buffer> = {
-    async next() {
-      for (;;) {
-        if (queue.length > 0) {
-          const value = queue.shift()!
-          if (queue.length === 0 && !ended && !failure) req.resume()
-          return { value, done: false }
-        }
-        if (failure) throw failure
-        if (ended) return { value: undefined, done: true }
-        req.resume()
-        await new Promise<void>((resolve) => (wake = resolve))
-      }
-    },
-    async return() {
-      if (!ended && !failure) {
-        failure = clientGone()
-        abandon()
-      }
-      return { value: undefined, done: true }
-    },
-  }
-  return { [Symbol.asyncIterator]: () => iterator }
+/**
+ * The chunks of req's body, failing with 408 once timeoutMs (0: no limit) have passed since
+ * this call. Single use. A reader that gives up early leaves the rest unread, and the
+ * answer says connection: close; on HTTP/2 the stream is reset with NO_ERROR once the
+ * answer is out, which is how RFC 9113 (8.1) has a server stop a request it answered.
+ * Memory stays bounded: past AHEAD_BYTES unread the request is paused until they are read.
+ */
+export function bodyChunks(req: Req, timeoutMs: number): AsyncIterable<Buffer> {
+  return new BodyReader(req, timeoutMs)
 }
 
 // A large body is worked on a slice at a time, each followed by a turn of the event loop, so

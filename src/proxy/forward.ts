@@ -6,24 +6,26 @@
 // otherwise, so a client never mistakes a truncated answer for a whole one.
 import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
-import { util, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { withoutAwsCredentials } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
 import { upstreamFailed } from './errors.js'
-import { endToEnd } from './hop-headers.js'
+import { endToEnd, endToEndRaw } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
 
-/** Whether the client went away, and what to do when it does (set by forward). */
+/** Whether the client went away or the router is ending the request, and how to stop its upstream request. */
 export interface ClientState {
   gone: boolean
-  onGone: (() => void) | undefined
   /** The router is ending this request because it is shutting down (set by the drain). */
   shutdown: boolean
-  /** Ends the request for the shutdown: set while an upstream request is open. */
-  onShutdown: (() => void) | undefined
+  /**
+   * Aborts the upstream request while one is open (undici's own abort, so no closure is made
+   * for it): with CLIENT_GONE when the client leaves, SHUTDOWN when the drain ends the request.
+   */
+  abort: ((err: Error) => void) | undefined
 }
 
 export interface ForwardRequest {
@@ -99,7 +101,7 @@ function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
   return h
 }
 
-const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
+export const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
 export const SHUTDOWN = new PrefixRouterError('PR_SHUTDOWN', 'the router is shutting down')
 
 /**
@@ -128,10 +130,7 @@ class Upstream {
     const { client } = this.f
     if (client.gone) abort(CLIENT_GONE)
     else if (client.shutdown) abort(SHUTDOWN)
-    else {
-      client.onGone = () => abort(CLIENT_GONE)
-      client.onShutdown = () => abort(SHUTDOWN)
-    }
+    else client.abort = abort
   }
 
   onRequestSent(): void {
@@ -151,7 +150,7 @@ class Upstream {
     this.started = true
     f.onResponse(statusCode)
     this.resume = resume
-    const headers = endToEnd(util.parseHeaders(raw))
+    const headers = endToEndRaw(raw)
     const type = headers['content-type']
     this.sse = type !== undefined && String(type).startsWith('text/event-stream')
     // Ours win over the instance's: the request id it may echo, and the debug headers.
@@ -174,8 +173,7 @@ class Upstream {
 
   onComplete(): void {
     const { f } = this
-    f.client.onGone = undefined
-    f.client.onShutdown = undefined
+    f.client.abort = undefined
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
     if (this.first) f.onFirstByte()
     this.res.end()
@@ -184,8 +182,7 @@ class Upstream {
 
   onError(err: Error): void {
     const { f, res } = this
-    f.client.onGone = undefined
-    f.client.onShutdown = undefined
+    f.client.abort = undefined
     if (f.client.gone) return this.resolve(499)
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
     if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent }))

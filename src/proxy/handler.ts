@@ -12,16 +12,16 @@ import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from 
 import { readInvokePrefix } from '../core/key/invoke-key.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import { accessLine, newOutcome, type Outcome } from './access-log.js'
-import { bodyChunks } from './body.js'
+import { bodyChunks, readBody } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
-import { forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
+import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { readOpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
-import { ATTR, endSpan, injectInto, startChild, startRequestSpan, type RequestSpan } from './tracing.js'
+import { ATTR, endSpan, injectInto, NO_SPAN, startChild, startRequestSpan, tracingOff, type RequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
 
 export interface ProxyCore {
@@ -54,22 +54,39 @@ function send(req: Req, res: Res, out: Outcome, status: number, body: string, he
   res.end(body)
 }
 
+/**
+ * An invocation body declared at most this long is read whole before routing, as a chat body
+ * is: one buffer sent upstream (and so retryable) costs less than a stream of its chunks, and
+ * waiting for the rest of so few bytes delays nothing. Longer ones are routed on their first
+ * bytes and streamed, never held whole.
+ */
+const WHOLE_INVOKE_BYTES = 64 * 1024
+
 function declaredLength(req: Req): number | undefined {
   const v = req.headers['content-length']
   return v === undefined ? undefined : Number(v)
+}
+
+const CLIENT = Symbol('client state')
+type Answered = Res & { [CLIENT]?: ClientState }
+
+/** A response closed (Node calls it with the response as `this`): before it ended, the client went away. */
+function onClose(this: Answered): void {
+  const client = this[CLIENT]!
+  if (this.writableEnded || client.shutdown) return
+  client.gone = true
+  client.abort?.(CLIENT_GONE)
 }
 
 export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void> {
   const started = performance.now()
   // 'close' before the response ended means the client went away: stop the upstream request.
   // (A plain object rather than an AbortController, which costs a DOMException per request.)
-  const client: ClientState = { gone: false, onGone: undefined, shutdown: false, onShutdown: undefined }
-  // 'close' comes once: `on` spares the wrapper `once` makes for every request.
-  res.on('close', () => {
-    if (res.writableEnded || client.shutdown) return
-    client.gone = true
-    client.onGone?.()
-  })
+  const client: ClientState = { gone: false, shutdown: false, abort: undefined }
+  // 'close' comes once: `on` spares the wrapper `once` makes for every request, and one
+  // listener for all, finding the request's state on the response, spares a closure.
+  ;(res as Answered)[CLIENT] = client
+  res.on('close', onClose)
   core.requests.add(client)
   const rid = requestIdOf(req.headers[REQUEST_ID_HEADER])
   const out = newOutcome(rid.id, rid.replaced)
@@ -148,9 +165,15 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
       answer = new EventStreamResponse(res)
       stream = true
     }
-    const inv = await readInvokePrefix(bodyChunks(req, core.config.limits.bodyTimeoutMs), routing.prefixLength, limit)
-    k = invokeKey(inv.prefix, { prefixLength: routing.prefixLength, tenant: header })
-    body = inv.complete ? Buffer.from(inv.prefix) : inv.body
+    const chunks = bodyChunks(req, core.config.limits.bodyTimeoutMs)
+    if (length !== undefined && length <= WHOLE_INVOKE_BYTES) {
+      body = await readBody(chunks, limit)
+      k = invokeKey(body, { prefixLength: routing.prefixLength, tenant: header })
+    } else {
+      const inv = await readInvokePrefix(chunks, routing.prefixLength, limit)
+      k = invokeKey(inv.prefix, { prefixLength: routing.prefixLength, tenant: header })
+      body = inv.complete ? inv.prefix : inv.body
+    }
   } else {
     const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
     const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
@@ -329,7 +352,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   out.tenant = o.tenant
   out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
   const strategy = ep.routing.strategy
-  const span = startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
   const p = new Proxying(core, ep, req, client, out, span, o)
   const tries = p.tries
   let failure: unknown

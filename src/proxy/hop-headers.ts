@@ -3,6 +3,7 @@
 // headers (":path" …) belong to the client's stream and are dropped as well. Expect is
 // answered by the router itself (100-continue), and undici refuses to send it.
 import type { IncomingHttpHeaders } from 'node:http'
+import { util } from 'undici'
 
 const HOP_BY_HOP = new Set([
   'connection',
@@ -43,5 +44,31 @@ export function endToEnd(headers: IncomingHttpHeaders | Record<string, string | 
     if (n.startsWith(':') || HOP_BY_HOP.has(n) || named.has(n) || drop.includes(n)) continue
     out[n] = value
   }
+  return out
+}
+
+/**
+ * endToEnd(util.parseHeaders(raw)) in one pass over undici's raw answer headers, with no
+ * intermediate object: names lowercased, repeated ones gathered into arrays, values latin1.
+ */
+export function endToEndRaw(raw: readonly Buffer[]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  let connection: string[] | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = util.headerNameToString(raw[i]!)
+    const value = raw[i + 1]!.toString('latin1')
+    if (name === 'connection') (connection ??= []).push(value)
+    // A header named __proto__ would set the object's prototype: dropped, as endToEnd's copy drops it.
+    if (HOP_BY_HOP.has(name) || name.charCodeAt(0) === 0x3a || name === '__proto__') continue
+    if (!Object.hasOwn(out, name)) {
+      out[name] = value
+      continue
+    }
+    const prior = out[name]!
+    if (typeof prior === 'string') out[name] = [prior, value]
+    else prior.push(value)
+  }
+  // Rare: Connection naming headers beyond the hop-by-hop ones.
+  if (connection !== undefined) for (const n of connectionTokens(connection.length === 1 ? connection[0] : connection)) delete out[n]
   return out
 }

@@ -9,7 +9,7 @@ import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { listenAdmin, type AdminServer } from './admin.js'
 import { logDestination } from './access-log.js'
-import type { ClientState } from './forward.js'
+import { SHUTDOWN, type ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
 import { preconnect } from './preconnect.js'
@@ -244,7 +244,7 @@ export class ProxyServer implements ProxyCore {
       this.log.warn({ inFlight: this.requests.size }, 'drain timeout: ending the requests still in flight')
       for (const c of this.requests) {
         c.shutdown = true
-        c.onShutdown?.()
+        c.abort?.(SHUTDOWN)
       }
       // Each ends in a few event-loop turns: its upstream is aborted and its answer finished.
       for (let i = 0; i < 50 && this.requests.size > 0; i++) await this.#sleep(10)

@@ -27,8 +27,28 @@ const OPENAI: Record<string, OpenAIApi> = {
 /** The OpenAI-shaped routes, as an unsupported path's answer lists them. */
 export const OPENAI_ROUTES: readonly string[] = ['GET /v1/models', ...Object.keys(OPENAI).map((p) => `POST ${p}`)]
 
+export type Matched = Readonly<{ route: Readonly<Route>; method: 'GET' | 'POST' }>
+
+// A fleet's clients send a handful of distinct URLs: each is matched once, then found here.
+// Bounded, as any client may send any URL: past the bound it starts over, and long URLs are
+// matched each time rather than held.
+const CACHE_SIZE = 1024
+const CACHE_URL_LENGTH = 256
+const cache = new Map<string, Matched | undefined>()
+
 /** The route for a path, and the methods it allows; undefined when no route matches. */
-export function matchRoute(url: string): { route: Route; method: 'GET' | 'POST' } | undefined {
+export function matchRoute(url: string): Matched | undefined {
+  if (url.length > CACHE_URL_LENGTH) return match(url)
+  let m = cache.get(url)
+  if (m !== undefined || cache.has(url)) return m
+  m = match(url)
+  if (m !== undefined) Object.freeze(m.route)
+  if (cache.size >= CACHE_SIZE) cache.clear()
+  cache.set(url, m && Object.freeze(m))
+  return m
+}
+
+function match(url: string): { route: Route; method: 'GET' | 'POST' } | undefined {
   const q = url.indexOf('?')
   const path = q < 0 ? url : url.slice(0, q)
   const query = q < 0 ? '' : url.slice(q)

@@ -2,11 +2,12 @@
 // registered by the embedding application every call below is a no-op (about 1 µs a request
 // in all), and with one, a request shows as a `prefix_router.proxy` span holding one
 // `prefix_router.pick` and one `prefix_router.forward` span per try.
-import { context, INVALID_SPAN_CONTEXT, propagation, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from '@opentelemetry/api'
+import { context, INVALID_SPAN_CONTEXT, propagation, ProxyTracerProvider, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from '@opentelemetry/api'
 import type { IncomingHttpHeaders } from 'node:http'
 
 // Taken once: the API's proxy tracer finds a provider registered later by itself.
-const tracer = trace.getTracer('prefix-router')
+const NAME = 'prefix-router'
+const tracer = trace.getTracer(NAME)
 
 export const ATTR = {
   requestId: 'prefix_router.request_id',
@@ -41,6 +42,20 @@ export interface RequestSpan {
 // What the children of a request that records nothing are: nothing to make, end or export.
 const NOTHING = trace.wrapSpanContext(INVALID_SPAN_CONTEXT)
 
+/** A request that makes no span and carries no trace context: see tracingOff. */
+export const NO_SPAN: RequestSpan = Object.freeze({ span: NOTHING, parent: ROOT_CONTEXT, ctx: undefined })
+
+/**
+ * No tracer provider registered and no propagator: every span would be a no-op and every
+ * inject write nothing, yet making them (contexts, attributes, span-context checks) cost a
+ * few microseconds a request. Asked per request, so a provider or propagator registered
+ * later takes effect at once.
+ */
+export function tracingOff(): boolean {
+  const p = trace.getTracerProvider()
+  return p instanceof ProxyTracerProvider && p.getDelegateTracer(NAME) === undefined && propagation.fields().length === 0
+}
+
 export function startRequestSpan(headers: IncomingHttpHeaders, attributes: Attributes): RequestSpan {
   const parent = parentOf(headers)
   const span = tracer.startSpan('prefix_router.proxy', { kind: SpanKind.INTERNAL, attributes }, parent)
@@ -59,6 +74,7 @@ export function startChild(parent: RequestSpan, name: 'prefix_router.pick' | 'pr
  * trace stays sampled out upstream), else the client's as it came.
  */
 export function injectInto(parent: RequestSpan, span: Span, headers: Record<string, string | string[]>): void {
+  if (parent === NO_SPAN) return
   if (parent.ctx !== undefined) propagation.inject(trace.setSpan(parent.ctx, span), headers)
   else if (trace.isSpanContextValid(parent.span.spanContext())) propagation.inject(trace.setSpan(parent.parent, parent.span), headers)
   else propagation.inject(parent.parent, headers)

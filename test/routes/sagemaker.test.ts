@@ -256,4 +256,42 @@ describe('SageMaker runtime SDK against stub instances', () => {
     expect(chat.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
     expect(((await r.json()) as { error: { message: string } }).error.message).toBe('answered 400')
   })
+
+  it('an invocation declared at most 64 KiB is read whole and retried after a 503; a longer one is streamed and not retried', async () => {
+    const failing = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      if (req.method === 'GET') {
+        res.writeHead(req.url === '/health' ? 200 : 404)
+        return res.end()
+      }
+      res.writeHead(503, { 'content-type': 'application/json' })
+      res.end('{"error":{"message":"busy"}}')
+    }
+    stubs = [await startStub('good'), await startStub('busy', failing)]
+    router = await startRouter(stubs.map((s) => s.url), { outlier: { consecutive5xx: 0, consecutiveGatewayFailure: 0 } })
+    // Past the 4096-byte routing prefix, so the key is read before the body ends.
+    const body = (n: number, i: number) => Buffer.alloc(n, `invocation ${i} `)
+    for (let i = 0; i < 12; i++) {
+      const b = body(20 * 1024, i)
+      const r = await fetch(`${router.url}/invocations`, { method: 'POST', body: b, headers: { 'content-type': 'application/octet-stream' } })
+      expect(r.status).toBe(200)
+      await r.arrayBuffer()
+    }
+    const good = stubs[0]!.seen.filter((s) => s.method === 'POST')
+    expect(good).toHaveLength(12)
+    for (const [i, s] of good.entries()) expect(s.body.equals(body(20 * 1024, i))).toBe(true)
+    const busyBefore = stubs[1]!.seen.filter((s) => s.method === 'POST').length
+    expect(busyBefore).toBeGreaterThan(0)
+
+    // Over 64 KiB: streamed, so a 503 from the instance picked is the client's answer.
+    const statuses: number[] = []
+    for (let i = 0; i < 12; i++) {
+      const r = await fetch(`${router.url}/invocations`, { method: 'POST', body: body(100 * 1024, i), headers: { 'content-type': 'application/octet-stream' } })
+      statuses.push(r.status)
+      await r.arrayBuffer()
+    }
+    const busyAfter = stubs[1]!.seen.filter((s) => s.method === 'POST').length
+    expect(busyAfter).toBeGreaterThan(busyBefore)
+    expect(statuses.filter((s) => s === 503)).toHaveLength(busyAfter - busyBefore)
+    expect(statuses.filter((s) => s === 200)).toHaveLength(12 - (busyAfter - busyBefore))
+  })
 })
