@@ -543,7 +543,7 @@ PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, 
 struct PickArgs {
   Handle* h = nullptr;
   napi_value prefix = nullptr;                 // a string or Uint8Array (unless `prepared`)
-  const pr::ExtractedText* prepared = nullptr;  // router_pick_extracted's text
+  const pr::ExtractedText* prepared = nullptr;  // an extracted key's text (io kind 1)
   bool hashed = false;                         // the caller says key_extract wrote the hashes
   size_t anchor = SIZE_MAX;                    // UTF-16 units or bytes of `prefix`; ignored with `prepared`
   napi_value tenant = nullptr;                 // a string, or null for none
@@ -630,50 +630,6 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
   return Napi::Number::New(env, 0);
 }
 
-// router_pick(h, prefix: Uint8Array | string, tenant?: string, group?: string, anchor?: number,
-//             out: Float64Array(4), avoid?: number[]) -> 0, or -1 (no instances), -2 (no
-// instance in the group). avoid: slots (from earlier leases) the pick must not choose.
-// out receives [slot, generation, overflow (0/1), prefill blocks]; filling a caller's array
-// allocates nothing per call. anchor: for longest_prefix, the length (UTF-16 units of a
-// string, bytes of a Uint8Array) of the part of the prefix that the key hashes, e.g. a chat's
-// opening up to its first user message, which every later turn of the conversation shares.
-// prepared: router_pick_extracted (key/bindings.h), whose text is UTF-8 already cut to the
-// span and whose key end, in bytes, is info[7]; info[8] true when key_extract hashed it.
-Napi::Value Pick(const Napi::CallbackInfo& info, const pr::ExtractedText* prepared) {
-  Napi::Env env = info.Env();
-  PickArgs a;
-  a.h = GetHandle(info);
-  if (!a.h) return env.Undefined();
-  napi_typedarray_type out_type;
-  size_t out_len = 0;
-  void* out_data = nullptr;
-  if (napi_get_typedarray_info(env, info[5], &out_type, &out_len, &out_data, nullptr, nullptr) != napi_ok ||
-      out_type != napi_float64_array || out_len < 4 || out_data == nullptr)
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of 4", true);
-  a.out = static_cast<double*>(out_data);
-  a.prefix = info[1];
-  a.prepared = prepared;
-  double anchor = 0;
-  if (prepared == nullptr && napi_get_value_double(env, info[4], &anchor) == napi_ok && anchor >= 0 && anchor < 4294967296.0)
-    a.anchor = static_cast<size_t>(anchor);
-  a.tenant = info[2];
-  a.group_name = info[3];
-  a.hashed = prepared != nullptr && napi_get_value_bool(env, info[8], &a.hashed) == napi_ok && a.hashed;
-  bool is_array = false;
-  if (info.Length() > 6 && napi_is_array(env, info[6], &is_array) == napi_ok && is_array) {
-    Napi::Array list = info[6].As<Napi::Array>();
-    for (uint32_t i = 0; i < list.Length() && a.navoid < io::kMaxAvoid; i++) {
-      Napi::Value v = list.Get(i);
-      if (!v.IsNumber()) continue;
-      const double d = v.As<Napi::Number>().DoubleValue();
-      if (d >= 0 && d < 4294967296.0) a.avoid[a.navoid++] = static_cast<uint32_t>(d);
-    }
-  }
-  return PickWith(env, a);
-}
-
-Napi::Value RouterPick(const Napi::CallbackInfo& info) { return Pick(info, nullptr); }
-
 // router_io(h) -> Float64Array: the handle's io block (see io:: above), for router_pick_io.
 Napi::Value RouterIo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -698,9 +654,10 @@ inline bool IoIndex(double d, double limit, size_t* out) {
   return true;
 }
 
-// router_pick_io(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> as
-// router_pick, with the other arguments in the handle's io block and the result written over
-// its first four words. The prefix is an extracted key's text when the block says so. A plain
+// router_pick_io(h, prefix: Uint8Array | string, tenant?: string, group?: string) -> 0, or -1
+// (no instances), -2 (no instance in the group), with the other arguments in the handle's io
+// block and the result [slot, generation, overflow 0/1, prefill blocks] written over its first
+// four words. The prefix is an extracted key's text when the block says so. A plain
 // N-API callback: node-addon-api's wrapper would add a frame and a CallbackInfo off the hot pages.
 PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
   size_t argc = 4;
@@ -864,7 +821,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_close", Napi::Function::New(env, RouterClose, "router_close"));
   exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
-  exports.Set("router_pick", Napi::Function::New(env, RouterPick, "router_pick"));
   exports.Set("router_io", Napi::Function::New(env, RouterIo, "router_io"));
   napi_value pick_io;
   if (napi_create_function(env, "router_pick_io", NAPI_AUTO_LENGTH, RouterPickIo, nullptr, &pick_io) == napi_ok)
@@ -883,6 +839,5 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 
 }  // namespace
 
-Napi::Value pr::PickPrepared(const Napi::CallbackInfo& info, const pr::ExtractedText& text) { return Pick(info, &text); }
 
 NODE_API_MODULE(prefix_router, Init)

@@ -216,26 +216,6 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   return status;
 }
 
-Napi::Value RouterPickExtracted(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  // One call for the text's type, bytes and buffer: GetView's IsTypedArray is another crossing.
-  pr::ExtractedText text;
-  napi_typedarray_type type;
-  void* data = nullptr;
-  size_t offset = 0;
-  if (napi_get_typedarray_info(env, info[1], &type, &text.len, &data, &text.buffer, &offset) != napi_ok ||
-      type != napi_uint8_array || (data == nullptr && text.len != 0))
-    return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a Uint8Array", true);
-  text.data = static_cast<const uint8_t*>(data);
-  if (!Int(info[7], 0, static_cast<double>(text.len), &text.key_bytes))
-    return Throw(env, "ERR_OUT_OF_RANGE", "keyBytes must be an integer from 0 to the text's length");
-  if (!Int(info[4], 0, static_cast<double>(text.len), &text.anchor_bytes)) {
-    text.anchor_bytes = SIZE_MAX;
-    if (!info[4].IsUndefined()) return Throw(env, "ERR_OUT_OF_RANGE", "anchorBytes must be an integer from 0 to the text's length");
-  }
-  return pr::PickPrepared(info, text);
-}
-
 }  // namespace
 
 namespace pr {
@@ -244,7 +224,6 @@ void RegisterKey(Napi::Env env, Napi::Object exports) {
   napi_value extract = nullptr;
   NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "key_extract", NAPI_AUTO_LENGTH, KeyExtract, nullptr, &extract));
   exports.Set("key_extract", extract);
-  exports.Set("router_pick_extracted", Napi::Function::New(env, RouterPickExtracted, "router_pick_extracted"));
 }
 
 }  // namespace pr

@@ -66,7 +66,6 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     'xxh3_chain',
     'router_configure',
     'router_set_instances',
-    'router_pick',
     'router_io',
     'router_pick_io',
     'router_group_id',
@@ -96,7 +95,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     const stats = native.router_stats(h)
     expect(stats.slotsInUse).toBeGreaterThanOrEqual(1)
     native.router_close(h)
-    expect(() => native.router_pick(h, 'p', undefined, undefined, undefined, new Float64Array(4))).toThrow(/router is closed/)
+    expect(() => native.router_pick_io(h, 'p', undefined, undefined)).toThrow(/router is closed/)
   })
 
   it('router_pick_io never aborts, whatever its io block and arguments hold', () => {
@@ -126,7 +125,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
   })
 
   it('rejects a closed or foreign handle with a clear error', () => {
-    expect(() => native.router_pick({} as NativeHandle, 'p', undefined, undefined, undefined, new Float64Array(4))).toThrow(/not a router handle/)
+    expect(() => native.router_pick_io({} as NativeHandle, 'p', undefined, undefined)).toThrow(/not a router handle/)
     expect(() => native.router_open('no-such-router')).toThrow(expect.objectContaining({ code: 'ROUTER_NOT_FOUND' }))
   })
 })

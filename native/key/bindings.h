@@ -9,11 +9,11 @@
 
 namespace pr {
 
-// router_pick_extracted(h, text, tenant, group, anchorBytes, out, avoid, keyBytes, hashed):
-// router_pick on UTF-8 text already cut to the span, with the key's and the anchor's ends in
-// bytes. hashed: key_extract wrote a KeyHashes record after the text (below), which the pick
-// uses when its stamp matches the router's parameters and the tenant, instead of hashing the
-// text again. The text is read, and arguments are checked, by the caller in key_addon.cc.
+// An extracted key's text as router_pick_io reads it (io kind 1, native/addon.cc): UTF-8
+// already cut to the span, with the key's and the anchor's ends in bytes. When the io block
+// says key_extract hashed it, a KeyHashes record follows the text (below), which the pick uses
+// when its stamp matches the router's parameters and the tenant, instead of hashing the text
+// again.
 struct ExtractedText {
   const uint8_t* data = nullptr;
   size_t len = 0;
@@ -21,7 +21,6 @@ struct ExtractedText {
   size_t anchor_bytes = SIZE_MAX;  // SIZE_MAX without an anchor
   napi_value buffer = nullptr;  // the ArrayBuffer holding the text (and any KeyHashes after it)
 };
-Napi::Value PickPrepared(const Napi::CallbackInfo& info, const ExtractedText& text);
 
 void RegisterKey(Napi::Env env, Napi::Object exports);
 

@@ -62,11 +62,9 @@ export interface NativeBinding {
     matchLength: number,
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
-  /** 0 with out = [slot, generation, overflow 0/1, prefill blocks]; -1 no instances; -2 no instance in the group. */
-  router_pick(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, anchor: number | undefined, out: Float64Array, avoid?: number[]): number
-  /** The handle's io block: router_pick_io's numeric arguments, and its result over words 0-3 as router_pick's out. */
+  /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
   router_io(h: NativeHandle): Float64Array
-  /** router_pick with the other arguments in the io block (src/core/router.ts names its words). */
+  /** 0 with the result in the io block; -1 no instances; -2 no instance in the group. Its numeric arguments are in the io block (src/core/router.ts names its words). */
   router_pick_io(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined): number
   /** The id router_pick_io takes for a group; -1 for a name no membership of the router listed. */
   router_group_id(h: NativeHandle, name: string): number

@@ -571,22 +571,30 @@ describe('the native entry points', () => {
     expect(code(() => extractWith(0, body, 8, 8, 64, out, meta, 32))).toBe('returned')
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['a', 'b'], [1, 1])
-    const picked = new Float64Array(4)
+    // The pick of an extracted key (router_pick_io, io kind 1): [kind, keyBytes, anchor, hashed,
+    // group, tenant, avoid count], the result over the first words.
+    const io = native.router_io(h)
+    const pickText = (t: Uint8Array, keyBytes: number, anchor: number, hashed: boolean, tenant?: string) => {
+      io.fill(0)
+      io.set([1, keyBytes, anchor, hashed ? 1 : 0, -1, tenant === undefined ? 0 : 1, 0])
+      return native.router_pick_io(h, t, tenant, undefined)
+    }
     const text = new Uint8Array(8)
-    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, undefined, picked, undefined, 9, false))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.router_pick_extracted(h, text, undefined, undefined, 9, picked, undefined, 8, false))).toBe('ERR_OUT_OF_RANGE')
-    expect(code(() => keyBinding.router_pick_extracted(h, 'x' as unknown as Uint8Array, undefined, undefined, undefined, picked, undefined, 0, false))).toBe('ERR_INVALID_ARG_TYPE')
-    expect(code(() => keyBinding.router_pick_extracted({} as NativeHandle, text, undefined, undefined, undefined, picked, undefined, 8, false))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => pickText(text, 9, -1, false))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => pickText(text, 8, 9, false))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => pickText('x' as unknown as Uint8Array, 0, -1, false))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => native.router_pick_io({} as NativeHandle, text, undefined, undefined))).toBe('ERR_INVALID_ARG_TYPE')
     // Text in shared memory reads as any other (it used to be read through a missing ArrayBuffer).
     const shared = new Uint8Array(new SharedArrayBuffer(8))
-    expect(keyBinding.router_pick_extracted(h, shared, undefined, undefined, undefined, picked, undefined, 8, false)).toBe(0)
-    expect(native.router_release(h, picked[0]!)).toBe(true)
+    expect(pickText(shared, 8, -1, false)).toBe(0)
+    expect(native.router_release(h, io[0]!)).toBe(true)
     // A key claiming hashes it has not (no room after its text, or anything but a record there)
     // is hashed from its text: the pick is the same as without the claim.
     const noted = (t: Uint8Array, hashed: boolean) => {
-      expect(keyBinding.router_pick_extracted(h, t, 'tenant', undefined, undefined, picked, undefined, t.length, hashed)).toBe(0)
-      native.router_release(h, picked[0]!)
-      return picked[0]
+      expect(pickText(t, t.length, -1, hashed, 'tenant')).toBe(0)
+      const slot = io[0]
+      native.router_release(h, slot!)
+      return slot
     }
     for (let i = 0; i < 16; i++) {
       const filled = new Uint8Array(256).map((_, j) => (i * 131 + j * 7) & 0xff)

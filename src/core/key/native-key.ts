@@ -13,17 +13,6 @@ interface KeyBinding {
    * arguments: each argument read is a crossing of its own, a typed array's slot next to nothing.
    */
   key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array, tenant?: string): number
-  router_pick_extracted(
-    h: NativeHandle,
-    text: Uint8Array,
-    tenant: string | undefined,
-    group: string | undefined,
-    anchorBytes: number | undefined,
-    out: Float64Array,
-    avoid: number[] | undefined,
-    keyBytes: number,
-    hashed: boolean,
-  ): number
 }
 
 /** @internal the bindings of native/key_addon.cc */
