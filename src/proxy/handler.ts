@@ -11,7 +11,7 @@ import type { Lease } from '../core/router.js'
 import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
 import { readInvokePrefix } from '../core/key/invoke-key.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
-import { accessLine, newOutcome, type Outcome } from './access-log.js'
+import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks, readBody } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
@@ -114,7 +114,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     const status = client.gone ? 499 : out.status
     core.metrics.requests.inc([out.endpoint, out.instance, out.strategy, status])
     if (out.endpoint) core.metrics.duration.observe([out.endpoint, status], seconds)
-    if (core.config.log.accessLog && core.log.isLevelEnabled('info')) core.log.info(accessLine(req, out, status, started, ended, client.shutdown), 'request')
+    if (core.config.log.accessLog && core.log.isLevelEnabled('info')) logAccess(core.log, req, out, status, started, ended, client.shutdown)
   }
 }
 
