@@ -19,7 +19,7 @@ const AHEAD_BYTES = 64 * 1024
 
 const DONE: IteratorResult<Buffer> = Object.freeze({ value: undefined, done: true })
 const READER = Symbol('body reader')
-type Read = Req & { [READER]?: BodyReader | undefined }
+type Read = Req & { [READER]?: Listener | undefined }
 
 // Listeners shared by every request (Node calls them with the request as `this`), so that a
 // body read makes no closure.
@@ -36,18 +36,12 @@ function onError(this: Read, err: Error): void {
 function onClose(this: Read): void {
   this[READER]?.fail(clientGone())
 }
-function onTimeout(r: BodyReader, ms: number): void {
+function onTimeout(r: Listener, ms: number): void {
   r.fail(bodyTimeout(ms))
 }
 
-/** The chunks of one request's body, as an async iterator: see bodyChunks. */
-class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
-  readonly #queue: Buffer[] = []
-  #queued = 0
-  #ended = false
-  #paused = false
-  #failure: Error | undefined = undefined
-  #waiting: { resolve(r: IteratorResult<Buffer>): void; reject(err: Error): void } | undefined = undefined
+/** A request's body events and its deadline: what becomes of the chunks is the subclass's. */
+abstract class Listener {
   readonly #timer: NodeJS.Timeout | undefined
 
   constructor(
@@ -63,9 +57,44 @@ class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
     req.on('close', onClose)
   }
 
-  [Symbol.asyncIterator](): AsyncIterator<Buffer> {
-    return this
+  abstract data(chunk: Buffer): void
+  abstract end(): void
+  abstract fail(err: Error): void
+
+  protected detach(): void {
+    clearTimeout(this.#timer)
+    const { req } = this
+    req.off('data', onData)
+    req.off('end', onEnd)
+    req.off('error', onError)
+    req.off('close', onClose)
+    req[READER] = undefined
   }
+
+  /** Stops listening to a body that will not be read to its end. */
+  protected abandon(): void {
+    this.detach()
+    const { req } = this
+    req.pause()
+    if (req.httpVersionMajor === 2) {
+      const stream = (req as Http2ServerRequest).stream
+      const reset = () => {
+        if (!stream.closed && !stream.destroyed) stream.close(h2.NGHTTP2_NO_ERROR)
+      }
+      if (stream.writableFinished) reset()
+      else stream.once('finish', reset)
+    }
+  }
+}
+
+/** The chunks of one request's body, as an async iterator: see bodyChunks. */
+class BodyReader extends Listener implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
+  readonly #queue: Buffer[] = []
+  #queued = 0
+  #ended = false
+  #paused = false
+  #failure: Error | undefined = undefined
+  #waiting: { resolve(r: IteratorResult<Buffer>): void; reject(err: Error): void } | undefined = undefined
 
   data(chunk: Buffer): void {
     const w = this.#waiting
@@ -84,7 +113,7 @@ class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
 
   end(): void {
     this.#ended = true
-    this.#detach()
+    this.detach()
     const w = this.#waiting
     this.#waiting = undefined
     w?.resolve(DONE)
@@ -93,7 +122,7 @@ class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
   fail(err: Error): void {
     if (this.#ended || this.#failure) return
     this.#failure = err
-    this.#abandon()
+    this.abandon()
     const w = this.#waiting
     this.#waiting = undefined
     w?.reject(err)
@@ -115,37 +144,71 @@ class BodyReader implements AsyncIterator<Buffer>, AsyncIterable<Buffer> {
     return new Promise((resolve, reject) => (this.#waiting = { resolve, reject }))
   }
 
+  [Symbol.asyncIterator](): AsyncIterator<Buffer> {
+    return this
+  }
+
   async return(): Promise<IteratorResult<Buffer>> {
     if (!this.#ended && !this.#failure) {
       this.#failure = clientGone()
-      this.#abandon()
+      this.abandon()
     }
     return DONE
   }
+}
 
-  #detach(): void {
-    clearTimeout(this.#timer)
-    const { req } = this
-    req.off('data', onData)
-    req.off('end', onEnd)
-    req.off('error', onError)
-    req.off('close', onClose)
-    req[READER] = undefined
+/** A small body gathered whole as it arrives, for one promise: see readWhole. */
+class WholeBody extends Listener {
+  readonly #parts: Buffer[] = []
+  #size = 0
+  #settled = false
+  resolve: (body: Buffer) => void = noop
+  reject: (err: Error) => void = noop
+
+  constructor(
+    req: Read,
+    timeoutMs: number,
+    readonly maxBytes: number,
+  ) {
+    super(req, timeoutMs)
   }
 
-  #abandon(): void {
-    this.#detach()
-    const { req } = this
-    req.pause()
-    if (req.httpVersionMajor === 2) {
-      const stream = (req as Http2ServerRequest).stream
-      const reset = () => {
-        if (!stream.closed && !stream.destroyed) stream.close(h2.NGHTTP2_NO_ERROR)
-      }
-      if (stream.writableFinished) reset()
-      else stream.once('finish', reset)
-    }
+  data(chunk: Buffer): void {
+    this.#size += chunk.length
+    if (this.#size > this.maxBytes) return this.fail(tooLarge(this.maxBytes))
+    this.#parts.push(chunk)
   }
+
+  end(): void {
+    this.#settled = true
+    this.detach()
+    const parts = this.#parts
+    // A body that came in one chunk is that chunk: HTTP/1 and HTTP/2 both hand over each chunk in a buffer of its own.
+    this.resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.#size))
+  }
+
+  fail(err: Error): void {
+    if (this.#settled) return
+    this.#settled = true
+    this.abandon()
+    this.reject(err)
+  }
+}
+
+const noop = () => {}
+
+/**
+ * The whole of req's body, which must be small (it is not paced, and never paused), under
+ * the same bounds and with the same failures as bodyChunks and readBody: 413 past maxBytes,
+ * 408 once timeoutMs have passed. Read through listeners into one promise rather than
+ * through an async iterator, whose every chunk costs promises and result objects.
+ */
+export function readWhole(req: Req, timeoutMs: number, maxBytes: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const w = new WholeBody(req, timeoutMs, maxBytes)
+    w.resolve = resolve
+    w.reject = reject
+  })
 }
 
 /**

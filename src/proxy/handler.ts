@@ -12,7 +12,7 @@ import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from 
 import { readInvokePrefix } from '../core/key/invoke-key.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
-import { bodyChunks, readBody } from './body.js'
+import { bodyChunks, readWhole } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
@@ -165,12 +165,12 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
       answer = new EventStreamResponse(res)
       stream = true
     }
-    const chunks = bodyChunks(req, core.config.limits.bodyTimeoutMs)
+    const { bodyTimeoutMs } = core.config.limits
     if (length !== undefined && length <= WHOLE_INVOKE_BYTES) {
-      body = await readBody(chunks, limit)
+      body = await readWhole(req, bodyTimeoutMs, limit)
       k = invokeKey(body, { prefixLength: routing.prefixLength, tenant: header })
     } else {
-      const inv = await readInvokePrefix(chunks, routing.prefixLength, limit)
+      const inv = await readInvokePrefix(bodyChunks(req, bodyTimeoutMs), routing.prefixLength, limit)
       k = invokeKey(inv.prefix, { prefixLength: routing.prefixLength, tenant: header })
       body = inv.complete ? inv.prefix : inv.body
     }

@@ -208,6 +208,19 @@ describe('a body dripped slower than limits.bodyTimeoutMs', () => {
     expect(upstreamEnded).toBe(false)
   })
 
+  it('invoke read whole (a small declared length): 408 before routing, nothing sent upstream, a closed connection', async () => {
+    stub = await startStub('s0')
+    let upstream = 0
+    stub.server.on('request', (req: http.IncomingMessage) => void (req.method === 'POST' && upstream++))
+    router = await startRouter([stub.url], { limits: { bodyTimeoutMs: 300 } })
+    const { text, closed } = await drip(router.url, headFor('/invocations', 1000, '{"inputs":"'))
+    expect(text).toMatch(/^HTTP\/1\.1 408 /)
+    expect(text).toMatch(/\r\nconnection: close\r\n/i)
+    expect(text).toMatch(/"code":"request_timeout"/)
+    expect(closed).toBe(true)
+    expect(upstream).toBe(0)
+  })
+
   it('HTTP/2: 408 on the stream, which is then reset with NO_ERROR; the session stays usable', async () => {
     const r = await simRouter({ limits: { bodyTimeoutMs: 300 } })
     const session = http2.connect(r.url)

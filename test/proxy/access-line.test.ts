@@ -66,7 +66,7 @@ const LOGGERS: { name: string; opts: LoggerOptions; fast: boolean }[] = [
   { name: 'CRLF and a message key', opts: { crlf: true, messageKey: 'message' }, fast: true },
   { name: 'a level label', opts: { formatters: { level: (label) => ({ severity: label.toUpperCase() }) } }, fast: true },
   { name: 'a non-ASCII hostname', opts: { base: { pid: 7, hostname: 'h\u00f4te' } }, fast: false },
-  { name: 'no base', opts: { base: undefined }, fast: true },
+  { name: 'no base', opts: { base: null }, fast: true },
   { name: 'redaction', opts: { redact: ['path', 'model'] }, fast: false },
   { name: 'a serializer', opts: { serializers: { model: (m: string) => m.toUpperCase() } }, fast: false },
   { name: 'a mixin', opts: { mixin: () => ({ zone: 'a', status: 1 }) }, fast: false },
@@ -170,7 +170,7 @@ describe('access line', () => {
       logAccess(log, ...args)
       sink.info(accessLine(...args), 'request')
     }
-    await new Promise<void>((resolve) => dest.flush(() => resolve()))
+    await new Promise<void>((resolve) => (dest as unknown as { flush(cb: () => void): void }).flush(() => resolve()))
     expect(readFileSync(file, 'utf8')).toEqual(Buffer.from(expected.join('')).toString('utf8'))
   })
 })
