@@ -9,7 +9,7 @@ import type { Span } from '@opentelemetry/api'
 import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
 import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
-import { readInvokePrefix } from '../core/key/invoke-key.js'
+import { readInvokePrefix, type InvokeBody } from '../core/key/invoke-key.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks, readWhole } from './body.js'
@@ -17,7 +17,7 @@ import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
-import { readOpenAIBody } from './openai-body.js'
+import { readOpenAIBody, type OpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
@@ -98,7 +98,21 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
     if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
-    out.status = await dispatch(core, m.route, req, res, client, out)
+    const { route } = m
+    const ep = dispatch(core, route, req, res, out)
+    // The body is read and the request proxied here rather than in a function of their own:
+    // every async function a request goes through costs it a few hundred bytes.
+    if (ep === undefined) return
+    const routing = ep.routing
+    if (route.kind === 'invoke') {
+      // Checked before the body is read: a bad header is refused unread.
+      const model = inferenceComponentOf(req.headers[INFERENCE_COMPONENT_HEADER])
+      const read = await readInvoke(core, routing, req, out)
+      out.status = await proxyTo(core, ep, req, route.eventStream ? new EventStreamResponse(res) : res, client, out, invokeOutbound(routing, route, req, read, model))
+    } else if (route.kind === 'openai') {
+      const read = await readChat(core, routing, route, req)
+      out.status = await proxyTo(core, ep, req, res, client, out, chatOutbound(core, ep, route, req, read))
+    }
   } catch (err) {
     if (client.gone) return void (out.status = 499)
     const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
@@ -118,20 +132,24 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   }
 }
 
-async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, client: ClientState, out: Outcome): Promise<number> {
+/**
+ * Answers the routes the router answers itself (setting out.status); for a route it proxies,
+ * refuses what can be refused before the body is read, and gives the endpoint.
+ */
+function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcome): Endpoint | undefined {
   if (core.draining && (route.kind === 'ping' || route.kind === 'health')) {
     send(req, res, out, 503, JSON.stringify({ status: 'draining' }))
-    return 503
+    return void (out.status = 503)
   }
   if (route.kind === 'ping') {
     send(req, res, out, 200, '{}')
-    return 200
+    return void (out.status = 200)
   }
   if (route.kind === 'health') {
     const healthy = [...core.endpoints()].reduce((n, ep) => n + ep.healthy().length, 0)
     const status = healthy > 0 ? 200 : 503
     send(req, res, out, status, JSON.stringify({ status: healthy > 0 ? 'ok' : 'unavailable', healthyInstances: healthy }))
-    return status
+    return void (out.status = status)
   }
   if (route.kind === 'unsupported') {
     // Refused rather than guessed at: an unknown API has no routing key, and vLLM's other /v1/
@@ -144,59 +162,58 @@ async function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, clien
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
     send(req, res, out, 200, JSON.stringify({ object: 'list', data }))
-    return 200
+    return void (out.status = 200)
   }
   const limit = core.config.limits.maxBodyBytes
   const length = declaredLength(req)
   if (length !== undefined && length > limit) throw tooLarge(limit)
-  const routing = ep.routing
-  out.strategy = routing.strategy
-  const header = req.headers[TENANT_HEADER]
+  out.strategy = ep.routing.strategy
+  return ep
+}
 
+type Routing = Endpoint['routing']
+
+/** Starts reading an invocation's body: whole when it is declared small, else up to its routing prefix. */
+function readInvoke(core: ProxyCore, routing: Routing, req: Req, out: Outcome): Promise<Buffer | InvokeBody> {
+  out.sagemaker = true
+  const { bodyTimeoutMs, maxBodyBytes } = core.config.limits
+  const length = declaredLength(req)
+  if (length !== undefined && length <= WHOLE_INVOKE_BYTES) return readWhole(req, bodyTimeoutMs, maxBodyBytes)
+  return readInvokePrefix(bodyChunks(req, bodyTimeoutMs), routing.prefixLength, maxBodyBytes)
+}
+
+function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req: Req, read: Buffer | InvokeBody, model: string | undefined): Outbound {
+  const o = { prefixLength: routing.prefixLength, tenant: req.headers[TENANT_HEADER] }
+  const whole = Buffer.isBuffer(read)
+  const k = invokeKey(whole ? read : read.prefix, o)
+  const body = whole ? read : read.complete ? read.prefix : read.body
+  return { key: k.bytes, body, tenant: k.tenant, model, anchor: k.anchor, stream: route.eventStream, path: route.upstreamPath }
+}
+
+/** Starts reading an OpenAI body, parsed for its routing key. */
+function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> {
+  const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
+  const { maxJsonDepth: maxDepth, bodyTimeoutMs, maxBodyBytes: maxBytes } = core.config.limits
+  // Logging the routing text needs it as a string, which only openAIRequest builds.
+  const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
+  // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
+  // known already (tenantOf checks it after the read, as before).
+  const hash = { tenant: tenantHeaderValue(req.headers[TENANT_HEADER]), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
+  return readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes, maxDepth, span, prefixLength, hash })
+}
+
+function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
+  const header = req.headers[TENANT_HEADER]
   let k: RoutingKey
-  let body: Buffer | AsyncIterable<Buffer>
-  let model: string | undefined
-  let stream = false
-  let answer = res
-  if (route.kind === 'invoke') {
-    model = inferenceComponentOf(req.headers[INFERENCE_COMPONENT_HEADER])
-    out.sagemaker = true
-    if (route.eventStream) {
-      answer = new EventStreamResponse(res)
-      stream = true
-    }
-    const { bodyTimeoutMs } = core.config.limits
-    if (length !== undefined && length <= WHOLE_INVOKE_BYTES) {
-      body = await readWhole(req, bodyTimeoutMs, limit)
-      k = invokeKey(body, { prefixLength: routing.prefixLength, tenant: header })
-    } else {
-      const inv = await readInvokePrefix(bodyChunks(req, bodyTimeoutMs), routing.prefixLength, limit)
-      k = invokeKey(inv.prefix, { prefixLength: routing.prefixLength, tenant: header })
-      body = inv.complete ? inv.prefix : inv.body
-    }
+  if (read.native) {
+    // The extracted key carries its own anchor; the pick reads it from there.
+    const n = read.native
+    k = { bytes: n.key, tenant: tenantOf(header, n.promptCacheKey), anchor: undefined, model: n.model, stream: n.stream }
   } else {
-    const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
-    const { maxJsonDepth: maxDepth, bodyTimeoutMs } = core.config.limits
-    // Logging the routing text needs it as a string, which only openAIRequest builds.
-    const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
-    // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
-    // known already (tenantOf checks it after the read, as before).
-    const hash = { tenant: tenantHeaderValue(header), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
-    const read = await readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes: limit, maxDepth, span, prefixLength, hash })
-    if (read.native) {
-      // The extracted key carries its own anchor; the pick reads it from there.
-      const n = read.native
-      k = { bytes: n.key, tenant: tenantOf(header, n.promptCacheKey), anchor: undefined, model: n.model, stream: n.stream }
-    } else {
-      k = requestKey(read.request, { tenant: header })
-      if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
-    }
-    model = k.model
-    stream = k.stream
-    body = read.raw
+    k = requestKey(read.request, { tenant: header })
+    if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
   }
-  const key = k.text ?? k.bytes
-  return proxyTo(core, ep, req, answer, client, out, { key, body, tenant: k.tenant, model, anchor: k.anchor, stream, path: route.upstreamPath })
+  return { key: k.text ?? k.bytes, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath }
 }
 
 interface Outbound {
