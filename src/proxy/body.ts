@@ -159,7 +159,9 @@ class BodyReader extends Listener implements AsyncIterator<Buffer>, AsyncIterabl
 
 /** A small body gathered whole as it arrives, for one promise: see readWhole. */
 class WholeBody extends Listener {
-  readonly #parts: Buffer[] = []
+  // The first chunk on its own: most bodies come in one, and need no array.
+  #first: Buffer | undefined = undefined
+  #rest: Buffer[] | undefined = undefined
   #size = 0
   #settled = false
   resolve: (body: Buffer) => void = noop
@@ -176,15 +178,16 @@ class WholeBody extends Listener {
   data(chunk: Buffer): void {
     this.#size += chunk.length
     if (this.#size > this.maxBytes) return this.fail(tooLarge(this.maxBytes))
-    this.#parts.push(chunk)
+    if (this.#first === undefined) this.#first = chunk
+    else (this.#rest ??= [this.#first]).push(chunk)
   }
 
   end(): void {
     this.#settled = true
     this.detach()
-    const parts = this.#parts
     // A body that came in one chunk is that chunk: HTTP/1 and HTTP/2 both hand over each chunk in a buffer of its own.
-    this.resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.#size))
+    const rest = this.#rest
+    this.resolve(rest !== undefined ? Buffer.concat(rest, this.#size) : (this.#first ?? Buffer.alloc(0)))
   }
 
   fail(err: Error): void {
@@ -204,11 +207,17 @@ const noop = () => {}
  * through an async iterator, whose every chunk costs promises and result objects.
  */
 export function readWhole(req: Req, timeoutMs: number, maxBytes: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const w = new WholeBody(req, timeoutMs, maxBytes)
-    w.resolve = resolve
-    w.reject = reject
-  })
+  reading = new WholeBody(req, timeoutMs, maxBytes)
+  return new Promise(settles)
+}
+
+// The promise's executor, which runs at once, is handed the reader here rather than by a
+// closure made for every body.
+let reading: WholeBody | undefined
+function settles(resolve: (body: Buffer) => void, reject: (err: Error) => void): void {
+  reading!.resolve = resolve
+  reading!.reject = reject
+  reading = undefined
 }
 
 /**

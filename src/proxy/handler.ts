@@ -114,22 +114,45 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
       out.status = await proxyTo(core, ep, req, res, client, out, chatOutbound(core, ep, route, req, read))
     }
   } catch (err) {
-    if (client.gone) return void (out.status = 499)
-    const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
-    if (!(err instanceof RequestError)) core.log.error({ err }, 'request failed')
-    out.status = e.status
-    // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
-    const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
-    send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+    answerError(core, req, res, client, out, err)
   } finally {
-    core.requests.delete(client)
-    const ended = performance.now()
-    const seconds = (ended - started) / 1000
-    const status = client.gone ? 499 : out.status
-    core.metrics.requests.inc([out.endpoint, out.instance, out.strategy, status])
-    if (out.endpoint) core.metrics.duration.observe([out.endpoint, status], seconds)
-    if (core.config.log.accessLog && core.log.isLevelEnabled('info')) logAccess(core.log, req, out, status, started, ended, client.shutdown)
+    record(core, req, client, out, started)
   }
+}
+
+// The catch and finally of handle, out of it: what an async function holds across its awaits
+// is sized by all its locals, temporaries included, and is allocated for every request.
+function answerError(core: ProxyCore, req: Req, res: Res, client: ClientState, out: Outcome, err: unknown): void {
+  if (client.gone) return void (out.status = 499)
+  const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
+  if (!(err instanceof RequestError)) core.log.error({ err }, 'request failed')
+  out.status = e.status
+  // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
+  const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
+  send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+}
+
+// Label values are written into these and read at once: the metrics keep none of them.
+const REQUEST_LABELS: [string, string, string, number] = ['', '', '', 0]
+const DURATION_LABELS: [string, number] = ['', 0]
+
+function record(core: ProxyCore, req: Req, client: ClientState, out: Outcome, started: number): void {
+  core.requests.delete(client)
+  const ended = performance.now()
+  const seconds = (ended - started) / 1000
+  const status = client.gone ? 499 : out.status
+  const r = REQUEST_LABELS
+  r[0] = out.endpoint
+  r[1] = out.instance
+  r[2] = out.strategy
+  r[3] = status
+  core.metrics.requests.inc(r)
+  if (out.endpoint) {
+    DURATION_LABELS[0] = out.endpoint
+    DURATION_LABELS[1] = status
+    core.metrics.duration.observe(DURATION_LABELS, seconds)
+  }
+  if (core.config.log.accessLog && core.log.isLevelEnabled('info')) logAccess(core.log, req, out, status, started, ended, client.shutdown)
 }
 
 /**

@@ -78,7 +78,8 @@ export function finish(log: Logger, msg: string): boolean {
   const stream = l[S.streamSym] as DestinationStream & { [WRITES_BYTES]?: true }
   if (stream[WRITES_BYTES]) {
     const line = Buffer.allocUnsafe(at)
-    scratch.copy(line, 0, 0, at)
+    // Byte by byte: a copy of part of a buffer makes a view of that part first.
+    for (let i = 0; i < at; i++) line[i] = scratch[i]!
     stream.write(line as unknown as string)
   } else stream.write(scratch.toString('latin1', 0, at))
   return true
