@@ -9,7 +9,8 @@
 // median of serve's own routing-decision histogram over the measured requests.
 // Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 to change the load;
 // CASES=chat-json,invoke to run only some cases; BASELINE=/path/to/another/checkout, built,
-// adds that checkout's router to each case, as a same-run baseline for the decision time)
+// adds that checkout's router, with and without its access log, to each case: a same-run
+// baseline for the bytes and the decision time)
 import os from 'node:os'
 import { CONCURRENCY, cases, load, root, start, stop, stopAll, type Case, type Proc } from './alloc/load.js'
 
@@ -78,6 +79,7 @@ async function main(): Promise<void> {
     rows.push(await measure('router', ['bench/alloc/router.mjs', stub.url, 'on'], c, true))
     rows.push(await measure('router, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], c, true))
     if (BASELINE !== undefined) {
+      rows.push(await measure('baseline', ['bench/alloc/router.mjs', stub.url, 'on'], c, true, BASELINE))
       rows.push(await measure('baseline, no access log', ['bench/alloc/router.mjs', stub.url, 'off'], c, true, BASELINE))
     }
   }

@@ -1,9 +1,9 @@
 // A pino line of fixed fields written as bytes into one scratch buffer: byte for byte what
 // pino writes for `log.info(fields, msg)`, without the strings pino builds for every key and
-// value (a few KiB per line, more than the rest of a request's logging). It writes only what
-// needs no JSON escaping (ASCII but control characters, `"` and `\`), to loggers that would not change
-// the fields on the way (redaction, serializers, formatters.log, a mixin, hooks); for
-// anything else it declines and the caller logs the object through pino as before.
+// value (a few KiB per line, more than the rest of a request's logging). It writes only
+// values that need no JSON escaping (ASCII but control characters, `"` and `\`), for loggers
+// that would not change the fields on the way (redaction, serializers, formatters.log, a
+// mixin, hooks); for anything else it declines and the caller logs through pino as before.
 import { pino, type DestinationStream, type Logger } from 'pino'
 
 // msgPrefixSym is missing from pino's types, not from pino.
@@ -20,18 +20,18 @@ const scratch = Buffer.allocUnsafeSlow(CAPACITY)
 let at = 0
 
 const ref = pino({ level: 'silent' }, { write() {} }) as unknown as Internals
-const plainLoggers = new WeakMap<object, boolean>()
+const plainLoggers = new WeakMap<object, { keys: readonly string[]; plain: boolean }>()
 
 /** Whether pino would write `keys` of this logger's lines exactly as given. */
 function plain(log: Logger, keys: readonly string[]): boolean {
-  let known = plainLoggers.get(log)
-  if (known !== undefined) return known
+  const known = plainLoggers.get(log)
+  if (known?.keys === keys) return known.plain
   const l = log as unknown as Internals
   const hooks = l[S.hooksSym] as { logMethod?: unknown; streamWrite?: unknown }
   const formatters = l[S.formattersSym] as { log?: unknown }
   const serializers = l[S.serializersSym] as Record<string, unknown>
   const stream = l[S.streamSym] as Internals
-  known =
+  const yes =
     l[S.writeSym] === ref[S.writeSym] &&
     l[S.asJsonSym] === ref[S.asJsonSym] &&
     !l[S.mixinSym] &&
@@ -44,8 +44,8 @@ function plain(log: Logger, keys: readonly string[]): boolean {
     !keys.includes(l[S.errorKeySym] as string) &&
     keys.every((k) => serializers[k] === undefined) &&
     stream[S.needsMetadataGsym] !== true
-  plainLoggers.set(log, known)
-  return known
+  plainLoggers.set(log, { keys, plain: yes })
+  return yes
 }
 
 /**
