@@ -101,12 +101,15 @@ function requestHeaders(f: ForwardRequest): HeaderList {
   const prior = h['x-forwarded-for']
   const host = h.host ?? h[':authority']
   const named = connectionTokens(h.connection)
+  // undici frames a buffer by its own length (checked against any declared one, so it can
+  // only agree): a header it would parse and validate for nothing.
+  const whole = Buffer.isBuffer(f.body)
   const out: HeaderList = []
   // Node gives the names lowercase, on HTTP/1.1 and HTTP/2 alike.
   for (const name in h) {
     const value = h[name]
     if (value === undefined || isConnectionHeader(name, named) || isAwsCredential(name, value)) continue
-    if (name === 'host' || name === 'x-forwarded-proto' || name === REQUEST_ID_HEADER) continue
+    if (name === 'host' || name === 'x-forwarded-proto' || name === REQUEST_ID_HEADER || (whole && name === 'content-length')) continue
     if ((name === 'x-forwarded-for' && f.clientAddress) || (name === 'x-forwarded-host' && typeof host === 'string')) continue
     if (trace !== undefined && Object.hasOwn(trace, name)) continue
     if (typeof value === 'string') out.push(name, value)
