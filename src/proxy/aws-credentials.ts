@@ -4,9 +4,8 @@
 // see. A bearer token (vLLM's --api-key) is not SigV4 and passes through.
 const SIGV4 = /^AWS4-[A-Z0-9-]+ /
 
-export function withoutAwsCredentials(h: Record<string, string | string[]>): Record<string, string | string[]> {
-  const auth = h.authorization
-  if (typeof auth === 'string' && SIGV4.test(auth)) delete h.authorization
-  if (h['x-amz-security-token'] !== undefined) delete h['x-amz-security-token']
-  return h
+/** Whether a request header (name lowercase) is an AWS credential, never forwarded. */
+export function isAwsCredential(name: string, value: string | string[]): boolean {
+  if (name === 'x-amz-security-token') return true
+  return name === 'authorization' && typeof value === 'string' && SIGV4.test(value)
 }

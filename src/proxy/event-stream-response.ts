@@ -7,6 +7,7 @@ import { EventEmitter } from 'node:events'
 import type { OutgoingHttpHeaders } from 'node:http'
 import { EventStreamCodec, type MessageHeaders } from '@smithy/eventstream-codec'
 import type { FramedResponse, StreamFailure } from './broken-stream.js'
+import type { HeaderList } from './hop-headers.js'
 import type { Res } from './types.js'
 
 const codec = new EventStreamCodec(
@@ -65,12 +66,25 @@ export class EventStreamResponse extends EventEmitter implements FramedResponse 
     return this.res.writableEnded
   }
 
-  writeHead(status: number, headers: OutgoingHttpHeaders = {}): unknown {
+  writeHead(status: number, headers: OutgoingHttpHeaders | HeaderList = {}): unknown {
     if (status < 200 || status >= 300) return this.res.writeHead(status, headers)
     this.#framing = true
-    const { 'content-type': type, 'content-length': _length, ...rest } = headers
+    const out: HeaderList = []
+    let type: string | undefined
+    const take = (name: string, value: string | string[] | number | undefined) => {
+      if (value === undefined) return
+      const n = name.toLowerCase()
+      if (n === 'content-type') type ??= String(value)
+      else if (n === 'content-length') return
+      else if (Array.isArray(value)) for (const v of value) out.push(n, v)
+      else out.push(n, String(value))
+    }
+    if (Array.isArray(headers)) for (let i = 0; i < headers.length; i += 2) take(headers[i]!, headers[i + 1])
+    else for (const name in headers) take(name, headers[name])
     // The runtime names the model's content type in its own header (ContentType in the SDK's output).
-    return this.res.writeHead(status, { ...rest, ...(type !== undefined && { 'x-amzn-sagemaker-content-type': type }), 'content-type': EVENT_STREAM_CONTENT_TYPE })
+    if (type !== undefined) out.push('x-amzn-sagemaker-content-type', type)
+    out.push('content-type', EVENT_STREAM_CONTENT_TYPE)
+    return this.res.writeHead(status, out)
   }
 
   write(chunk: Buffer | string): boolean {

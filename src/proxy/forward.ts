@@ -8,10 +8,10 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
-import { withoutAwsCredentials } from './aws-credentials.js'
+import { isAwsCredential } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
 import { upstreamFailed } from './errors.js'
-import { endToEnd, endToEndRaw } from './hop-headers.js'
+import { connectionTokens, endToEndRaw, isConnectionHeader, valueOf, type HeaderList } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
@@ -36,14 +36,17 @@ export interface ForwardRequest {
   headers: IncomingHttpHeaders
   /** Sent as X-Request-Id in place of whatever the client sent. */
   requestId: string
-  /** Adds the trace context headers (traceparent) of the try, when a propagator is registered. */
-  traceHeaders?(headers: Record<string, string | string[]>): void
+  /** The trace context headers (traceparent) of the try; undefined when tracing is off. */
+  traceHeaders?(): Record<string, string> | undefined
   body: Buffer | AsyncIterable<Buffer>
   clientAddress: string | undefined
   secure: boolean
   client: ClientState
-  /** Extra response headers (opt-in debug headers, SageMaker's variant); the request id is always added. */
-  responseHeaders: Record<string, string> | undefined
+  /**
+   * The router's headers on the answer, in place of any of those names the instance sent: the
+   * request id always, the opt-in debug headers, SageMaker's variant.
+   */
+  responseHeaders: Readonly<Record<string, string>>
   /** Time allowed for the response headers (undefined: the dispatcher's headersTimeout). */
   headersTimeoutMs: number | undefined
   /**
@@ -87,18 +90,37 @@ export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
   return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }
 
-const DROP_HOST = ['host']
-
-function requestHeaders(f: ForwardRequest): Record<string, string | string[]> {
-  const h = withoutAwsCredentials(endToEnd(f.headers, DROP_HOST))
-  const prior = f.headers['x-forwarded-for']
-  if (f.clientAddress) h['x-forwarded-for'] = prior ? `${String(prior)}, ${f.clientAddress}` : f.clientAddress
-  h['x-forwarded-proto'] = f.secure ? 'https' : 'http'
-  const host = f.headers.host ?? f.headers[':authority']
-  if (typeof host === 'string') h['x-forwarded-host'] = host
-  h[REQUEST_ID_HEADER] = f.requestId
-  f.traceHeaders?.(h)
-  return h
+/**
+ * The client's headers as the instance gets them, as the flat list undici takes without
+ * walking an object: end-to-end ones only, no AWS credentials, and the router's own
+ * X-Forwarded-*, X-Request-Id and trace context in place of any the client sent.
+ */
+function requestHeaders(f: ForwardRequest): HeaderList {
+  const h = f.headers
+  const trace = f.traceHeaders?.()
+  const prior = h['x-forwarded-for']
+  const host = h.host ?? h[':authority']
+  const named = connectionTokens(h.connection)
+  // undici frames a buffer by its own length (checked against any declared one, so it can
+  // only agree): a header it would parse and validate for nothing.
+  const whole = Buffer.isBuffer(f.body)
+  const out: HeaderList = []
+  // Node gives the names lowercase, on HTTP/1.1 and HTTP/2 alike.
+  for (const name in h) {
+    const value = h[name]
+    if (value === undefined || isConnectionHeader(name, named) || isAwsCredential(name, value)) continue
+    if (name === 'host' || name === 'x-forwarded-proto' || name === REQUEST_ID_HEADER || (whole && name === 'content-length')) continue
+    if ((name === 'x-forwarded-for' && f.clientAddress) || (name === 'x-forwarded-host' && typeof host === 'string')) continue
+    if (trace !== undefined && Object.hasOwn(trace, name)) continue
+    if (typeof value === 'string') out.push(name, value)
+    else for (const v of value) out.push(name, v)
+  }
+  if (f.clientAddress) out.push('x-forwarded-for', prior ? `${String(prior)}, ${f.clientAddress}` : f.clientAddress)
+  out.push('x-forwarded-proto', f.secure ? 'https' : 'http')
+  if (typeof host === 'string') out.push('x-forwarded-host', host)
+  out.push(REQUEST_ID_HEADER, f.requestId)
+  if (trace !== undefined) for (const name in trace) out.push(name, trace[name]!)
+  return out
 }
 
 export const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client closed the connection')
@@ -150,12 +172,10 @@ class Upstream {
     this.started = true
     f.onResponse(statusCode)
     this.resume = resume
-    const headers = endToEndRaw(raw)
-    const type = headers['content-type']
-    this.sse = type !== undefined && String(type).startsWith('text/event-stream')
     // Ours win over the instance's: the request id it may echo, and the debug headers.
-    headers[REQUEST_ID_HEADER] = f.requestId
-    if (f.responseHeaders !== undefined) Object.assign(headers, f.responseHeaders)
+    const headers = endToEndRaw(raw, f.responseHeaders)
+    const type = valueOf(headers, 'content-type')
+    this.sse = type !== undefined && type.startsWith('text/event-stream')
     res.writeHead(statusCode, headers)
     return true
   }

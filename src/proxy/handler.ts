@@ -269,6 +269,7 @@ function untried(ep: Endpoint, tries: readonly Lease[]): boolean {
 }
 
 const NO_ATTRIBUTES = Object.freeze({})
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({})
 
 /** Envoy's retry budget: retries in flight stay under a share of requests in flight (or a floor). */
 function budgetAllows(core: ProxyCore): boolean {
@@ -298,7 +299,7 @@ class Proxying implements ForwardRequest {
   lease!: Lease
   attempt = 0
   fwdSpan: Span | undefined = undefined
-  responseHeaders: Record<string, string> | undefined = undefined
+  responseHeaders: Readonly<Record<string, string>> = NO_HEADERS
   /** performance.now() when the try was sent. */
   sentAt = 0
   /** The try is a retry whose answer has not started: it counts against the retry budget until then, not for a whole stream. */
@@ -333,11 +334,13 @@ class Proxying implements ForwardRequest {
     this.fwdSpan = fwdSpan
     this.retrying = attempt > 0
     if (this.retrying) this.core.traffic.retrying++
-    // The request id is always sent back (forward adds it); the debug headers only on request.
-    const debug = this.core.config.debugHeaders
-      ? { 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt) }
-      : undefined
-    this.responseHeaders = this.out.sagemaker ? { ...debug, [VARIANT_HEADER]: VARIANT } : debug
+    // The request id is always sent back; the debug headers only on request.
+    const id = this.requestId
+    this.responseHeaders = this.core.config.debugHeaders
+      ? { [REQUEST_ID_HEADER]: id, 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt), ...(this.out.sagemaker && { [VARIANT_HEADER]: VARIANT }) }
+      : this.out.sagemaker
+        ? { [REQUEST_ID_HEADER]: id, [VARIANT_HEADER]: VARIANT }
+        : { [REQUEST_ID_HEADER]: id }
     this.sentAt = performance.now()
   }
 
@@ -356,8 +359,11 @@ class Proxying implements ForwardRequest {
     this.retrying = false
   }
 
-  traceHeaders(h: Record<string, string | string[]>): void {
+  traceHeaders(): Record<string, string> | undefined {
+    if (this.span === NO_SPAN) return undefined
+    const h: Record<string, string> = {}
     injectInto(this.span, this.fwdSpan!, h)
+    return h
   }
 
   retryStatus(): boolean {

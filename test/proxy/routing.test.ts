@@ -1,5 +1,6 @@
 // Routing through the real proxy over loopback, with raw stub upstreams that say who they are.
 import http from 'node:http'
+import http2 from 'node:http2'
 import { describe, expect, it } from 'vitest'
 import { chat, post, releaseHeld, startRouter, startStub, type Stub, until, useStubFleet } from './helpers.js'
 
@@ -202,6 +203,49 @@ describe('forwarding', () => {
     expect(seen.headers.host).toBe(new URL(ctx.stubs[0]!.url).host)
     expect(seen.headers['x-forwarded-for']).toBe('127.0.0.1')
     expect(seen.headers['x-forwarded-host']).toBe(new URL(ctx.router.url).host)
+  })
+
+  it('keeps repeated headers both ways and puts its own X-Forwarded-* and X-Request-Id in place of the ones sent, over HTTP/1.1 and h2c', async () => {
+    ctx.stubs = [
+      await startStub('h', (_req, res) => {
+        res.setHeader('set-cookie', ['a=1', 'b=2'])
+        res.writeHead(200, { 'x-request-id': 'from-the-instance', 'content-type': 'application/json' })
+        res.end('{}')
+      }),
+    ]
+    ctx.router = await startRouter([ctx.stubs[0]!.url])
+    const sent = { 'content-type': 'application/json', 'x-forwarded-for': '10.0.0.1', 'x-forwarded-proto': 'https', 'x-request-id': 'client-id', authorization: 'AWS4-HMAC-SHA256 Credential=x', 'x-amz-security-token': 't' }
+    const h1 = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      const req = http.request(`${ctx.router!.url}/v1/chat/completions`, { method: 'POST', headers: { ...sent, 'set-cookie': ['c=3', 'd=4'] } })
+      req.on('response', resolve).on('error', reject)
+      req.end(chat('x'))
+    })
+    h1.resume()
+    expect(h1.headers['set-cookie']).toEqual(['a=1', 'b=2'])
+    expect(h1.headers['x-request-id']).toBe('client-id')
+    const session = http2.connect(ctx.router.url)
+    const h2 = await new Promise<http2.IncomingHttpHeaders>((resolve, reject) => {
+      const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', ...sent })
+      req.on('response', resolve).on('error', reject)
+      req.resume()
+      req.end(chat('y'))
+    })
+    session.close()
+    expect(h2['set-cookie']).toEqual(['a=1', 'b=2'])
+    expect(h2['x-request-id']).toBe('client-id')
+    expect(h2.connection).toBeUndefined()
+    const seen = ctx.stubs[0]!.seen.filter((s) => s.url === '/v1/chat/completions')
+    expect(seen).toHaveLength(2)
+    for (const s of seen) {
+      expect(s.headers['x-forwarded-for']).toBe('10.0.0.1, 127.0.0.1')
+      expect(s.headers['x-forwarded-proto']).toBe('http')
+      expect(s.headers['x-forwarded-host']).toBe(new URL(ctx.router.url).host)
+      expect(s.headers['x-request-id']).toBe('client-id')
+      expect(s.headers.authorization).toBeUndefined()
+      expect(s.headers['x-amz-security-token']).toBeUndefined()
+      expect(s.headers['content-length']).toBe(String(Buffer.byteLength(chat(s === seen[0] ? 'x' : 'y'))))
+    }
+    expect(seen[0]!.headers['set-cookie']).toEqual(['c=3', 'd=4'])
   })
 
   it('debug headers are off unless asked for', async () => {
