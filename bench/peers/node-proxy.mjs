@@ -2,14 +2,15 @@
 // work any correct prefix router must do, for bench/ladder.bench.ts: what the router adds above
 // the top level is its own, what each level adds above the one below is the price of that work.
 // The levels are cumulative:
-//   floor    node-floor's work exactly: the body read whole, content-type alone forwarded each way.
+//   floor    node-floor.mjs itself, so that it is node-floor's work exactly: measured beside
+//            node-floor, it shows how far two runs of the same proxy differ.
 //   headers  + RFC 9110 section 7.6.1: every end-to-end header forwarded both ways, repeated ones
 //            kept; hop-by-hop ones (Connection and what it names, Keep-Alive, Proxy-Connection,
 //            TE, Trailer, Transfer-Encoding, Upgrade) and Host dropped; X-Forwarded-For, -Proto
 //            and -Host added, and X-Request-Id (the client's, else a random UUID) both ways.
-//   route    + the path's API, the routing key from the body and a Router's pick among INSTANCES,
-//            the lease released when the answer ends, fails or its client leaves (the upstream
-//            request is then aborted); a body the key cannot be read from is answered 400.
+//   route    + the path's API (serve's route table), the routing key from the body and a Router's
+//            pick among INSTANCES, the lease released when the answer ends, fails or its client
+//            leaves (the upstream request is then aborted); a body with no key is answered 400.
 //   metrics  + the four series serve updates per request: the requests counter, and the routing
 //            decision, upstream TTFB and request duration histograms (serve's names, labels, buckets).
 // Every level forwards to the one upstream: the pick decides, it does not choose a pool.
@@ -45,7 +46,8 @@ const dist = (m) => import(new URL(`../../dist/${m}`, import.meta.url).href)
 // Hop-by-hop: they describe one connection (RFC 9110 section 7.6.1). Expect is answered here
 // (Node's server sends 100 Continue itself), and undici refuses to send it.
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect'])
-// Set from the client's connection, never passed on from what the client claims.
+// Written by this proxy: from the connection, or from the client's values (X-Forwarded-For is
+// appended to, one usable X-Request-Id kept).
 const REPLACED = new Set(['host', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-for', 'x-request-id'])
 const TENANT_HEADER = 'x-amzn-sagemaker-prefix-aware-id'
 const USABLE_ID = /^[\x20-\x7e]{1,200}$/
@@ -112,17 +114,6 @@ function responseHeaders(headers, requestId) {
   return out
 }
 
-const API = {
-  '/v1/chat/completions': 'chat',
-  '/v1/completions': 'completions',
-  '/v1/embeddings': 'embeddings',
-  '/v1/responses': 'responses',
-  '/v1/rerank': 'rerank',
-  '/v1/score': 'score',
-  '/tokenize': 'tokenize',
-  '/detokenize': 'detokenize',
-}
-
 class Refused extends Error {
   constructor(status, code, message) {
     super(message)
@@ -134,6 +125,7 @@ class Refused extends Error {
 /** Routing: the key from the body and the pick, through the library's public exports or serve's own modules. */
 async function routing() {
   const { Router, RequestError, routingKey } = await dist('index.js')
+  const { matchRoute } = await dist('proxy/routes.js')
   const router = new Router({ instances: Array.from({ length: instanceCount }, (_, i) => ({ id: `instance-${i}` })) })
   const p = router.params
   const keyOptions = { api: 'chat', prefixLength: p.prefixLength, strategy: p.strategy, matchLength: p.matchLength, tenant: undefined }
@@ -160,13 +152,12 @@ async function routing() {
   }
   return {
     strategy: p.strategy,
-    /** The lease for this request; a Refused when the router would answer it with an error. */
+    /** The lease for this request and the upstream path; a Refused when the router would answer it with an error. */
     pick(url, body, tenant) {
-      const q = url.indexOf('?')
-      const api = API[q < 0 ? url : url.slice(0, q)]
-      if (api === undefined) throw new Refused(404, 'unsupported_route', `no route for ${url.split('?')[0]}`)
+      const route = matchRoute(url)?.route
+      if (route?.kind !== 'openai') throw new Refused(404, 'unsupported_route', `no route for ${url.split('?')[0]}`)
       try {
-        return pick(api, body, tenant)
+        return { lease: pick(route.api, body, tenant), path: route.upstreamPath }
       } catch (err) {
         if (err instanceof RequestError) throw new Refused(err.status, err.code, err.message)
         throw err
@@ -208,8 +199,8 @@ async function metrics() {
   }
 }
 
-const router = level >= ROUTE ? await routing() : undefined
-const meter = level >= METRICS ? await metrics() : undefined
+let router
+let meter
 
 /** The proxy's own answer (a refusal, an upstream failure), OpenAI-shaped. */
 function answer(res, status, code, message, requestId) {
@@ -218,10 +209,11 @@ function answer(res, status, code, message, requestId) {
   res.end(body)
 }
 
-/** The levels above floor: one request, from its whole body to the end of its answer. */
+/** One request through the levels above floor, from its whole body to the end of its answer. */
 function proxy(pool, req, res, body, arrived) {
   const { headers, requestId, tenant } = requestHeaders(req)
   let lease
+  let path = req.url
   let instance = ''
   let status = 0
   let sent = 0
@@ -234,7 +226,7 @@ function proxy(pool, req, res, body, arrived) {
   if (router) {
     const t0 = meter ? performance.now() : 0
     try {
-      lease = router.pick(req.url, body, tenant)
+      ;({ lease, path } = router.pick(req.url, body, tenant))
     } catch (err) {
       const r = err instanceof Refused ? err : new Refused(500, 'internal_error', `the pick failed: ${err.message}`)
       status = r.status
@@ -250,7 +242,7 @@ function proxy(pool, req, res, body, arrived) {
   }
   if (meter) sent = performance.now()
   pool.dispatch(
-    { path: req.url, method: req.method, headers, body },
+    { path, method: req.method, headers, body },
     {
       onRequestStart(controller) {
         abort = (err) => controller.abort(err)
@@ -287,33 +279,20 @@ function proxy(pool, req, res, body, arrived) {
   )
 }
 
-const pool = new Pool(upstream, { connections: 128 })
-const server = http.createServer({ noDelay: true, keepAliveTimeout: 60_000 }, (req, res) => {
-  const arrived = meter ? performance.now() : 0
-  const chunks = []
-  req.on('data', (c) => chunks.push(c))
-  req.on('end', () => {
-    if (level >= HEADERS) return proxy(pool, req, res, Buffer.concat(chunks), arrived)
-    // node-floor.mjs's request, line for line.
-    pool.dispatch(
-      { path: req.url, method: req.method, headers: { 'content-type': req.headers['content-type'] ?? 'application/json' }, body: Buffer.concat(chunks) },
-      {
-        onRequestStart() {},
-        onResponseStart(_c, status, headers) {
-          res.writeHead(status, { 'content-type': headers['content-type'] })
-        },
-        onResponseData(_c, chunk) {
-          res.write(chunk)
-        },
-        onResponseEnd() {
-          res.end()
-        },
-        onResponseError(_c, err) {
-          res.destroy(err)
-        },
-      },
-    )
+if (level === 0) {
+  // node-floor.mjs UPSTREAM_URL 1: one process, as the levels above run.
+  process.argv.splice(3, process.argv.length, '1')
+  await import('./node-floor.mjs')
+} else {
+  router = level >= ROUTE ? await routing() : undefined
+  meter = level >= METRICS ? await metrics() : undefined
+  const pool = new Pool(upstream, { connections: 128 })
+  const server = http.createServer({ noDelay: true, keepAliveTimeout: 60_000 }, (req, res) => {
+    const arrived = meter ? performance.now() : 0
+    const chunks = []
+    req.on('data', (c) => chunks.push(c))
+    req.on('end', () => proxy(pool, req, res, Buffer.concat(chunks), arrived))
   })
-})
-server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`))
-process.on('SIGTERM', () => process.exit(0))
+  server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`))
+  process.on('SIGTERM', () => process.exit(0))
+}
