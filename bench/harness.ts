@@ -249,7 +249,12 @@ export interface Rotation {
   /** Seconds of one turn. */
   turn: number
   rounds: number
+  /** Every other round in the reverse order, so that a load that grows or fades through the run falls on every path alike. */
+  alternate?: boolean
 }
+
+/** The paths in the order they take round `r`. */
+const inOrder = <T>(paths: readonly T[], r: number, alternate: boolean | undefined): readonly T[] => (alternate && r % 2 === 1 ? [...paths].reverse() : paths)
 
 /**
  * The same open-loop load through every path: a first turn per path, discarded (the JIT of
@@ -258,7 +263,7 @@ export interface Rotation {
  */
 export async function rotate(paths: readonly [string, Sender][], stream: boolean, o: Rotation, into: (path: string, round: number) => Sample): Promise<void> {
   for (const [, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, sample())
-  for (let r = 0; r < o.rounds; r++) for (const [name, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, into(name, r))
+  for (let r = 0; r < o.rounds; r++) for (const [name, sender] of inOrder(paths, r, o.alternate)) await openLoop(sender, stream, o.rate, o.turn, into(name, r))
 }
 
 /** Closed loop with `concurrency` outstanding requests until `count` are done, or for `seconds`. */
@@ -285,13 +290,13 @@ export async function closedLoop(sender: Sender, concurrency: number, stop: { co
  * each proxy with a pid, over `requests` requests sent in `rounds` turns the proxies take in
  * rotation (closed loop, 64 outstanding, on senders already connected): on a shared machine a
  * burst of someone else's work then spoils one turn of one proxy rather than its whole figure.
- * Returns each proxy's turns; none where /proc is not there.
+ * Returns each proxy's turns; none where /proc is not there. `alternate` as in Rotation.
  */
-export async function cpuTurns(proxies: readonly { name: string; pid?: number | undefined; sender: Sender }[], requests: number, rounds: number): Promise<Record<string, number[]>> {
+export async function cpuTurns(proxies: readonly { name: string; pid?: number | undefined; sender: Sender }[], requests: number, rounds: number, alternate = false): Promise<Record<string, number[]>> {
   const turn = Math.ceil(requests / rounds)
   const turns: Record<string, number[]> = {}
   for (let round = 0; round < rounds; round++) {
-    for (const p of proxies) {
+    for (const p of inOrder(proxies, round, alternate)) {
       if (p.pid === undefined) continue
       const before = treeCpuMs(p.pid)
       await closedLoop(p.sender, 64, { count: turn })

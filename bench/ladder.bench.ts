@@ -8,7 +8,8 @@
 // the router's own.
 //
 // Each path's first turn is discarded (the JIT, the connections), then the paths take ROUNDS
-// turns in rotation, so a burst of other work on a shared machine falls on all alike. Every
+// turns in rotation, every other one in the reverse order, so that other work on a shared machine,
+// a burst or a load that grows through the run, falls on all alike. Every
 // round gives each path's added latency to first byte (its p50 and p99 less direct's in that
 // round) and its ratios to the level below and to node-floor; the figures printed are the
 // medians over the rounds. Then each proxy's CPU time per request, as bench:proxy takes it.
@@ -70,7 +71,7 @@ async function main(): Promise<void> {
 
   console.log(`prefix-router ablation ladder — ${machine()}`)
   console.log('note: the load generator, the stub and the proxy measured all share these CPUs: every figure includes their contention, the ratios less so')
-  console.log(`open loop ${RATE} req/s, 8 KiB chat bodies, HTTP/1.1; per path and row a discarded turn, then ${ROUNDS} turns of ${+(DURATION_S / ROUNDS).toFixed(2)} s in rotation; figures are medians over the turns`)
+  console.log(`open loop ${RATE} req/s, 8 KiB chat bodies, HTTP/1.1; per path and row a discarded turn, then ${ROUNDS} turns of ${+(DURATION_S / ROUNDS).toFixed(2)} s in rotation (every other one reversed); figures are medians over the turns`)
   console.log('levels (bench/peers/node-proxy.mjs, each with everything above it):')
   console.log("  floor    node-floor's work exactly (content-type alone forwarded); must measure like node-floor")
   console.log('  headers  + every end-to-end header both ways, hop-by-hop and Host dropped, X-Forwarded-For/-Proto/-Host, X-Request-Id')
@@ -80,24 +81,24 @@ async function main(): Promise<void> {
   console.log(`  metrics  + requests counter, decision, upstream TTFB and duration histograms (${PATHS === 'public' ? "prom-client's Counter and Histogram" : "serve's bound metrics"}, serve's names, labels, buckets)`)
   console.log('  router   prefix-router serve, prefix_aware, --log-level warn')
 
-  const stepsHead = `${pad('÷ below p50', 13)}${pad('Δ p50', 9)}${pad('÷ below p99', 13)}`
+  const stepsHead = `${pad('÷ below p50', 15)}${pad('Δ p50', 10)}${pad('÷ below p99', 15)}`
   for (const stream of [false, true]) {
     const row = `h1 / ${stream ? 'SSE' : 'JSON'}`
     const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url)])
     const turns: Record<string, Sample[]> = {}
-    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS }, (name, r) => ((turns[name] ??= [])[r] = sample()))
+    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true }, (name, r) => ((turns[name] ??= [])[r] = sample()))
     for (const [, s] of senders) await s.close()
 
     const rounds = Array.from({ length: ROUNDS }, (_, r) => r)
     const at = (name: string, r: number, p: number) => turns[name]![r]!.ttfb.getValueAtPercentile(p)
     const added = (name: string, r: number): Added => ({ p50: at(name, r, 50) - at('direct', r, 50), p99: at(name, r, 99) - at('direct', r, 99) })
     console.log(`\n${row}: time to first byte, and what each proxy adds to it (its figure less direct's in the same turn)`)
-    console.log(`${pad('path', 12)}${pad('TTFB p50', 10)}${pad('p99', 10)}${pad('added p50', 11)}${pad('added p99', 11)}${pad('× node-floor p50', 18)}${pad('p99', 10)}${stepsHead}errors`)
+    console.log(`${pad('path', 12)}${pad('TTFB p50', 10)}${pad('p99', 10)}${pad('added p50', 11)}${pad('added p99', 11)}${pad('× node-floor p50', 18)}${pad('p99', 14)}${stepsHead}errors`)
     for (const { name } of paths) {
       const errors = turns[name]!.reduce((n, s) => n + s.errors, 0)
       const abs = `${pad(us(median(rounds.map((r) => at(name, r, 50)))!), 10)}${pad(us(median(rounds.map((r) => at(name, r, 99)))!), 10)}`
       if (name === 'direct') {
-        console.log(`${pad(name, 12)}${abs}${' '.repeat(11 + 11 + 18 + 10 + 13 + 9 + 13)}${errors}`)
+        console.log(`${pad(name, 12)}${abs}${' '.repeat(11 + 11 + 18 + 14 + 15 + 10 + 15)}${errors}`)
         continue
       }
       const a = rounds.map((r) => added(name, r))
@@ -109,12 +110,13 @@ async function main(): Promise<void> {
       const s99 = step('p99')
       console.log(
         `${pad(name, 12)}${abs}${pad(us(median(a.map((x) => x.p50))!), 11)}${pad(us(median(a.map((x) => x.p99))!), 11)}` +
-          `${pad(name === 'node-floor' ? '—' : shown(vsFloor('p50'), ROUNDS, times), 18)}${pad(name === 'node-floor' ? '—' : shown(vsFloor('p99'), ROUNDS, times), 10)}` +
-          `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 13)}${pad(delta === undefined ? '—' : us(delta), 9)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 13)}${errors}`,
+          `${pad(name === 'node-floor' ? '—' : shown(vsFloor('p50'), ROUNDS, times), 18)}${pad(name === 'node-floor' ? '—' : shown(vsFloor('p99'), ROUNDS, times), 14)}` +
+          `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 15)}${pad(delta === undefined ? '—' : us(delta), 10)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 15)}${errors}`,
       )
     }
     const lag = median(rounds.map((r) => turns.router![r]!.lag.getValueAtPercentile(99)))!
-    console.log(`send lag behind schedule (router turns), p99 ${us(lag)}`)
+    const noise = middle(rounds.map((r) => ratio(added('floor', r).p50, added('node-floor', r).p50)))
+    console.log(`send lag behind schedule (router turns), p99 ${us(lag)}; this run's noise: floor ÷ node-floor p50 ${shown(noise, ROUNDS, times)} (the same program: 1.00× on a quiet machine), a step closer to 1.00× than that says nothing`)
     const must = middle(rounds.map((r) => ratio(added('metrics', r).p50, added('node-floor', r).p50)))
     const own = middle(rounds.map((r) => ratio(added('router', r).p50, added('metrics', r).p50)))
     const all = middle(rounds.map((r) => ratio(added('router', r).p50, added('node-floor', r).p50)))
@@ -128,9 +130,9 @@ async function main(): Promise<void> {
   const proxies = paths.filter((p) => p.pid !== undefined)
   const warm = proxies.map((p) => ({ name: p.name, pid: p.pid, sender: h1Sender(p.url) }))
   for (const w of warm) await closedLoop(w.sender, 64, { count: 2000 })
-  const cpu = await cpuTurns(warm, CPU_REQUESTS, CPU_ROUNDS)
+  const cpu = await cpuTurns(warm, CPU_REQUESTS, CPU_ROUNDS, true)
   for (const w of warm) await w.sender.close()
-  console.log(`\nproxy CPU time per request, HTTP/1.1 JSON (${CPU_REQUESTS.toLocaleString('en-US')} requests in ${CPU_ROUNDS} turns taken in rotation after 2,000 discarded, closed loop, 64 outstanding; median turn; user + system, from /proc):`)
+  console.log(`\nproxy CPU time per request, HTTP/1.1 JSON (${CPU_REQUESTS.toLocaleString('en-US')} requests in ${CPU_ROUNDS} turns taken in rotation, every other one reversed, after 2,000 discarded, closed loop, 64 outstanding; median turn; user + system, from /proc):`)
   const cpuOf = (name: string) => (cpu[name] ? median(cpu[name]) : undefined)
   for (const { name } of proxies) {
     const t = cpu[name]
