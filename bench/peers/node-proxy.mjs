@@ -140,7 +140,8 @@ async function routing() {
     const { nativeRequest, nativeApis } = await dist('core/key/native-key.js')
     const { textSpan } = await dist('core/key/index.js')
     const { tenantOf } = await dist('core/key/tenant.js')
-    const native = { span: textSpan(p.prefixLength, p.strategy, p.matchLength), prefixLength: p.prefixLength, maxDepth: 64, hash: { tenant: undefined, blockBytes: p.strategy === 'longest_prefix' ? p.blockSize : 0 } }
+    // maxDepth: serve's default limits.maxJsonDepth.
+    const native = { span: textSpan(p.prefixLength, p.strategy, p.matchLength), prefixLength: p.prefixLength, maxDepth: 256, hash: { tenant: undefined, blockBytes: p.strategy === 'longest_prefix' ? p.blockSize : 0 } }
     pick = (api, body, tenant) => {
       if (!nativeApis.includes(api)) return publicPick(api, body, tenant)
       native.hash.tenant = tenant
