@@ -73,7 +73,7 @@ async function main(): Promise<void> {
   console.log('note: the load generator, the stub and the proxy measured all share these CPUs: every figure includes their contention, the ratios less so')
   console.log(`open loop ${RATE} req/s, 8 KiB chat bodies, HTTP/1.1; per path and row a discarded turn, then ${ROUNDS} turns of ${+(DURATION_S / ROUNDS).toFixed(2)} s in rotation (every other one reversed); figures are medians over the turns`)
   console.log('levels (bench/peers/node-proxy.mjs, each with everything above it):')
-  console.log("  floor    node-floor's work exactly (content-type alone forwarded); must measure like node-floor")
+  console.log('  floor    node-floor.mjs itself in a second process: its ratio to node-floor is the run\'s noise')
   console.log('  headers  + every end-to-end header both ways, hop-by-hop and Host dropped, X-Forwarded-For/-Proto/-Host, X-Request-Id')
   console.log(
     `  route    + route by path, routing key, Router.pick among 4 instances, release at the end (${PATHS === 'public' ? 'PATHS=public: routingKey() from dist/index.js, JSON.parse' : "PATHS=serve: serve's native key extraction, not a public export"})`,
