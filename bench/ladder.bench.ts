@@ -81,7 +81,7 @@ async function main(): Promise<void> {
   console.log(`  metrics  + requests counter, decision, upstream TTFB and duration histograms (${PATHS === 'public' ? "prom-client's Counter and Histogram" : "serve's bound metrics"}, serve's names, labels, buckets)`)
   console.log('  router   prefix-router serve, prefix_aware, --log-level warn')
 
-  const stepsHead = `${pad('÷ below p50', 15)}${pad('Δ p50', 10)}${pad('÷ below p99', 15)}`
+  const stepsHead = `${pad('÷ below p50', 15)}${pad('Δ p50', 12)}${pad('÷ below p99', 15)}`
   for (const stream of [false, true]) {
     const row = `h1 / ${stream ? 'SSE' : 'JSON'}`
     const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url)])
@@ -98,7 +98,7 @@ async function main(): Promise<void> {
       const errors = turns[name]!.reduce((n, s) => n + s.errors, 0)
       const abs = `${pad(us(median(rounds.map((r) => at(name, r, 50)))!), 10)}${pad(us(median(rounds.map((r) => at(name, r, 99)))!), 10)}`
       if (name === 'direct') {
-        console.log(`${pad(name, 12)}${abs}${' '.repeat(11 + 11 + 18 + 14 + 15 + 10 + 15)}${errors}`)
+        console.log(`${pad(name, 12)}${abs}${' '.repeat(11 + 11 + 18 + 14 + 15 + 12 + 15)}${errors}`)
         continue
       }
       const a = rounds.map((r) => added(name, r))
@@ -111,7 +111,7 @@ async function main(): Promise<void> {
       console.log(
         `${pad(name, 12)}${abs}${pad(us(median(a.map((x) => x.p50))!), 11)}${pad(us(median(a.map((x) => x.p99))!), 11)}` +
           `${pad(name === 'node-floor' ? '—' : shown(vsFloor('p50'), ROUNDS, times), 18)}${pad(name === 'node-floor' ? '—' : shown(vsFloor('p99'), ROUNDS, times), 14)}` +
-          `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 15)}${pad(delta === undefined ? '—' : us(delta), 10)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 15)}${errors}`,
+          `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 15)}${pad(delta === undefined ? '—' : us(delta), 12)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 15)}${errors}`,
       )
     }
     const lag = median(rounds.map((r) => turns.router![r]!.lag.getValueAtPercentile(99)))!
