@@ -145,11 +145,17 @@ describe('node-proxy headers level', () => {
   })
 })
 
-describe.each(['public', 'serve'])('node-proxy route level, PATHS=%s', (paths) => {
+// The metrics level is the route level plus its counters: it must still route the same.
+describe.each([
+  ['route', 'public'],
+  ['route', 'serve'],
+  ['metrics', 'public'],
+  ['metrics', 'serve'],
+])('node-proxy %s level, PATHS=%s', (level, paths) => {
   let url = ''
   const expected = new Router({ instances: Array.from({ length: 4 }, (_, i) => ({ id: `instance-${i}` })) })
   beforeAll(async () => {
-    url = await proxy('route', { PATHS: paths })
+    url = await proxy(level, { PATHS: paths })
   })
   afterAll(() => expected.close())
 
