@@ -1,9 +1,13 @@
 // What the benchmarks share: child processes that say when they are ready, the request body
-// they send, the machine they describe, the CPU time they read, and batched call timing.
+// they send, the machine they describe, the CPU time they read, batched call timing, and the
+// open- and closed-loop HTTP load the proxy benchmarks send.
 import { execFileSync, spawn, type SpawnOptions } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { availableParallelism, cpus, platform, release } from 'node:os'
+import { fileURLToPath } from 'node:url'
+import * as hdr from 'hdr-histogram-js'
 import { Bench } from 'tinybench'
+import { Client } from 'undici'
 
 export interface Started {
   /** The ready pattern's match. */
@@ -142,3 +146,172 @@ export async function perCall(name: string, fn: () => void, estimateNs: number, 
   if (r.state !== 'completed') throw new Error(`${name}: ${r.state}`)
   return { meanNs: (r.latency.mean * 1e6) / batch, medianNs: (r.latency.p50 * 1e6) / batch }
 }
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+
+const running: Started[] = []
+
+async function kept(p: Promise<Started>): Promise<Started> {
+  const s = await p
+  running.push(s)
+  return s
+}
+
+/** Stops, and waits for, every process startNodeScript and startServe started. */
+export async function stopStarted(): Promise<void> {
+  await Promise.all(running.splice(0).map((p) => p.stop()))
+}
+
+/** `node <args>` from the repository's root, ready once it prints "listening <port>" (the port is match[1]). */
+export function startNodeScript(args: string[], env?: NodeJS.ProcessEnv): Promise<Started> {
+  return kept(startProcess(process.execPath, args, /listening (\d+)/, 'stdout', { cwd: root, ...(env && { env: { ...process.env, ...env } }) }))
+}
+
+/** `prefix-router serve` from dist/ in front of `upstream`, ready once it prints its URL (match[1]). */
+export function startServe(upstream: string, workers: number): Promise<Started> {
+  const args = ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn']
+  if (workers > 1) args.push('--workers', String(workers))
+  return kept(startProcess(process.execPath, args, /on (http:\/\/[\d.:]+) \(admin/, 'stderr', { cwd: root }))
+}
+
+/** Latencies in µs, from 1 µs to a minute. */
+export const histogram = () => hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 })
+
+export interface Sender {
+  /** One chat request; resolves with when its first and last response bytes came. */
+  send(b: string): Promise<{ first: bigint; last: bigint }>
+  close(): Promise<void>
+}
+
+export function h1Sender(url: string): Sender {
+  const client = new Client(url, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 } as never)
+  return {
+    async send(b) {
+      const res = await client.request({ path: '/v1/chat/completions', method: 'POST', body: b, headers: { 'content-type': 'application/json' } })
+      let first = 0n
+      for await (const _ of res.body) if (first === 0n) first = process.hrtime.bigint()
+      if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`)
+      return { first, last: process.hrtime.bigint() }
+    },
+    close: () => client.close(),
+  }
+}
+
+export interface Sample {
+  ttfb: hdr.Histogram
+  total: hdr.Histogram
+  lag: hdr.Histogram // how late each send was against the schedule (timer resolution)
+  errors: number
+}
+
+export const sample = (): Sample => ({ ttfb: histogram(), total: histogram(), lag: histogram(), errors: 0 })
+
+/** Open loop at `rate` req/s for `seconds`, into `into`: latency from the actual send. */
+export async function openLoop(sender: Sender, stream: boolean, rate: number, seconds: number, into: Sample): Promise<void> {
+  const { ttfb, total, lag } = into
+  const n = Math.round(rate * seconds)
+  const bodies = Array.from({ length: 64 }, (_, i) => chatBody(i, stream))
+  const t0 = process.hrtime.bigint() + 10_000_000n
+  const interval = BigInt(Math.round(1e9 / rate))
+  const pending: Promise<void>[] = []
+  let i = 0
+  // Each timer tick sends every request that has come due, so responses are read in between
+  // and a late send still counts from its scheduled time. Timers, not setImmediate: a
+  // spinning load generator would take a core from the router and the stub it measures.
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const now = process.hrtime.bigint()
+      while (i < n && t0 + BigInt(i) * interval <= now) {
+        const due = t0 + BigInt(i) * interval
+        const sent = process.hrtime.bigint()
+        lag.recordValue(Math.max(1, Number(sent - due) / 1000))
+        pending.push(
+          sender.send(bodies[i % 64]!).then(
+            (r) => {
+              ttfb.recordValue(Math.max(1, Number(r.first - sent) / 1000))
+              total.recordValue(Math.max(1, Number(r.last - sent) / 1000))
+            },
+            () => void into.errors++,
+          ),
+        )
+        i++
+      }
+      if (i < n) setTimeout(tick, Math.max(0, Number(t0 + BigInt(i) * interval - process.hrtime.bigint()) / 1e6))
+      else resolve()
+    }
+    tick()
+  })
+  await Promise.all(pending)
+}
+
+export interface Rotation {
+  rate: number
+  /** Seconds of one turn. */
+  turn: number
+  rounds: number
+  /** Every other round in the reverse order, so that a load that grows or fades through the run falls on every path alike. */
+  alternate?: boolean
+}
+
+/** The paths in the order they take round `r`. */
+const inOrder = <T>(paths: readonly T[], r: number, alternate: boolean | undefined): readonly T[] => (alternate && r % 2 === 1 ? [...paths].reverse() : paths)
+
+/**
+ * The same open-loop load through every path: a first turn per path, discarded (the JIT of
+ * every process on the path, its connections), then `rounds` turns taken in rotation, so that
+ * the noise of a shared machine falls on all alike; `into` says where each turn is recorded.
+ */
+export async function rotate(paths: readonly [string, Sender][], stream: boolean, o: Rotation, into: (path: string, round: number) => Sample): Promise<void> {
+  for (const [, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, sample())
+  for (let r = 0; r < o.rounds; r++) for (const [name, sender] of inOrder(paths, r, o.alternate)) await openLoop(sender, stream, o.rate, o.turn, into(name, r))
+}
+
+/** Closed loop with `concurrency` outstanding requests until `count` are done, or for `seconds`. */
+export async function closedLoop(sender: Sender, concurrency: number, stop: { count?: number; seconds?: number }): Promise<{ done: number; seconds: number }> {
+  const b = chatBody(0, false)
+  const t0 = performance.now()
+  const end = stop.seconds !== undefined ? t0 + stop.seconds * 1000 : Infinity
+  let issued = 0
+  let done = 0
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end && issued < (stop.count ?? Infinity)) {
+        issued++
+        await sender.send(b)
+        done++
+      }
+    }),
+  )
+  return { done, seconds: (performance.now() - t0) / 1000 }
+}
+
+/**
+ * CPU time per request (µs, user + system of the process and its descendants, from /proc) of
+ * each proxy with a pid, over `requests` requests sent in `rounds` turns the proxies take in
+ * rotation (closed loop, 64 outstanding, on senders already connected): on a shared machine a
+ * burst of someone else's work then spoils one turn of one proxy rather than its whole figure.
+ * Returns each proxy's turns; none where /proc is not there. `alternate` as in Rotation.
+ */
+export async function cpuTurns(proxies: readonly { name: string; pid?: number | undefined; sender: Sender }[], requests: number, rounds: number, alternate = false): Promise<Record<string, number[]>> {
+  const turn = Math.ceil(requests / rounds)
+  const turns: Record<string, number[]> = {}
+  for (let round = 0; round < rounds; round++) {
+    for (const p of inOrder(proxies, round, alternate)) {
+      if (p.pid === undefined) continue
+      const before = treeCpuMs(p.pid)
+      await closedLoop(p.sender, 64, { count: turn })
+      const after = treeCpuMs(p.pid)
+      if (before !== undefined && after !== undefined) (turns[p.name] ??= []).push(((after - before) * 1000) / turn)
+    }
+  }
+  return turns
+}
+
+/** The middle value (the upper one of an even count); undefined for none. */
+export const median = (xs: readonly number[]): number | undefined => (xs.length === 0 ? undefined : [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)])
+
+export const us = (v: number) => (Math.abs(v) >= 1000 ? `${(v / 1000).toFixed(2)} ms` : `${v.toFixed(0)} µs`)
+export const pad = (s: string, n: number) => s.padEnd(n)
+/** a / b when b is a positive baseline; a ratio to nothing (or to a negative added latency) means nothing. */
+export const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined || b <= 0 ? undefined : a / b)
+export const times = (r: number | undefined) => (r === undefined ? 'n/a' : `${r.toFixed(2)}×`)

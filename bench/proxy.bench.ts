@@ -20,11 +20,10 @@
 import { execFileSync } from 'node:child_process'
 import http2 from 'node:http2'
 import { fileURLToPath } from 'node:url'
-import * as hdr from 'hdr-histogram-js'
-import { Client } from 'undici'
+import type * as hdr from 'hdr-histogram-js'
 import { nativeRequest, type ExtractedKey } from '../src/core/key/native-key.js'
 import { Router } from '../src/core/router.js'
-import { chatBody, machine, startProcess, treeCpuMs, type Started } from './harness.js'
+import { closedLoop, cpuTurns, h1Sender, histogram, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
 import { startCProxies } from './peers/c-proxies.js'
 
 const RATE = Number(process.env.RATE ?? 1000)
@@ -37,29 +36,7 @@ const CPU_REQUESTS = Number(process.env.CPU_REQUESTS ?? 20_000)
 // one turn of one proxy rather than that proxy's whole figure.
 const CPU_ROUNDS = Number(process.env.CPU_ROUNDS ?? 4)
 const root = fileURLToPath(new URL('..', import.meta.url))
-const started: Started[] = []
 const peerChildren: { kill(signal: NodeJS.Signals): boolean }[] = []
-
-const histogram = () => hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 })
-
-interface Sender {
-  send(b: string): Promise<{ first: bigint; last: bigint }>
-  close(): Promise<void>
-}
-
-function h1Sender(url: string): Sender {
-  const client = new Client(url, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 } as never)
-  return {
-    async send(b) {
-      const res = await client.request({ path: '/v1/chat/completions', method: 'POST', body: b, headers: { 'content-type': 'application/json' } })
-      let first = 0n
-      for await (const _ of res.body) if (first === 0n) first = process.hrtime.bigint()
-      if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`)
-      return { first, last: process.hrtime.bigint() }
-    },
-    close: () => client.close(),
-  }
-}
 
 function h2Sender(url: string): Sender {
   const session = http2.connect(url)
@@ -84,111 +61,18 @@ function h2Sender(url: string): Sender {
   }
 }
 
-interface Sample {
-  ttfb: hdr.Histogram
-  total: hdr.Histogram
-  lag: hdr.Histogram // how late each send was against the schedule (timer resolution)
-  errors: number
-}
-
-const sample = (): Sample => ({ ttfb: histogram(), total: histogram(), lag: histogram(), errors: 0 })
-
-/** Open loop at RATE for `seconds`, into `into`: latency from the actual send. */
-async function openLoop(sender: Sender, stream: boolean, seconds: number, into: Sample): Promise<void> {
-  const { ttfb, total, lag } = into
-  const n = Math.round(RATE * seconds)
-  const bodies = Array.from({ length: 64 }, (_, i) => chatBody(i, stream))
-  const t0 = process.hrtime.bigint() + 10_000_000n
-  const interval = BigInt(Math.round(1e9 / RATE))
-  const pending: Promise<void>[] = []
-  let i = 0
-  // Each timer tick sends every request that has come due, so responses are read in between
-  // and a late send still counts from its scheduled time. Timers, not setImmediate: a
-  // spinning load generator would take a core from the router and the stub it measures.
-  await new Promise<void>((resolve) => {
-    const tick = () => {
-      const now = process.hrtime.bigint()
-      while (i < n && t0 + BigInt(i) * interval <= now) {
-        const due = t0 + BigInt(i) * interval
-        const sent = process.hrtime.bigint()
-        lag.recordValue(Math.max(1, Number(sent - due) / 1000))
-        pending.push(
-          sender.send(bodies[i % 64]!).then(
-            (r) => {
-              ttfb.recordValue(Math.max(1, Number(r.first - sent) / 1000))
-              total.recordValue(Math.max(1, Number(r.last - sent) / 1000))
-            },
-            () => void into.errors++,
-          ),
-        )
-        i++
-      }
-      if (i < n) setTimeout(tick, Math.max(0, Number(t0 + BigInt(i) * interval - process.hrtime.bigint()) / 1e6))
-      else resolve()
-    }
-    tick()
-  })
-  await Promise.all(pending)
-}
-
-/**
- * The same load through every path: a first turn per path, discarded (the JIT of every
- * process on the path, its connections), then ROUNDS short turns taken in rotation.
- */
+/** The same load through every path (see rotate), each path's turns into one sample. */
 async function compare(paths: [string, Sender][], stream: boolean): Promise<Record<string, Sample>> {
   const out: Record<string, Sample> = {}
-  const turn = DURATION_S / ROUNDS
-  for (const [name, sender] of paths) {
-    await openLoop(sender, stream, turn, sample())
-    out[name] = sample()
-  }
-  for (let r = 0; r < ROUNDS; r++) for (const [name, sender] of paths) await openLoop(sender, stream, turn, out[name]!)
+  for (const [name] of paths) out[name] = sample()
+  await rotate(paths, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS }, (name) => out[name]!)
   return out
 }
-
-/** Closed loop with `concurrency` outstanding requests until `count` are done, or for `seconds`. */
-async function closedLoop(sender: Sender, concurrency: number, stop: { count?: number; seconds?: number }): Promise<{ done: number; seconds: number }> {
-  const b = chatBody(0, false)
-  const t0 = performance.now()
-  const end = stop.seconds !== undefined ? t0 + stop.seconds * 1000 : Infinity
-  let issued = 0
-  let done = 0
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < end && issued < (stop.count ?? Infinity)) {
-        issued++
-        await sender.send(b)
-        done++
-      }
-    }),
-  )
-  return { done, seconds: (performance.now() - t0) / 1000 }
-}
-
-const us = (v: number) => (Math.abs(v) >= 1000 ? `${(v / 1000).toFixed(2)} ms` : `${v.toFixed(0)} µs`)
-const pad = (s: string, n: number) => s.padEnd(n)
-/** a / b when b is a positive baseline; a ratio to nothing (or to a negative added latency) means nothing. */
-const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined || b <= 0 ? undefined : a / b)
-const times = (r: number | undefined) => (r === undefined ? 'n/a' : `${r.toFixed(2)}×`)
 
 /** Whether this build of serve runs worker processes (the flag arrives with a later change). */
 function serveHasWorkers(): boolean {
   const help = execFileSync(process.execPath, ['dist/cli.js', 'serve', '--help'], { cwd: root, encoding: 'utf8' })
   return /--workers\b/.test(help)
-}
-
-async function startRouter(upstream: string, workers: number): Promise<Started> {
-  const args = ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn']
-  if (workers > 1) args.push('--workers', String(workers))
-  const p = await startProcess(process.execPath, args, /on (http:\/\/[\d.:]+) \(admin/, 'stderr', { cwd: root })
-  started.push(p)
-  return p
-}
-
-async function startNode(args: string[]): Promise<Started> {
-  const p = await startProcess(process.execPath, args, /listening (\d+)/, 'stdout', { cwd: root })
-  started.push(p)
-  return p
 }
 
 interface Path {
@@ -199,16 +83,16 @@ interface Path {
 }
 
 async function main(): Promise<void> {
-  const stub = await startNode(['bench/stub-upstream.mjs'])
-  const stubH2c = await startNode(['bench/stub-upstream.mjs', '--h2c'])
+  const stub = await startNodeScript(['bench/stub-upstream.mjs'])
+  const stubH2c = await startNodeScript(['bench/stub-upstream.mjs', '--h2c'])
   const upstream = `http://127.0.0.1:${stub.match[1]}`
-  const router = await startRouter(upstream, 1)
-  const floor = await startNode(['bench/peers/node-floor.mjs', upstream, '1'])
+  const router = await startServe(upstream, 1)
+  const floor = await startNodeScript(['bench/peers/node-floor.mjs', upstream, '1'])
   const { peers, skipped } = await startCProxies(upstream)
   for (const p of peers) peerChildren.push(p.child)
   const multi = serveHasWorkers()
-  const routerN = multi ? await startRouter(upstream, WORKERS) : undefined
-  const floorN = multi ? await startNode(['bench/peers/node-floor.mjs', upstream, String(WORKERS)]) : undefined
+  const routerN = multi ? await startServe(upstream, WORKERS) : undefined
+  const floorN = multi ? await startNodeScript(['bench/peers/node-floor.mjs', upstream, String(WORKERS)]) : undefined
 
   const local = (p: Started) => `http://127.0.0.1:${p.match[1]}`
   const h1Paths: Path[] = [
@@ -285,21 +169,15 @@ async function main(): Promise<void> {
     warm.set(p.name, sender)
     perf[p.name] = { rate: r.done / r.seconds, cpuUs: undefined }
   }
-  const turn = Math.ceil(CPU_REQUESTS / CPU_ROUNDS)
-  const turns: Record<string, number[]> = {}
-  for (let round = 0; round < CPU_ROUNDS; round++) {
-    for (const p of proxies) {
-      if (p.pid === undefined) continue
-      const before = treeCpuMs(p.pid)
-      await closedLoop(warm.get(p.name)!, 64, { count: turn })
-      const after = treeCpuMs(p.pid)
-      if (before !== undefined && after !== undefined) (turns[p.name] ??= []).push(((after - before) * 1000) / turn)
-    }
-  }
+  const turns = await cpuTurns(
+    proxies.map((p) => ({ name: p.name, pid: p.pid, sender: warm.get(p.name)! })),
+    CPU_REQUESTS,
+    CPU_ROUNDS,
+  )
   for (const sender of warm.values()) await sender.close()
   for (const p of proxies) {
     const t = turns[p.name]
-    if (t !== undefined && t.length > 0) perf[p.name]!.cpuUs = [...t].sort((a, b) => a - b)[Math.floor(t.length / 2)]
+    if (t !== undefined && t.length > 0) perf[p.name]!.cpuUs = median(t)
     const cpu = perf[p.name]!.cpuUs
     const spread = t && t.length > 1 ? ` (turns ${Math.min(...t).toFixed(0)}–${Math.max(...t).toFixed(0)})` : ''
     console.log(`  ${pad(p.name, 16)}${pad(`${Math.round(perf[p.name]!.rate).toLocaleString('en-US')} req/s`, 14)}${p.pid === undefined ? '(no proxy)' : cpu === undefined ? 'CPU: no /proc' : `${cpu.toFixed(0)} µs CPU per request${spread}`}`)
@@ -391,5 +269,5 @@ main()
   })
   .finally(async () => {
     for (const c of peerChildren) c.kill('SIGTERM')
-    await Promise.all(started.map((p) => p.stop()))
+    await stopStarted()
   })
