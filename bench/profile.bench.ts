@@ -6,7 +6,11 @@
 // the router spends above the floor is the list to cut from. The profiler's own overhead
 // falls on both alike; compare the two columns, not the absolute figures with bench:proxy's.
 // Run: npm run bench:profile   (REQUESTS=20000 WARMUP=3000 CONCURRENCY=8 TOP=30 CASES=chat-json;
-// PROFILE_DIR=dir also writes each .cpuprofile there, for Chrome DevTools)
+// PROFILE_DIR=dir also writes each .cpuprofile there, for Chrome DevTools; FLOOR=metrics (or
+// headers, route) profiles a level of bench/peers/node-proxy.mjs in place of node-floor, with
+// PATHS=serve for serve's own key extraction and metrics there, so that the table is what the
+// router spends above a correct router rather than above a bare proxy; ACCESS_LOG=off runs the
+// router without its access log, as the ladder's levels and bench:proxy's serve run)
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { cases, load, start, stop, stopAll, type Case } from './alloc/load.js'
@@ -17,6 +21,11 @@ const WARMUP = Number(process.env.WARMUP ?? 3_000)
 const TOP = Number(process.env.TOP ?? 30)
 const PROFILE_DIR = process.env.PROFILE_DIR
 const PROBE = ['--import', './bench/alloc/cpu-probe.mjs']
+const FLOOR = process.env.FLOOR ?? 'node-floor'
+const ACCESS_LOG = process.env.ACCESS_LOG ?? 'on'
+if (!['node-floor', 'headers', 'route', 'metrics'].includes(FLOOR)) throw new Error(`FLOOR must be node-floor, headers, route or metrics, not '${FLOOR}'`)
+if (!['on', 'off'].includes(ACCESS_LOG)) throw new Error(`ACCESS_LOG must be on or off, not '${ACCESS_LOG}'`)
+const floorArgs = (url: string) => (FLOOR === 'node-floor' ? ['bench/peers/node-floor.mjs', url] : ['bench/peers/node-proxy.mjs', url, FLOOR])
 
 interface CallFrame { functionName: string; url: string; lineNumber: number }
 interface Profile { nodes: { id: number; callFrame: CallFrame }[]; samples: number[]; timeDeltas: number[] }
@@ -74,13 +83,14 @@ function table(title: string, router: Map<string, number>, floor: Map<string, nu
 
 async function main(): Promise<void> {
   console.log(`prefix-router CPU profile per request — ${machine()}`)
+  console.log(`baseline: ${FLOOR === 'node-floor' ? 'node-floor' : `bench/peers/node-proxy.mjs at level ${FLOOR} (PATHS=${process.env.PATHS ?? 'public'})`}; router access log ${ACCESS_LOG}`)
   console.log(`${REQUESTS.toLocaleString('en-US')} requests profiled per proxy after ${WARMUP.toLocaleString('en-US')} of warm-up; V8 sampling profiler, 100 µs interval, main thread only`)
   const stub = await start(['bench/stub-upstream.mjs'], false)
   try {
     for (const c of cases()) {
-      const floor = await profile('node-floor', ['bench/peers/node-floor.mjs', stub.url], c)
-      const router = await profile('router', ['bench/alloc/router.mjs', stub.url, 'on'], c)
-      console.log(`\n${c.label}: sampled CPU per request: router ${router.total.toFixed(0)} µs, node-floor ${floor.total.toFixed(0)} µs (${(router.total / floor.total).toFixed(2)}×)`)
+      const floor = await profile(FLOOR, floorArgs(stub.url), c)
+      const router = await profile('router', ['bench/alloc/router.mjs', stub.url, ACCESS_LOG], c)
+      console.log(`\n${c.label}: sampled CPU per request: router ${router.total.toFixed(0)} µs, ${FLOOR} ${floor.total.toFixed(0)} µs (${(router.total / floor.total).toFixed(2)}×)`)
       table('self time by function', router.fn, floor.fn)
       table('self time by file', router.file, floor.file)
     }
