@@ -172,11 +172,16 @@ describe('upstream faults', () => {
     const r = await fleet(3)
     const dead = ctx.stubs[0]!
     await dead.close()
-    for (let i = 0; i < 10; i++) {
+    // Keys until one lands on the dead instance (its place on the ring follows its random port,
+    // so a fixed handful of keys can miss it): that request is retried elsewhere.
+    let retried = false
+    for (let i = 0; i < 200 && !retried; i++) {
       const res = await post(`${r.url}/v1/chat/completions`, chat(`q${i}`))
       expect(res.status).toBe(200)
       expect(res.headers.get('x-prefix-router-instance')).not.toBe(dead.url)
+      retried = Number(res.headers.get('x-prefix-router-retries')) > 0
     }
+    expect(retried).toBe(true)
     const report = (await (await fetch(`${r.adminUrl}/admin/instances`)).json()) as { endpoints: { instances: { id: string; healthy: boolean; lastError: string | null }[] }[] }
     const d = report.endpoints[0]!.instances.find((i) => i.id === dead.url)!
     expect(d.healthy).toBe(false)
