@@ -85,27 +85,53 @@ function pathOf(url: string | undefined): string {
 
 const ms = (x: number) => Math.round(x * 10) / 10
 
+/** Where a line's fields go: into an object for pino, or as bytes (log-line.ts). */
+interface Fields {
+  str(key: string, value: string | undefined): void
+  num(key: string, value: number | undefined): void
+  flag(key: string, value: boolean): void
+}
+
+/** The line's fields, in order, each written once for both ways of logging it. */
+function fields(f: Fields, req: Req, out: Outcome, status: number, started: number, ended: number, shutdown: boolean): void {
+  const proxied = out.instance !== ''
+  f.str('requestId', out.requestId)
+  f.flag('requestIdReplaced', out.requestIdReplaced)
+  f.str('method', req.method)
+  f.str('path', pathOf(req.url))
+  f.num('status', status)
+  f.str('endpoint', out.endpoint || undefined)
+  f.str('model', out.model)
+  f.str('tenant', out.tenant === undefined ? undefined : tenantHash(out.tenant))
+  f.str('strategy', out.strategy || undefined)
+  f.str('instance', proxied ? out.instance : undefined)
+  f.str('decision', out.decision)
+  f.num('retries', proxied ? out.retries : undefined)
+  f.num('ttfbMs', out.firstByteAt === undefined ? undefined : ms(out.firstByteAt - started))
+  f.num('ms', ms(ended - started))
+  f.num('bytesIn', out.bytesIn)
+  f.str('outcome', shutdown ? 'shutdown' : undefined)
+}
+
+/** Gathers the fields into an object: every key, the unset ones undefined (pino leaves those out). */
+class FieldObject implements Fields {
+  readonly o: Record<string, unknown> = {}
+  str(key: string, value: string | undefined): void {
+    this.o[key] = value
+  }
+  num(key: string, value: number | undefined): void {
+    this.o[key] = value
+  }
+  flag(key: string, value: boolean): void {
+    this.o[key] = value || undefined
+  }
+}
+
 /** The line's fields; pino leaves out the undefined ones. */
 export function accessLine(req: Req, out: Outcome, status: number, started: number, ended: number, shutdown: boolean): Record<string, unknown> {
-  const proxied = out.instance !== ''
-  return {
-    requestId: out.requestId,
-    requestIdReplaced: out.requestIdReplaced || undefined,
-    method: req.method,
-    path: pathOf(req.url),
-    status,
-    endpoint: out.endpoint || undefined,
-    model: out.model,
-    tenant: out.tenant === undefined ? undefined : tenantHash(out.tenant),
-    strategy: out.strategy || undefined,
-    instance: proxied ? out.instance : undefined,
-    decision: out.decision,
-    retries: proxied ? out.retries : undefined,
-    ttfbMs: out.firstByteAt === undefined ? undefined : ms(out.firstByteAt - started),
-    ms: ms(ended - started),
-    bytesIn: out.bytesIn,
-    outcome: shutdown ? 'shutdown' : undefined,
-  }
+  const f = new FieldObject()
+  fields(f, req, out, status, started, ended, shutdown)
+  return f.o
 }
 
 const KEYS = Object.keys(accessLine({ url: '/' } as Req, newOutcome('', false), 0, 0, 0, false))
@@ -117,23 +143,7 @@ const KEYS = Object.keys(accessLine({ url: '/' } as Req, newOutcome('', false), 
  */
 export function logAccess(log: Logger, req: Req, out: Outcome, status: number, started: number, ended: number, shutdown: boolean): void {
   if (line.begin(log, 'info', KEYS)) {
-    const proxied = out.instance !== ''
-    line.str('requestId', out.requestId)
-    line.flag('requestIdReplaced', out.requestIdReplaced)
-    line.str('method', req.method)
-    line.str('path', pathOf(req.url))
-    line.num('status', status)
-    line.str('endpoint', out.endpoint || undefined)
-    line.str('model', out.model)
-    line.str('tenant', out.tenant === undefined ? undefined : tenantHash(out.tenant))
-    line.str('strategy', out.strategy || undefined)
-    line.str('instance', proxied ? out.instance : undefined)
-    line.str('decision', out.decision)
-    line.num('retries', proxied ? out.retries : undefined)
-    line.num('ttfbMs', out.firstByteAt === undefined ? undefined : ms(out.firstByteAt - started))
-    line.num('ms', ms(ended - started))
-    line.num('bytesIn', out.bytesIn)
-    line.str('outcome', shutdown ? 'shutdown' : undefined)
+    fields(line.bytes, req, out, status, started, ended, shutdown)
     if (line.finish(log, 'request')) return
   }
   log.info(accessLine(req, out, status, started, ended, shutdown), 'request')

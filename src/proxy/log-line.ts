@@ -170,6 +170,9 @@ export function flag(key: string, value: boolean): void {
   raw('true')
 }
 
+/** The three writers above, as one value to hand them around in. */
+export const bytes = { str, num, flag }
+
 function field(key: string): void {
   raw(',')
   text(key)
