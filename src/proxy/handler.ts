@@ -17,7 +17,7 @@ import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
-import { readOpenAIBody, type OpenAIBody } from './openai-body.js'
+import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
@@ -213,8 +213,12 @@ function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req
   return { key: k.bytes, body, tenant: k.tenant, model, anchor: k.anchor, stream: route.eventStream, path: route.upstreamPath }
 }
 
-/** Starts reading an OpenAI body, parsed for its routing key. */
-function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> {
+/**
+ * Reads an OpenAI body and parses it for its routing key: a body declared small is read
+ * whole and parsed at once (one promise, no copy of a body that came in one chunk), any
+ * other chunk by chunk under the shape and pacing limits.
+ */
+function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> | OpenAIBody {
   const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
   const { maxJsonDepth: maxDepth, bodyTimeoutMs, maxBodyBytes: maxBytes } = core.config.limits
   // Logging the routing text needs it as a string, which only openAIRequest builds.
@@ -222,7 +226,10 @@ function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'ope
   // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
   // known already (tenantOf checks it after the read, as before).
   const hash = { tenant: tenantHeaderValue(req.headers[TENANT_HEADER]), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
-  return readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), { maxBytes, maxDepth, span, prefixLength, hash })
+  const limits = { maxBytes, maxDepth, span, prefixLength, hash }
+  const length = declaredLength(req)
+  if (length !== undefined && length <= WHOLE_BODY_BYTES) return readWhole(req, bodyTimeoutMs, maxBytes).then((raw) => openAIBodyOf(route.api, raw, limits))
+  return readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), limits)
 }
 
 function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
