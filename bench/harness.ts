@@ -249,21 +249,35 @@ export interface Rotation {
   /** Seconds of one turn. */
   turn: number
   rounds: number
-  /** Every other round in the reverse order, so that a load that grows or fades through the run falls on every path alike. */
+  /** Every other slot in the reverse order, so that a load that grows or fades through the run falls on every path alike. */
   alternate?: boolean
+  /** Seconds of one slot (default SLOT_S): a turn is taken as slots, the paths in rotation slot by slot. */
+  slot?: number
 }
 
-/** The paths in the order they take round `r`. */
-const inOrder = <T>(paths: readonly T[], r: number, alternate: boolean | undefined): readonly T[] => (alternate && r % 2 === 1 ? [...paths].reverse() : paths)
+/**
+ * A turn is taken in slots this long, each path one slot in rotation: whatever else the shared
+ * machine does over a few seconds then falls on every path alike. Taken as whole turns of a
+ * second or more, two runs of one program differed by up to 1.9× in added p50 here; in
+ * quarter-second slots, by 0.85-1.09× (measured with bench:ladder's floor and node-floor rows).
+ */
+export const SLOT_S = 0.25
+
+/** The paths in the order they take slot `k`. */
+const inOrder = <T>(paths: readonly T[], k: number, alternate: boolean | undefined): readonly T[] => (alternate && k % 2 === 1 ? [...paths].reverse() : paths)
 
 /**
  * The same open-loop load through every path: a first turn per path, discarded (the JIT of
- * every process on the path, its connections), then `rounds` turns taken in rotation, so that
- * the noise of a shared machine falls on all alike; `into` says where each turn is recorded.
+ * every process on the path, its connections), then `rounds` turns, each taken as slots in
+ * rotation, so that the noise of a shared machine falls on all alike; `into` says where each
+ * round of a path is recorded (it is asked once per slot, and should give the same sample).
  */
 export async function rotate(paths: readonly [string, Sender][], stream: boolean, o: Rotation, into: (path: string, round: number) => Sample): Promise<void> {
   for (const [, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, sample())
-  for (let r = 0; r < o.rounds; r++) for (const [name, sender] of inOrder(paths, r, o.alternate)) await openLoop(sender, stream, o.rate, o.turn, into(name, r))
+  const slots = Math.max(1, Math.round(o.turn / (o.slot ?? SLOT_S)))
+  for (let r = 0; r < o.rounds; r++) {
+    for (let k = 0; k < slots; k++) for (const [name, sender] of inOrder(paths, r * slots + k, o.alternate)) await openLoop(sender, stream, o.rate, o.turn / slots, into(name, r))
+  }
 }
 
 /** Closed loop with `concurrency` outstanding requests until `count` are done, or for `seconds`. */

@@ -8,15 +8,16 @@
 // the router's own.
 //
 // Each path's first turn is discarded (the JIT, the connections), then the paths take ROUNDS
-// turns in rotation, every other one in the reverse order, so that other work on a shared machine,
-// a burst or a load that grows through the run, falls on all alike. Every
+// turns, each in quarter-second slots in rotation, every other slot in the reverse order, so that
+// other work on a shared machine, a burst or a load that grows through the run, falls on all
+// alike. Every
 // round gives each path's added latency to first byte (its p50 and p99 less direct's in that
 // round) and its ratios to the level below and to node-floor; the figures printed are the
 // medians over the rounds. Then each proxy's CPU time per request, as bench:proxy takes it.
 // Run: npm run bench:ladder   (RATE=1000 DURATION_S=10 ROUNDS=5 CPU_REQUESTS=20000 CPU_ROUNDS=4
 // PATHS=public; PATHS=serve runs the route and metrics levels on serve's own key extraction
 // and metrics instead of the package's exports)
-import { closedLoop, cpuTurns, h1Sender, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
+import { SLOT_S, closedLoop, cpuTurns, h1Sender, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
 
 const RATE = Number(process.env.RATE ?? 1000)
 const DURATION_S = Number(process.env.DURATION_S ?? 10)
@@ -75,7 +76,7 @@ async function main(): Promise<void> {
 
   console.log(`prefix-router ablation ladder — ${machine()}`)
   console.log('note: the load generator, the stub and the proxy measured all share these CPUs: every figure includes their contention, the ratios less so')
-  console.log(`open loop ${RATE} req/s, 8 KiB chat bodies, HTTP/1.1; per path and row a discarded turn, then ${ROUNDS} turns of ${+(DURATION_S / ROUNDS).toFixed(2)} s in rotation (every other one reversed); figures are medians over the turns`)
+  console.log(`open loop ${RATE} req/s, 8 KiB chat bodies, HTTP/1.1; per path and row a discarded turn, then ${ROUNDS} turns of ${+(DURATION_S / ROUNDS).toFixed(2)} s, each in slots of ${SLOT_S} s in rotation (every other one reversed); figures are medians over the turns`)
   console.log('levels (bench/peers/node-proxy.mjs, each with everything above it):')
   console.log('  floor    node-floor.mjs itself in a second process: its ratio to node-floor is the run\'s noise')
   console.log('  headers  + every end-to-end header both ways, hop-by-hop and Host dropped, X-Forwarded-For/-Proto/-Host, X-Request-Id')
@@ -90,7 +91,7 @@ async function main(): Promise<void> {
     const row = `h1 / ${stream ? 'SSE' : 'JSON'}`
     const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url)])
     const turns: Record<string, Sample[]> = {}
-    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true }, (name, r) => ((turns[name] ??= [])[r] = sample()))
+    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true }, (name, r) => ((turns[name] ??= [])[r] ??= sample()))
     for (const [, s] of senders) await s.close()
 
     const rounds = Array.from({ length: ROUNDS }, (_, r) => r)

@@ -9,8 +9,9 @@
 // Open loop: requests are sent on a fixed timer schedule whatever the responses do; latency runs
 // from the actual send to the first and to the last response byte, in HDR histograms (how late
 // sends ran against the schedule is printed, so a saturated generator shows). Each path's
-// first turn is discarded (JIT, connections), then the paths take ROUNDS turns in rotation so
-// that the noise of a shared machine falls on all alike. h1 rows are compared with h1 direct,
+// first turn is discarded (JIT, connections), then the paths take ROUNDS turns, each in
+// quarter-second slots in rotation (every other slot in the reverse order), so that the noise of
+// a shared machine falls on all alike. h1 rows are compared with h1 direct,
 // h2c rows with h2c direct (the stub speaking h2c). Then per path: the highest rate it sustains
 // (closed loop), the CPU time it spends per request (from /proc, summed over the process and
 // its workers), and the routing decision alone, in process, over rotating keys.
@@ -23,7 +24,7 @@ import { fileURLToPath } from 'node:url'
 import type * as hdr from 'hdr-histogram-js'
 import { nativeRequest, type ExtractedKey } from '../src/core/key/native-key.js'
 import { Router } from '../src/core/router.js'
-import { closedLoop, cpuTurns, h1Sender, histogram, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
+import { SLOT_S, closedLoop, cpuTurns, h1Sender, histogram, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
 import { startCProxies } from './peers/c-proxies.js'
 
 const RATE = Number(process.env.RATE ?? 1000)
@@ -65,7 +66,7 @@ function h2Sender(url: string): Sender {
 async function compare(paths: [string, Sender][], stream: boolean): Promise<Record<string, Sample>> {
   const out: Record<string, Sample> = {}
   for (const [name] of paths) out[name] = sample()
-  await rotate(paths, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS }, (name) => out[name]!)
+  await rotate(paths, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true }, (name) => out[name]!)
   return out
 }
 
@@ -109,7 +110,7 @@ async function main(): Promise<void> {
 
   console.log(`prefix-router proxy overhead — ${machine()}`)
   console.log('note: the load generator, the stub and the proxy measured all share these CPUs: every figure includes their contention, the ratios less so')
-  console.log(`open loop ${RATE} req/s for ${DURATION_S} s per path and row (${ROUNDS} turns in rotation after a discarded first turn), 8 KiB chat bodies`)
+  console.log(`open loop ${RATE} req/s for ${DURATION_S} s per path and row (${ROUNDS} turns, each in slots of ${SLOT_S} s taken in rotation, after a discarded first turn), 8 KiB chat bodies`)
   console.log(`stub upstream ${upstream} (h2c stub for the h2c rows' direct path); router: serve, prefix_aware, separate process`)
   console.log(`peers: node-floor (Node HTTP server + undici, no routing work)${peers.map((p) => `, ${p.name}`).join('')}${skipped.length ? `; skipped: ${skipped.join(', ')}` : ''}`)
   console.log(multi ? `multi-process: serve --workers ${WORKERS} against node-floor as ${WORKERS} node:cluster workers` : `skipped: serve has no --workers (this build's serve --help does not list it): no multi-process rows`)
