@@ -253,13 +253,15 @@ export interface Rotation {
   alternate?: boolean
   /** Seconds of one slot (default SLOT_S): a turn is taken as slots, the paths in rotation slot by slot. */
   slot?: number
+  /** Called before and after each measured slot of a path (not the discarded turn), with the requests it sends. */
+  onSlot?(path: string, phase: 'start' | 'end', requests: number): void
 }
 
 /**
  * A turn is taken in slots this long, each path one slot in rotation: whatever else the shared
- * machine does over a few seconds then falls on every path alike. Taken as whole turns of a
- * second or more, two runs of one program differed by up to 1.9× in added p50 here; in
- * quarter-second slots, by 0.85-1.09× (measured with bench:ladder's floor and node-floor rows).
+ * machine does over a few seconds then falls on every path alike. Taken as whole turns of two
+ * seconds, two runs of one program (bench:ladder's floor and node-floor rows) differed by up to
+ * 1.87× in added p50 on the 2-core development machine; in quarter-second slots, by 0.92-0.97×.
  */
 export const SLOT_S = 0.25
 
@@ -276,7 +278,14 @@ export async function rotate(paths: readonly [string, Sender][], stream: boolean
   for (const [, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, sample())
   const slots = Math.max(1, Math.round(o.turn / (o.slot ?? SLOT_S)))
   for (let r = 0; r < o.rounds; r++) {
-    for (let k = 0; k < slots; k++) for (const [name, sender] of inOrder(paths, r * slots + k, o.alternate)) await openLoop(sender, stream, o.rate, o.turn / slots, into(name, r))
+    for (let k = 0; k < slots; k++) {
+      for (const [name, sender] of inOrder(paths, r * slots + k, o.alternate)) {
+        const requests = Math.round((o.rate * o.turn) / slots)
+        o.onSlot?.(name, 'start', requests)
+        await openLoop(sender, stream, o.rate, o.turn / slots, into(name, r))
+        o.onSlot?.(name, 'end', requests)
+      }
+    }
   }
 }
 

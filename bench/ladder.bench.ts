@@ -10,14 +10,15 @@
 // Each path's first turn is discarded (the JIT, the connections), then the paths take ROUNDS
 // turns, each in quarter-second slots in rotation, every other slot in the reverse order, so that
 // other work on a shared machine, a burst or a load that grows through the run, falls on all
-// alike. Every
-// round gives each path's added latency to first byte (its p50 and p99 less direct's in that
+// alike. Every round gives each path's added latency to first byte (its p50 and p99 less direct's in that
 // round) and its ratios to the level below and to node-floor; the figures printed are the
-// medians over the rounds. Then each proxy's CPU time per request, as bench:proxy takes it.
+// medians over the rounds, and each proxy's CPU time per request over its measured slots (at
+// RATE, each request meeting an idle proxy). Then each proxy's CPU time per request in a closed
+// loop, as bench:proxy takes it.
 // Run: npm run bench:ladder   (RATE=1000 DURATION_S=10 ROUNDS=5 CPU_REQUESTS=20000 CPU_ROUNDS=4
 // PATHS=public; PATHS=serve runs the route and metrics levels on serve's own key extraction
 // and metrics instead of the package's exports)
-import { SLOT_S, closedLoop, cpuTurns, h1Sender, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
+import { SLOT_S, closedLoop, cpuTurns, treeCpuMs, h1Sender, machine, median, pad, ratio, rotate, sample, startNodeScript, startServe, stopStarted, times, us, type Sample, type Sender, type Started } from './harness.js'
 
 const RATE = Number(process.env.RATE ?? 1000)
 const DURATION_S = Number(process.env.DURATION_S ?? 10)
@@ -91,7 +92,21 @@ async function main(): Promise<void> {
     const row = `h1 / ${stream ? 'SSE' : 'JSON'}`
     const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url)])
     const turns: Record<string, Sample[]> = {}
-    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true }, (name, r) => ((turns[name] ??= [])[r] ??= sample()))
+    // CPU time over the measured slots, at the row's open-loop rate: each request then comes to
+    // an idle proxy, as in production at this rate, where the closed loop below keeps it busy.
+    const open: Record<string, { ms: number; requests: number; at: number }> = {}
+    const onSlot = (name: string, phase: 'start' | 'end', requests: number) => {
+      const pid = paths.find((p) => p.name === name)?.pid
+      const ms = pid === undefined ? undefined : treeCpuMs(pid)
+      if (ms === undefined) return
+      const o = (open[name] ??= { ms: 0, requests: 0, at: 0 })
+      if (phase === 'start') o.at = ms
+      else {
+        o.ms += ms - o.at
+        o.requests += requests
+      }
+    }
+    await rotate(senders, stream, { rate: RATE, turn: DURATION_S / ROUNDS, rounds: ROUNDS, alternate: true, onSlot }, (name, r) => ((turns[name] ??= [])[r] ??= sample()))
     for (const [, s] of senders) await s.close()
 
     const rounds = Array.from({ length: ROUNDS }, (_, r) => r)
@@ -118,6 +133,11 @@ async function main(): Promise<void> {
           `${pad(name === 'node-floor' ? '—' : shown(vsFloor('p50'), ROUNDS, times), 18)}${pad(name === 'node-floor' ? '—' : shown(vsFloor('p99'), ROUNDS, times), 14)}` +
           `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 15)}${pad(delta === undefined ? '—' : us(delta), 12)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 15)}${errors}`,
       )
+    }
+    const cpuAt = (name: string) => (open[name] && open[name].requests > 0 ? (open[name].ms * 1000) / open[name].requests : undefined)
+    if (cpuAt('node-floor') !== undefined) {
+      const each = LADDER.map((name) => `${name} ${us(cpuAt(name) ?? NaN)}${name === 'node-floor' ? '' : ` (${times(ratio(cpuAt(name), cpuAt('node-floor')))})`}`)
+      console.log(`CPU per request at ${RATE} req/s (open loop, over the measured slots; × node-floor): ${each.join(', ')}; router ÷ metrics ${times(ratio(cpuAt('router'), cpuAt('metrics')))}`)
     }
     const lag = median(rounds.map((r) => turns.router![r]!.lag.getValueAtPercentile(99)))!
     const noise = middle(rounds.map((r) => ratio(added('floor', r).p50, added('node-floor', r).p50)))
