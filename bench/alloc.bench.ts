@@ -7,12 +7,12 @@
 // between 'start' and 'stop' from V8's GC profile; the load generator (this process) does
 // not count. Warm-up requests are sent before 'start'. The router's rows also print the
 // median of serve's own routing-decision histogram over the measured requests.
-// Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 to change the load;
+// Run: npm run bench:alloc   (REQUESTS=10000 WARMUP=2000 CONCURRENCY=8 or RATE=1000 to change the load;
 // CASES=chat-json,invoke to run only some cases; BASELINE=/path/to/another/checkout, built,
 // adds that checkout's router, with and without its access log, to each case: a same-run
 // baseline for the bytes and the decision time)
 import os from 'node:os'
-import { CONCURRENCY, cases, load, root, start, stop, stopAll, type Case, type Proc } from './alloc/load.js'
+import { loadShape, cases, load, root, start, stop, stopAll, type Case, type Proc } from './alloc/load.js'
 
 const REQUESTS = Number(process.env.REQUESTS ?? 10_000)
 const WARMUP = Number(process.env.WARMUP ?? 2_000)
@@ -71,7 +71,7 @@ async function measure(name: string, args: string[], c: Case, router: boolean, c
 async function main(): Promise<void> {
   const cpus = os.cpus()
   console.log(`${cpus[0]?.model ?? 'unknown CPU'}, ${os.availableParallelism()} cores available, Node ${process.version}`)
-  console.log(`${REQUESTS.toLocaleString('en-US')} requests measured per row after ${WARMUP.toLocaleString('en-US')} of warm-up, ${CONCURRENCY} at a time, 8 KiB chat bodies\n`)
+  console.log(`${REQUESTS.toLocaleString('en-US')} requests measured per row after ${WARMUP.toLocaleString('en-US')} of warm-up, ${loadShape()}, 8 KiB chat bodies\n`)
   const stub = await start(['bench/stub-upstream.mjs'], false)
   const rows: Row[] = []
   for (const c of CASES) {

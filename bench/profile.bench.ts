@@ -5,7 +5,7 @@
 // and its largest parts by function and by file, the router's beside the floor's: what
 // the router spends above the floor is the list to cut from. The profiler's own overhead
 // falls on both alike; compare the two columns, not the absolute figures with bench:proxy's.
-// Run: npm run bench:profile   (REQUESTS=20000 WARMUP=3000 CONCURRENCY=8 TOP=30 CASES=chat-json;
+// Run: npm run bench:profile   (REQUESTS=20000 WARMUP=3000 CONCURRENCY=8 or RATE=1000, TOP=30 CASES=chat-json;
 // PROFILE_DIR=dir also writes each .cpuprofile there, for Chrome DevTools; FLOOR=metrics (or
 // headers, route) profiles a level of bench/peers/node-proxy.mjs in place of node-floor, with
 // PATHS=serve for serve's own key extraction and metrics there, so that the table is what the
@@ -13,7 +13,7 @@
 // router without its access log, as the ladder's levels and bench:proxy's serve run)
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { cases, load, start, stop, stopAll, type Case } from './alloc/load.js'
+import { cases, load, loadShape, start, stop, stopAll, type Case } from './alloc/load.js'
 import { machine } from './harness.js'
 
 const REQUESTS = Number(process.env.REQUESTS ?? 20_000)
@@ -84,7 +84,7 @@ function table(title: string, router: Map<string, number>, floor: Map<string, nu
 async function main(): Promise<void> {
   console.log(`prefix-router CPU profile per request — ${machine()}`)
   console.log(`baseline: ${FLOOR === 'node-floor' ? 'node-floor' : `bench/peers/node-proxy.mjs at level ${FLOOR} (PATHS=${process.env.PATHS ?? 'public'})`}; router access log ${ACCESS_LOG}`)
-  console.log(`${REQUESTS.toLocaleString('en-US')} requests profiled per proxy after ${WARMUP.toLocaleString('en-US')} of warm-up; V8 sampling profiler, 100 µs interval, main thread only`)
+  console.log(`${REQUESTS.toLocaleString('en-US')} requests profiled per proxy after ${WARMUP.toLocaleString('en-US')} of warm-up, ${loadShape()}; V8 sampling profiler, 100 µs interval, main thread only`)
   const stub = await start(['bench/stub-upstream.mjs'], false)
   try {
     for (const c of cases()) {

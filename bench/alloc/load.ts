@@ -7,6 +7,13 @@ import { Client } from 'undici'
 
 export const root = fileURLToPath(new URL('../..', import.meta.url))
 export const CONCURRENCY = Number(process.env.CONCURRENCY ?? 8)
+/**
+ * RATE=n sends the requests open loop at n a second instead (CONCURRENCY is then ignored): each
+ * request meets a proxy that has been idle since the last, as at bench:proxy's 1,000 a second,
+ * where the closed loop keeps caches warm and shares each wakeup among several requests.
+ */
+export const RATE = process.env.RATE === undefined ? undefined : Number(process.env.RATE)
+if (RATE !== undefined && !(RATE > 0 && RATE <= 100_000)) throw new Error(`RATE must be a number of requests a second from 1 to 100000, not ${JSON.stringify(process.env.RATE)}`)
 const children: ChildProcess[] = []
 
 export interface Proc {
@@ -75,20 +82,40 @@ export function cases(): Case[] {
   return picked
 }
 
-/** `n` requests, CONCURRENCY at a time, each read to its end; throws on any non-200. */
+/** `n` requests, CONCURRENCY at a time (or at RATE a second), each read to its end; throws on any non-200. */
 export async function load(url: string, n: number, c: Case): Promise<void> {
   const { path, stream } = c
   const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000 })
   const bodies = Array.from({ length: 64 }, (_, i) => body(i, stream))
-  let next = 0
-  const worker = async () => {
-    while (next < n) {
-      const i = next++
-      const res = await client.request({ path, method: 'POST', body: bodies[i % 64]!, headers: { 'content-type': 'application/json' } })
-      for await (const _ of res.body);
-      if (res.statusCode !== 200) throw new Error(`${url}: status ${res.statusCode}`)
-    }
+  const send = async (i: number) => {
+    const res = await client.request({ path, method: 'POST', body: bodies[i % 64]!, headers: { 'content-type': 'application/json' } })
+    for await (const _ of res.body);
+    if (res.statusCode !== 200) throw new Error(`${url}: status ${res.statusCode}`)
   }
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+  if (RATE !== undefined) await paced(n, RATE, send)
+  else {
+    let next = 0
+    const worker = async () => {
+      while (next < n) await send(next++)
+    }
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+  }
   await client.close()
 }
+
+/** Calls send(i) for i below n at `rate` a second, on timers (a spinning sender would take a core from the proxy), and waits for them all. */
+async function paced(n: number, rate: number, send: (i: number) => Promise<void>): Promise<void> {
+  const sent: Promise<void>[] = []
+  // Caught at once, so that a failure while others are still being sent is not an unhandled rejection.
+  let failure: unknown
+  const t0 = performance.now()
+  for (let i = 0; i < n && failure === undefined; ) {
+    while (i < n && t0 + (i * 1000) / rate <= performance.now()) sent.push(send(i++).catch((err: unknown) => void (failure ??= err)))
+    if (i < n) await new Promise((resolve) => setTimeout(resolve, Math.max(0, t0 + (i * 1000) / rate - performance.now())))
+  }
+  await Promise.all(sent)
+  if (failure !== undefined) throw failure
+}
+
+/** How the load is sent, for the benches' headers. */
+export const loadShape = () => (RATE === undefined ? `${CONCURRENCY} at a time` : `open loop at ${RATE} a second`)
