@@ -277,10 +277,11 @@ const inOrder = <T>(paths: readonly T[], k: number, alternate: boolean | undefin
 export async function rotate(paths: readonly [string, Sender][], stream: boolean, o: Rotation, into: (path: string, round: number) => Sample): Promise<void> {
   for (const [, sender] of paths) await openLoop(sender, stream, o.rate, o.turn, sample())
   const slots = Math.max(1, Math.round(o.turn / (o.slot ?? SLOT_S)))
+  // What openLoop sends in one slot.
+  const requests = Math.round((o.rate * o.turn) / slots)
   for (let r = 0; r < o.rounds; r++) {
     for (let k = 0; k < slots; k++) {
       for (const [name, sender] of inOrder(paths, r * slots + k, o.alternate)) {
-        const requests = Math.round((o.rate * o.turn) / slots)
         o.onSlot?.(name, 'start', requests)
         await openLoop(sender, stream, o.rate, o.turn / slots, into(name, r))
         o.onSlot?.(name, 'end', requests)
