@@ -261,7 +261,7 @@ export interface Rotation {
  * A turn is taken in slots this long, each path one slot in rotation: whatever else the shared
  * machine does over a few seconds then falls on every path alike. Taken as whole turns of two
  * seconds, two runs of one program (bench:ladder's floor and node-floor rows) differed by up to
- * 1.87× in added p50 on the 2-core development machine; in quarter-second slots, by 0.92-0.97×.
+ * 1.87× in added p50 on the 2-core development machine; in quarter-second slots, by 0.85-0.99×.
  */
 export const SLOT_S = 0.25
 
