@@ -218,7 +218,7 @@ function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req
  * whole and parsed at once (one promise, no copy of a body that came in one chunk), any
  * other chunk by chunk under the shape and pacing limits.
  */
-function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> | OpenAIBody {
+function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> {
   const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
   const { maxJsonDepth: maxDepth, bodyTimeoutMs, maxBodyBytes: maxBytes } = core.config.limits
   // Logging the routing text needs it as a string, which only openAIRequest builds.
