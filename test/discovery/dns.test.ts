@@ -211,9 +211,10 @@ describe('DNS discovery', () => {
       // Its own interval (5 s by default) passes before it looks again.
       await until(async () => (await ask()) === url(2), 30_000, 'a request to reach the new worker')
       for (let i = 0; i < 10; i++) expect(await ask()).toBe(url(2))
-      expect(out).toMatch(/"msg":"discovery: membership changed"/)
-      const change = out.split('\n').filter((l) => l.includes('discovery: membership changed')).map((l) => JSON.parse(l) as Record<string, unknown>)
-      expect(change.at(-1)).toMatchObject({ added: [url(2)], removed: [url(1)] })
+      const changes = () => out.split('\n').filter((l) => l.includes('"msg":"discovery: membership changed"')).map((l) => JSON.parse(l) as { added?: string[] })
+      // Log lines reach stdout in batches (up to LOG_FLUSH_MS apart), so the line may come after the requests it routed.
+      await until(() => changes().at(-1)?.added?.includes(url(2)) === true, 30_000, 'the membership change to be logged')
+      expect(changes().at(-1)).toMatchObject({ added: [url(2)], removed: [url(1)] })
     } finally {
       child.kill('SIGTERM')
       if (child.exitCode === null) await new Promise((r) => child.once('exit', r))
