@@ -41,14 +41,13 @@ export async function readOpenAIBody(api: OpenAIApi, chunks: AsyncIterable<Buffe
     away = offloads(size, shape.containers)
     return away ? Buffer.from(new SharedArrayBuffer(size)) : Buffer.allocUnsafe(size)
   })
+  // Parsed here as a body read whole is (the shape, already within its limits, is only scanned
+  // again for a body the native scan declines).
+  if (!away) return openAIBodyOf(api, raw, limits)
   const { span, prefixLength, maxDepth } = limits
-  if (prefixLength === undefined || !nativeApis.includes(api)) {
-    return { raw, request: away ? await parsePool().parse(api, raw, span) : openAIRequest(api, raw, span) }
-  }
+  if (prefixLength === undefined || !nativeApis.includes(api)) return { raw, request: await parsePool().parse(api, raw, span) }
   // A worker's key crosses threads as a copy of its text, without hashes: not asked for there.
-  if (away) return { raw, ...(await parsePool().parseKey(api, raw, { span, prefixLength, maxDepth })) }
-  const r = nativeRequest(api, raw, { span, prefixLength, maxDepth, hash: limits.hash })
-  return r.status === 'ok' ? { raw, native: r.request } : { raw, request: openAIRequest(api, raw, span) }
+  return { raw, ...(await parsePool().parseKey(api, raw, { span, prefixLength, maxDepth })) }
 }
 
 /**
@@ -75,4 +74,3 @@ export function openAIBodyOf(api: OpenAIApi, raw: Buffer, limits: OpenAIBodyLimi
 
 /** Bodies up to this long are read whole (readWhole) and given to openAIBodyOf: below OFFLOAD_BYTES, so never gathered for a worker. */
 export const WHOLE_BODY_BYTES = 64 * 1024
-
