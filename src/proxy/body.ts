@@ -157,6 +157,13 @@ class BodyReader extends Listener implements AsyncIterator<Buffer>, AsyncIterabl
   }
 }
 
+/** What a small body read whole is for: given it inside the request's 'end' event, it gives the promise's value. */
+export interface WholeUse<T> {
+  whole(body: Buffer): T | PromiseLike<T>
+}
+
+const AS_IS: WholeUse<Buffer> = { whole: (body) => body }
+
 /** A small body gathered whole as it arrives, for one promise: see readWhole. */
 class WholeBody extends Listener {
   // The first chunk on its own: most bodies come in one, and need no array.
@@ -164,13 +171,14 @@ class WholeBody extends Listener {
   #rest: Buffer[] | undefined = undefined
   #size = 0
   #settled = false
-  resolve: (body: Buffer) => void = noop
+  resolve: (value: unknown) => void = noop
   reject: (err: Error) => void = noop
 
   constructor(
     req: Read,
     timeoutMs: number,
     readonly maxBytes: number,
+    readonly use: WholeUse<unknown>,
   ) {
     super(req, timeoutMs)
   }
@@ -184,10 +192,19 @@ class WholeBody extends Listener {
 
   end(): void {
     this.#settled = true
-    this.detach()
     // A body that came in one chunk is that chunk: HTTP/1 and HTTP/2 both hand over each chunk in a buffer of its own.
     const rest = this.#rest
-    this.resolve(rest !== undefined ? Buffer.concat(rest, this.#size) : (this.#first ?? Buffer.alloc(0)))
+    const body = rest !== undefined ? Buffer.concat(rest, this.#size) : (this.#first ?? Buffer.alloc(0))
+    // Used here, in the 'end' event, rather than when a promise callback gets the body: that
+    // comes only after Node has finished with the stream, and a proxied request is sent
+    // upstream from here. Settled first, so nothing the use does can fail the read.
+    try {
+      this.resolve(this.use.whole(body))
+    } catch (err) {
+      this.reject(err as Error)
+    } finally {
+      this.detach()
+    }
   }
 
   fail(err: Error): void {
@@ -204,17 +221,21 @@ const noop = () => {}
  * The whole of req's body, which must be small (it is not paced, and never paused), under
  * the same bounds and with the same failures as bodyChunks and readBody: 413 past maxBytes,
  * 408 once timeoutMs have passed. Read through listeners into one promise rather than
- * through an async iterator, whose every chunk costs promises and result objects.
+ * through an async iterator, whose every chunk costs promises and result objects. With `use`,
+ * the promise gives what use.whole makes of the body (a throw rejects it), called as the body
+ * ends.
  */
-export function readWhole(req: Req, timeoutMs: number, maxBytes: number): Promise<Buffer> {
-  reading = new WholeBody(req, timeoutMs, maxBytes)
+export function readWhole(req: Req, timeoutMs: number, maxBytes: number): Promise<Buffer>
+export function readWhole<T>(req: Req, timeoutMs: number, maxBytes: number, use: WholeUse<T>): Promise<T>
+export function readWhole(req: Req, timeoutMs: number, maxBytes: number, use: WholeUse<unknown> = AS_IS): Promise<unknown> {
+  reading = new WholeBody(req, timeoutMs, maxBytes, use)
   return new Promise(settles)
 }
 
 // The promise's executor, which runs at once, is handed the reader here rather than by a
 // closure made for every body.
 let reading: WholeBody | undefined
-function settles(resolve: (body: Buffer) => void, reject: (err: Error) => void): void {
+function settles(resolve: (value: unknown) => void, reject: (err: Error) => void): void {
   reading!.resolve = resolve
   reading!.reject = reject
   reading = undefined

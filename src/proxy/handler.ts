@@ -12,12 +12,12 @@ import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from 
 import { readInvokePrefix, type InvokeBody } from '../core/key/invoke-key.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
-import { bodyChunks, readWhole } from './body.js'
+import { bodyChunks, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
-import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody } from './openai-body.js'
+import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
@@ -110,8 +110,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
       const read = await readInvoke(core, routing, req, out)
       out.status = await proxyTo(core, ep, req, route.eventStream ? new EventStreamResponse(res) : res, client, out, invokeOutbound(routing, route, req, read, model))
     } else if (route.kind === 'openai') {
-      const read = await readChat(core, routing, route, req)
-      out.status = await proxyTo(core, ep, req, res, client, out, chatOutbound(core, ep, route, req, read))
+      out.status = await new ChatRequest(core, ep, route, req, res, client, out).proxy()
     }
   } catch (err) {
     answerError(core, req, res, client, out, err)
@@ -214,22 +213,52 @@ function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req
 }
 
 /**
- * Reads an OpenAI body and parses it for its routing key: a body declared small is read
- * whole and parsed at once (one promise, no copy of a body that came in one chunk), any
- * other chunk by chunk under the shape and pacing limits.
+ * An OpenAI request, from its body to its answer. A body declared small is read whole, then
+ * parsed and sent upstream from inside its 'end' event (one promise, no copy of a body that
+ * came in one chunk, no wait for Node to finish with the stream); any other is read chunk by
+ * chunk under the shape and pacing limits.
  */
-function readChat(core: ProxyCore, routing: Routing, route: Route & { kind: 'openai' }, req: Req): Promise<OpenAIBody> {
-  const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
-  const { maxJsonDepth: maxDepth, bodyTimeoutMs, maxBodyBytes: maxBytes } = core.config.limits
-  // Logging the routing text needs it as a string, which only openAIRequest builds.
-  const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
-  // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
-  // known already (tenantOf checks it after the read, as before).
-  const hash = { tenant: tenantHeaderValue(req.headers[TENANT_HEADER]), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
-  const limits = { maxBytes, maxDepth, span, prefixLength, hash }
-  const length = declaredLength(req)
-  if (length !== undefined && length <= WHOLE_BODY_BYTES) return readWhole(req, bodyTimeoutMs, maxBytes).then((raw) => openAIBodyOf(route.api, raw, limits))
-  return readOpenAIBody(route.api, bodyChunks(req, bodyTimeoutMs), limits)
+class ChatRequest implements WholeUse<number> {
+  readonly limits: OpenAIBodyLimits
+
+  constructor(
+    readonly core: ProxyCore,
+    readonly ep: Endpoint,
+    readonly route: Route & { kind: 'openai' },
+    readonly req: Req,
+    readonly res: Res,
+    readonly client: ClientState,
+    readonly out: Outcome,
+  ) {
+    const routing = ep.routing
+    const { maxJsonDepth: maxDepth, maxBodyBytes: maxBytes } = core.config.limits
+    const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
+    // Logging the routing text needs it as a string, which only openAIRequest builds.
+    const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
+    // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
+    // known already (tenantOf checks it after the read, as before).
+    const hash = { tenant: tenantHeaderValue(req.headers[TENANT_HEADER]), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
+    this.limits = { maxBytes, maxDepth, span, prefixLength, hash }
+  }
+
+  /** Resolves with the status answered, as proxyTo does. */
+  proxy(): Promise<number> {
+    const { req, limits } = this
+    const timeoutMs = this.core.config.limits.bodyTimeoutMs
+    const length = declaredLength(req)
+    if (length !== undefined && length <= WHOLE_BODY_BYTES) return readWhole(req, timeoutMs, limits.maxBytes, this)
+    return readOpenAIBody(this.route.api, bodyChunks(req, timeoutMs), limits).then((read) => this.send(read))
+  }
+
+  whole(raw: Buffer): Promise<number> {
+    const read = openAIBodyOf(this.route.api, raw, this.limits)
+    return read instanceof Promise ? read.then((r) => this.send(r)) : this.send(read)
+  }
+
+  send(read: OpenAIBody): Promise<number> {
+    const { core, ep, req } = this
+    return proxyTo(core, ep, req, this.res, this.client, this.out, chatOutbound(core, ep, this.route, req, read))
+  }
 }
 
 function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
@@ -388,12 +417,11 @@ class Proxying implements ForwardRequest {
     this.ep.recordTry(this.instance, 'gateway')
   }
 
-  onFirstByte(): void {
+  onFirstByte(at: number): void {
     // The instance's prefill is over: longest_prefix stops counting it as queued there.
     this.lease.firstToken()
-    const now = performance.now()
-    this.out.firstByteAt = now
-    this.core.metrics.ttfb.observe([this.instance.id], (now - this.sentAt) / 1000)
+    this.out.firstByteAt = at
+    this.core.metrics.ttfb.observe([this.instance.id], (at - this.sentAt) / 1000)
   }
 }
 

@@ -1,5 +1,6 @@
-// readWhole, which reads a small invocation body into one promise: the same bytes, bounds and
-// failures as reading it through bodyChunks and readBody, and no listener left behind.
+// readWhole, which reads a small body into one promise: the same bytes, bounds and failures as
+// reading it through bodyChunks and readBody, no listener left behind, and a use of the body
+// run as it ends.
 import { PassThrough } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { bodyChunks, readBody, readWhole } from '../../src/proxy/body.js'
@@ -99,5 +100,35 @@ describe('readWhole', () => {
     r.emit('end')
     expect((err as ProxyError).status).toBe(413)
     expect(listeners(r)).toEqual([0, 0, 0, 0])
+  })
+
+  it('hands the body to its use inside the end event, before any later end listener runs', async () => {
+    const r = request()
+    const seen: string[] = []
+    const p = readWhole(r, 0, 1024, { whole: (b) => (seen.push(`use ${b.toString()}`), b.length) })
+    r.on('end', () => seen.push('end listener'))
+    r.end('{"x":1}')
+    expect(await p).toBe(7)
+    // A promise callback would have come after Node had run every end listener.
+    expect(seen).toEqual(['use {"x":1}', 'end listener'])
+    expect(listeners(r)).toEqual([0, 1, 0, 0])
+  })
+
+  it('rejects with what its use throws or rejects with, and stops listening either way', async () => {
+    const boom = new Error('not a request')
+    const r = request()
+    const p = readWhole(r, 0, 1024, {
+      whole: () => {
+        throw boom
+      },
+    })
+    r.end('{}')
+    expect(await failure(p)).toBe(boom)
+    expect(listeners(r)).toEqual([0, 0, 0, 0])
+    const later = request()
+    const q = readWhole(later, 0, 1024, { whole: () => Promise.reject(boom) })
+    later.end('{}')
+    expect(await failure(q)).toBe(boom)
+    expect(listeners(later)).toEqual([0, 0, 0, 0])
   })
 })
