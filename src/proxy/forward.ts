@@ -58,7 +58,8 @@ export interface ForwardRequest {
   onResponse(status: number): void
   /** The answer broke off after it started (not by the client or a shutdown). */
   onCut(): void
-  onFirstByte(): void
+  /** The answer's first byte came from the instance at `at` (performance.now()). */
+  onFirstByte(at: number): void
 }
 
 /** A try whose answer was a retryable status, discarded before the client saw it. */
@@ -182,11 +183,15 @@ class Upstream {
 
   onData(chunk: Buffer): boolean {
     if (this.retryWith !== 0) return true
+    let more: boolean
     if (this.first) {
-      this.f.onFirstByte()
+      // Passed on before it is counted: the client's first byte waits for none of our bookkeeping.
+      const at = performance.now()
       this.first = false
-    }
-    if (this.res.write(chunk)) return true
+      more = this.res.write(chunk)
+      this.f.onFirstByte(at)
+    } else more = this.res.write(chunk)
+    if (more) return true
     this.res.once('drain', (this.#onDrain ??= () => this.resume?.()))
     return false
   }
@@ -195,7 +200,7 @@ class Upstream {
     const { f } = this
     f.client.abort = undefined
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
-    if (this.first) f.onFirstByte()
+    if (this.first) f.onFirstByte(performance.now())
     this.res.end()
     this.resolve(this.status)
   }
