@@ -178,20 +178,30 @@ export function startServe(upstream: string, workers: number): Promise<Started> 
 export const histogram = () => hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 })
 
 export interface Sender {
-  /** One chat request; resolves with when its first and last response bytes came. */
-  send(b: string): Promise<{ first: bigint; last: bigint }>
+  /**
+   * One chat request; resolves with when its first and last response bytes came, and when the
+   * stub had the whole request if it said so (`stub-upstream.mjs --stamp`, JSON answers).
+   */
+  send(b: string): Promise<{ first: bigint; last: bigint; received?: bigint }>
   close(): Promise<void>
 }
 
-export function h1Sender(url: string): Sender {
+/** `stamped`: read the stub's "received" from a JSON answer (the answer is then kept to parse it). */
+export function h1Sender(url: string, stamped = false): Sender {
   const client = new Client(url, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 } as never)
   return {
     async send(b) {
       const res = await client.request({ path: '/v1/chat/completions', method: 'POST', body: b, headers: { 'content-type': 'application/json' } })
       let first = 0n
-      for await (const _ of res.body) if (first === 0n) first = process.hrtime.bigint()
+      let text = ''
+      for await (const c of res.body) {
+        if (first === 0n) first = process.hrtime.bigint()
+        if (stamped) text += c
+      }
       if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`)
-      return { first, last: process.hrtime.bigint() }
+      const last = process.hrtime.bigint()
+      const received = stamped ? (JSON.parse(text) as { received?: string }).received : undefined
+      return { first, last, ...(received !== undefined && { received: BigInt(received) }) }
     },
     close: () => client.close(),
   }
@@ -201,14 +211,17 @@ export interface Sample {
   ttfb: hdr.Histogram
   total: hdr.Histogram
   lag: hdr.Histogram // how late each send was against the schedule (timer resolution)
+  /** From the send to when the stub had the whole request, and from then to the first byte back: only for answers that say when (Sender). */
+  there: hdr.Histogram
+  back: hdr.Histogram
   errors: number
 }
 
-export const sample = (): Sample => ({ ttfb: histogram(), total: histogram(), lag: histogram(), errors: 0 })
+export const sample = (): Sample => ({ ttfb: histogram(), total: histogram(), lag: histogram(), there: histogram(), back: histogram(), errors: 0 })
 
 /** Open loop at `rate` req/s for `seconds`, into `into`: latency from the actual send. */
 export async function openLoop(sender: Sender, stream: boolean, rate: number, seconds: number, into: Sample): Promise<void> {
-  const { ttfb, total, lag } = into
+  const { ttfb, total, lag, there, back } = into
   const n = Math.round(rate * seconds)
   const bodies = Array.from({ length: 64 }, (_, i) => chatBody(i, stream))
   const t0 = process.hrtime.bigint() + 10_000_000n
@@ -230,6 +243,10 @@ export async function openLoop(sender: Sender, stream: boolean, rate: number, se
             (r) => {
               ttfb.recordValue(Math.max(1, Number(r.first - sent) / 1000))
               total.recordValue(Math.max(1, Number(r.last - sent) / 1000))
+              if (r.received !== undefined) {
+                there.recordValue(Math.max(1, Number(r.received - sent) / 1000))
+                back.recordValue(Math.max(1, Number(r.first - r.received) / 1000))
+              }
             },
             () => void into.errors++,
           ),

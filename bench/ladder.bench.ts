@@ -13,7 +13,9 @@
 // alike. Every round gives each path's added latency to first byte (its p50 and p99 less direct's in that
 // round) and its ratios to the level below and to node-floor; the figures printed are the
 // medians over the rounds, and each proxy's CPU time per request over its measured slots (at
-// RATE, each request meeting an idle proxy). Then each proxy's CPU time per request in a closed
+// RATE, each request meeting an idle proxy). On the JSON row the stub stamps when it had the
+// whole request (stub-upstream.mjs --stamp), which splits what each path adds into the request's
+// way to the stub and the answer's way back. Then each proxy's CPU time per request in a closed
 // loop, as bench:proxy takes it.
 // Run: npm run bench:ladder   (RATE=1000 DURATION_S=10 ROUNDS=5 CPU_REQUESTS=20000 CPU_ROUNDS=4
 // PATHS=public; PATHS=serve runs the route and metrics levels on serve's own key extraction
@@ -61,7 +63,8 @@ const shown = (m: { value: number | undefined; of: number }, n: number, f: (v: n
   m.value === undefined ? 'n/a' : `${f(m.value)}${m.of < n ? ` (${m.of}/${n})` : ''}`
 
 async function main(): Promise<void> {
-  const stub = await startNodeScript(['bench/stub-upstream.mjs'])
+  // --stamp: JSON answers say when the stub had the whole request, which splits each path's added latency in two.
+  const stub = await startNodeScript(['bench/stub-upstream.mjs', '--stamp'])
   const upstream = `http://127.0.0.1:${stub.match[1]}`
   const local = (port: string | undefined) => `http://127.0.0.1:${port}`
   const floor = await startNodeScript(['bench/peers/node-floor.mjs', upstream, '1'])
@@ -90,7 +93,7 @@ async function main(): Promise<void> {
   const stepsHead = `${pad('÷ below p50', 15)}${pad('Δ p50', 12)}${pad('÷ below p99', 15)}`
   for (const stream of [false, true]) {
     const row = `h1 / ${stream ? 'SSE' : 'JSON'}`
-    const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url)])
+    const senders = paths.map((p): [string, Sender] => [p.name, h1Sender(p.url, !stream)])
     const turns: Record<string, Sample[]> = {}
     // CPU time over the measured slots, at the row's open-loop rate: each request then comes to
     // an idle proxy, as in production at this rate, where the closed loop below keeps it busy.
@@ -133,6 +136,18 @@ async function main(): Promise<void> {
           `${pad(name === 'node-floor' ? '—' : shown(vsFloor('p50'), ROUNDS, times), 18)}${pad(name === 'node-floor' ? '—' : shown(vsFloor('p99'), ROUNDS, times), 14)}` +
           `${pad(s50 ? shown(s50, ROUNDS, times) : '—', 15)}${pad(delta === undefined ? '—' : us(delta), 12)}${pad(s99 ? shown(s99, ROUNDS, times) : '—', 15)}${errors}`,
       )
+    }
+    if (!stream) {
+      // The two legs' p50s need not add up to the TTFB's; each is read against direct's and node-floor's as the TTFB is.
+      const leg = (name: string, r: number, which: 'there' | 'back') => turns[name]![r]![which].getValueAtPercentile(50) - turns.direct![r]![which].getValueAtPercentile(50)
+      const legs = (which: 'there' | 'back') =>
+        LADDER.map((name) => {
+          const a = median(rounds.map((r) => leg(name, r, which)))!
+          const x = middle(rounds.map((r) => ratio(leg(name, r, which), leg('node-floor', r, which))))
+          return `${name} ${us(a)}${name === 'node-floor' ? '' : ` (${shown(x, ROUNDS, times)})`}`
+        }).join(', ')
+      console.log(`where it is added, p50 over direct's (× node-floor): the request's way to the stub (send → the stub has it all): ${legs('there')}`)
+      console.log(`  the answer's way back (the stub's stamp → the first byte): ${legs('back')}`)
     }
     const cpuAt = (name: string) => (open[name] && open[name].requests > 0 ? (open[name].ms * 1000) / open[name].requests : undefined)
     if (cpuAt('node-floor') !== undefined) {

@@ -1,6 +1,9 @@
 // A fast OpenAI-shaped upstream for bench/proxy.bench.ts: answers at once, no model behind
 // it, so what the benchmark measures is the proxy. Streaming requests get 8 SSE chunks.
-// Usage: node bench/stub-upstream.mjs [--h2c]; prints "listening <port>".
+// --stamp: a JSON answer also says when the stub had the whole request ("received", process.hrtime
+// in ns, one clock for every process on the machine), so that a client can split a proxy's
+// latency into the request's way there and the answer's way back (bench:ladder).
+// Usage: node bench/stub-upstream.mjs [--h2c] [--stamp]; prints "listening <port>".
 import http from 'node:http'
 import http2 from 'node:http2'
 
@@ -13,6 +16,8 @@ const answer = JSON.stringify({
   usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
 })
 const chunk = (i) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: `t${i}` } }] })}\n\n`
+
+const stamp = process.argv.includes('--stamp')
 
 // --h2c: HTTP/2 with prior knowledge, the baseline for the benchmark's h2c rows.
 const handler = (req, res) => {
@@ -29,8 +34,9 @@ const handler = (req, res) => {
   })
   req.on('end', () => {
     if (!stream) {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) })
-      res.end(answer)
+      const a = stamp ? `${answer.slice(0, -1)},"received":"${process.hrtime.bigint()}"}` : answer
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(a) })
+      res.end(a)
       return
     }
     res.writeHead(200, { 'content-type': 'text/event-stream' })
