@@ -370,13 +370,15 @@ class Proxying implements ForwardRequest {
     this.fwdSpan = fwdSpan
     this.retrying = attempt > 0
     if (this.retrying) this.core.traffic.retrying++
-    // The request id is always sent back; the debug headers only on request.
+    // The request id is always sent back; the debug headers only on request. The usual answers'
+    // names are spelled out (REQUEST_ID_HEADER, VARIANT_HEADER): until its code is optimised, a
+    // literal with a computed key is a runtime call.
     const id = this.requestId
     this.responseHeaders = this.core.config.debugHeaders
       ? { [REQUEST_ID_HEADER]: id, 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt), ...(this.out.sagemaker && { [VARIANT_HEADER]: VARIANT }) }
       : this.out.sagemaker
-        ? { [REQUEST_ID_HEADER]: id, [VARIANT_HEADER]: VARIANT }
-        : { [REQUEST_ID_HEADER]: id }
+        ? { 'x-request-id': id, 'x-amzn-invoked-production-variant': VARIANT }
+        : { 'x-request-id': id }
     this.sentAt = performance.now()
   }
 
