@@ -167,9 +167,9 @@ export function startNodeScript(args: string[], env?: NodeJS.ProcessEnv): Promis
   return kept(startProcess(process.execPath, args, /listening (\d+)/, 'stdout', { cwd: root, ...(env && { env: { ...process.env, ...env } }) }))
 }
 
-/** `prefix-router serve` from dist/ in front of `upstream`, ready once it prints its URL (match[1]). */
-export function startServe(upstream: string, workers: number): Promise<Started> {
-  const args = ['--initial-old-space-size=128', 'dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn']
+/** `prefix-router serve` from dist/ in front of `upstream`, ready once it prints its URL (match[1]); `nodeFlags` go to node before the bin's own. */
+export function startServe(upstream: string, workers: number, nodeFlags: string[] = []): Promise<Started> {
+  const args = [...nodeFlags, '--initial-old-space-size=128', 'dist/cli.js', 'serve', '--upstream', upstream, '--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'warn']
   if (workers > 1) args.push('--workers', String(workers))
   return kept(startProcess(process.execPath, args, /on (http:\/\/[\d.:]+) \(admin/, 'stderr', { cwd: root }))
 }
