@@ -11,8 +11,11 @@
 // ROUNDS turns of open-loop load in quarter-second slots in rotation while a `perf record` for
 // each samples it. The stub runs without perf. Sampling costs each process a little; the three
 // pay alike.
-// Run: npm run bench:perf   (RATE=1000 DURATION_S=10 ROUNDS=5 FREQ=2000 TOP=20; needs perf:
-// apt-get install -y linux-perf, and perf_event_paranoid ≤ 2 or root)
+// CALLERS=symbol records call chains as well and prints, for each proxy, the compiled functions
+// that the samples in that symbol were taken under (the first JavaScript frame above it), e.g.
+// CALLERS=Builtins_LoadIC_Megamorphic.
+// Run: npm run bench:perf   (RATE=1000 DURATION_S=10 ROUNDS=5 FREQ=2000 TOP=20 CALLERS=; needs
+// perf: apt-get install -y linux-perf, and perf_event_paranoid ≤ 2 or root)
 import { execFileSync, spawn } from 'node:child_process'
 import { rmSync } from 'node:fs'
 import { h1Sender, machine, openLoop, rotate, sample, startNodeScript, startServe, stopStarted, type Sender } from './harness.js'
@@ -22,6 +25,7 @@ const DURATION_S = Number(process.env.DURATION_S ?? 10)
 const ROUNDS = Number(process.env.ROUNDS ?? 5)
 const FREQ = Number(process.env.FREQ ?? 2000)
 const TOP = Number(process.env.TOP ?? 20)
+const CALLERS = process.env.CALLERS || undefined
 for (const [name, v] of Object.entries({ RATE, DURATION_S, ROUNDS, FREQ, TOP })) {
   if (!(v > 0) || !Number.isFinite(v)) throw new Error(`${name} must be a positive number, not ${JSON.stringify(process.env[name])}`)
 }
@@ -75,6 +79,20 @@ function report(data: string): Profile {
   return { ns, byPart, bySymbol }
 }
 
+/** For the samples whose innermost frame is `symbol`: how many were under each first JIT frame above it. */
+function callersOf(data: string, symbol: string): Map<string, number> {
+  const script = execFileSync('perf', ['script', '-i', data, '-F', 'ip,sym'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'ignore'] })
+  const counts = new Map<string, number>()
+  for (const sample of script.split(/\n\s*\n/)) {
+    const frames = sample.trim().split('\n').map((l) => l.trim().replace(/^[0-9a-f]+\s+/, ''))
+    if (!frames[0]?.startsWith(symbol)) continue
+    const caller = frames.slice(1).find((f) => f.startsWith('JS:')) ?? '(no compiled caller)'
+    const name = caller.replace(/\+0x[0-9a-f]+$/, '')
+    counts.set(name, (counts.get(name) ?? 0) + 1)
+  }
+  return counts
+}
+
 async function main(): Promise<void> {
   const version = perfVersion()
   if (version === undefined) {
@@ -100,7 +118,7 @@ async function main(): Promise<void> {
   for (const [, s] of senders) await openLoop(s, false, RATE, DURATION_S / ROUNDS, sample())
   // One recording per process (perf report's totals are a recording's, whichever pid it shows).
   const data = (name: string) => `/tmp/prefix-router-perf-${process.pid}-${name}.data`
-  const recs = proxies.map((p) => spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(FREQ), '-p', String(p.pid), '-o', data(p.name)], { stdio: 'ignore' }))
+  const recs = proxies.map((p) => spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(FREQ), ...(CALLERS ? ['-g'] : []), '-p', String(p.pid), '-o', data(p.name)], { stdio: 'ignore' }))
   // perf opens its counters before it starts sampling; what it misses of the first slot only thins that slot.
   await new Promise((r) => setTimeout(r, 500))
   const sent = new Map<string, number>()
@@ -134,6 +152,14 @@ async function main(): Promise<void> {
   for (const s of ranked.slice(0, TOP)) {
     const l = short(s)
     console.log(row(l.length > W - 1 ? `${l.slice(0, W - 2)}…` : l, (n) => sym(n, s)))
+  }
+  if (CALLERS) {
+    for (const p of proxies) {
+      const callers = callersOf(data(p.name), CALLERS)
+      const total = [...callers.values()].reduce((a, b) => a + b, 0)
+      console.log(`\n${p.name}: where its ${total} samples in ${CALLERS} were taken (the first compiled function above it)`)
+      for (const [fn, n] of [...callers].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`  ${String(n).padStart(5)}  ${short(fn)}`)
+    }
   }
   console.log('\n(JIT code is named by V8\'s perf map: `*` optimised, `^` baseline, `~` interpreted; a map entry can outlive its code, so a JIT name is a hint)')
 
