@@ -41,6 +41,7 @@ function perfVersion(): string | undefined {
 /** What a shared object's samples are counted as. */
 function part(dso: string): string {
   if (dso.startsWith('[kernel')) return 'kernel'
+  // `[JIT] tid <pid>`, or `perf-<pid>.map` in older perf.
   if (dso.startsWith('[JIT]') || dso.startsWith('perf-')) return 'JavaScript (JIT)'
   if (dso === 'node') return 'node (V8, Node, libuv)'
   if (dso.startsWith('libc.')) return 'libc'
@@ -67,7 +68,7 @@ function report(data: string): Profile {
   const ns = Number(/Event count \(approx\.\): (\d+)/.exec(byDso)?.[1] ?? 0)
   const byPart = new Map<string, number>()
   for (const m of byDso.matchAll(/^\s+([\d.]+)%\s+(\S.*?)\s*$/gm)) {
-    const p = part(m[2]!.replace(/^\[JIT\].*/, '[JIT]'))
+    const p = part(m[2]!)
     byPart.set(p, (byPart.get(p) ?? 0) + (Number(m[1]) / 100) * ns)
   }
   const bySymbol = new Map<string, number>()
