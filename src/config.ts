@@ -9,6 +9,7 @@ import { didYouMean } from './suggest.js'
 import { upstreamUrlProblem } from './upstream-url.js'
 import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
 import { PrefixRouterError } from './core/errors.js'
+import { InstanceKvEventsSchema, KvEventsSchema } from './fleet/events/config.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -69,7 +70,7 @@ const upstreamUrl = z.string().superRefine((s, ctx) => {
 })
 
 export const Instance = z.union([
-  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined })),
+  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined, kvEvents: undefined })),
   z
     .object({
       url: upstreamUrl,
@@ -78,6 +79,8 @@ export const Instance = z.union([
       models: z.array(z.string().min(1)).default([]),
       /** longest_prefix: blocks remembered for this instance (default: from its KV capacity, else routing.indexBlocks). */
       indexBlocks: int(1, LIMITS.indexBlocks.max).optional(),
+      /** Where this instance publishes KV events, when the endpoint's port rule does not fit it. */
+      kvEvents: InstanceKvEventsSchema.optional(),
     })
     .strict(),
 ])
@@ -89,9 +92,24 @@ const Endpoint = z
     /** Where more instances come from (files, DNS, Kubernetes), merged with `instances`. */
     discovery: z.array(DiscoverySourceSchema).optional(),
     routing: RoutingOverride.default({}),
+    /** This endpoint's KV-event publishers (replaces the top-level kvEvents for it). */
+    kvEvents: KvEventsSchema.optional(),
   })
   .strict()
   .refine((ep) => ep.instances.length > 0 || (ep.discovery?.length ?? 0) > 0, { message: 'must list at least one instance, or discovery sources', path: ['instances'] })
+
+const Tokenizer = z
+  .object({
+    /** remote: the instance's POST /tokenize; local: a tokenizer.json loaded here; bytes, o200k: the simulator's own. */
+    mode: z.enum(['remote', 'local', 'bytes', 'o200k']),
+    /** local: a directory with tokenizer.json and tokenizer_config.json (its chat_template), or a tokenizer.json file. */
+    path: z.string().min(1).optional(),
+    /** remote: longest wait for /tokenize; then the request is routed on the approximate view. */
+    timeoutMs: int(1, 60_000).default(100),
+  })
+  .strict()
+  .refine((t) => t.mode !== 'local' || t.path !== undefined, { message: 'local needs path: the directory holding tokenizer.json and tokenizer_config.json', path: ['path'] })
+  .refine((t) => t.mode === 'local' || t.path === undefined, { message: 'path is for mode local only', path: ['path'] })
 
 const Listen = (port: number, host: string) =>
   z.object({ host: z.string().min(1).default(host), port: int(0, 65535).default(port) }).strict()
@@ -195,6 +213,10 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** The instances' KV-cache events (vLLM's ZeroMQ publisher): the exact cache view. */
+    kvEvents: KvEventsSchema.optional(),
+    /** How a request's token ids are had for the exact view. */
+    tokenizer: Tokenizer.optional(),
     debugHeaders: z.boolean().default(false),
     workers: workers.default(1),
     log: z
