@@ -35,6 +35,14 @@ step "routing-key unit tests (address,undefined): $OUT/unit_key"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
 "$OUT/unit_key"
 
+step "exact index unit tests (address,undefined): $OUT/unit_exact"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact"
+"$OUT/unit_exact"
+
+step "exact index unit tests (thread): $OUT/unit_exact_tsan"
+"$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact_tsan"
+"$OUT/unit_exact_tsan" | tail -n 1
+
 step "unit tests (thread): $OUT/unit_tsan"
 "$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit.cc "${CORE[@]}" -o "$OUT/unit_tsan"
 "$OUT/unit_tsan" | tail -n 1
