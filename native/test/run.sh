@@ -89,4 +89,9 @@ printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
 
+# Exact-index programs: 4 bytes an operation (store, remove, clear, pending, match).
+seed_corpus "$OUT/corpus/fuzz_exact"
+for i in $(seq 1 16); do head -c $((16 * i)) /dev/urandom > "$OUT/corpus/fuzz_exact/prog-$i"; done
+fuzz fuzz_exact 1024
+
 step "native tests passed"
