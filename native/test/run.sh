@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUT=native/test/out
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 CXX=${CXX:-clang++}
-CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/strategy/*.cc native/key/*.cc)
+CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/exact_index.cc native/strategy/*.cc native/key/*.cc)
 FLAGS=(-std=c++17 -O1 -g -Wall -Wextra -pthread -fno-sanitize-recover=all)
 HINT="install the toolchain with: apt-get install -y clang libclang-rt-14-dev libxxhash-dev xxhash
 (clang for clang++, libclang-rt-14-dev for the sanitizer and libFuzzer runtimes on Debian 12,
@@ -34,6 +34,14 @@ step "unit tests (address,undefined): $OUT/unit"
 step "routing-key unit tests (address,undefined): $OUT/unit_key"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
 "$OUT/unit_key"
+
+step "exact index unit tests (address,undefined): $OUT/unit_exact"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact"
+"$OUT/unit_exact"
+
+step "exact index unit tests (thread): $OUT/unit_exact_tsan"
+"$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact_tsan"
+"$OUT/unit_exact_tsan" | tail -n 1
 
 step "unit tests (thread): $OUT/unit_tsan"
 "$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit.cc "${CORE[@]}" -o "$OUT/unit_tsan"
@@ -80,5 +88,10 @@ printf '\x22{"messages":[{"role":"user","content":[{"type":"text","text":"look"}
 printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3, "n": -0}' > "$OUT/corpus/fuzz_key/completions"
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
+
+# Exact-index programs: 4 bytes an operation (store, remove, clear, pending, match).
+seed_corpus "$OUT/corpus/fuzz_exact"
+for i in $(seq 1 16); do head -c $((16 * i)) /dev/urandom > "$OUT/corpus/fuzz_exact/prog-$i"; done
+fuzz fuzz_exact 1024
 
 step "native tests passed"
