@@ -290,6 +290,7 @@ function kvState(p: KvEventPublisher): object {
     dropped: p.dropped,
     replays: p.replays,
     errors: p.errors,
+    subscribers: p.subscribers,
   }
 }
 

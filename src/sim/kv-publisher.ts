@@ -3,10 +3,14 @@
 // optionally a ROUTER socket answering replay requests from the last `bufferSteps` batches.
 // Sequence numbers start at 0 with the process: restart() is a new engine process.
 //
+// The PUB socket is ZeroMQ's XPUB (a PUB that also reads its peers' subscriptions), so the
+// sim can tell how many subscribers it has: a test waits for one before publishing, since
+// PUB drops whatever it sends before a subscription has arrived.
+//
 // Faults, for the router's recovery paths: a share of batches is not sent live (their
 // sequence number is used up, so a subscriber sees a gap; they stay in the replay buffer,
 // as a batch lost on the network would), and batches can be held back N ms (in order).
-import { Publisher, Router } from 'zeromq'
+import { Router, XPublisher } from 'zeromq'
 import { encodeBatch } from '../fleet/events/codec.js'
 import { endpointPort, readSeq, seqFrame, tcpEndpoint } from '../fleet/events/frames.js'
 import type { KvEvent, KvEventEncoding } from '../fleet/events/types.js'
@@ -52,6 +56,8 @@ export class KvEventPublisher {
   /** Sends that failed (the socket's error is kept in lastError); the publisher carries on. */
   errors = 0
   lastError: Error | null = null
+  /** Subscriptions received minus unsubscriptions: roughly, subscribers connected. */
+  subscribers = 0
   private seq = 0
   /** The replay buffer: entries from bufferHead on (a moving head, so trimming is O(1)). */
   private buffer: { seq: number; payload: Uint8Array }[] = []
@@ -69,7 +75,7 @@ export class KvEventPublisher {
   private readonly topicFrame: Buffer
 
   private constructor(
-    private readonly pub: Publisher,
+    private readonly pub: XPublisher,
     private readonly router: Router | null,
     readonly endpoint: string,
     readonly replayEndpoint: string | null,
@@ -83,6 +89,7 @@ export class KvEventPublisher {
     this.faultCfg = { ...NO_KV_FAULTS, ...o.faults }
     this.rng = this.faultCfg.seed >>> 0
     if (router !== null) void this.serveReplays(router)
+    void this.watchSubscriptions(pub)
   }
 
   /** Binds the sockets (vLLM binds; subscribers connect). */
@@ -93,7 +100,8 @@ export class KvEventPublisher {
     if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`bufferSteps must be a positive integer; got ${steps}`)
     checkFaults(o.faults ?? {})
     const ipv6 = o.host.includes(':')
-    const pub = new Publisher({ linger: 0, sendHighWaterMark: 100_000, ipv6 })
+    const pub = new XPublisher({ linger: 0, sendHighWaterMark: 100_000, ipv6 })
+    pub.verbosity = 'allSubsUnsubs' // every subscriber's (un)subscription, not only the first of a topic
     let router: Router | null = null
     try {
       await pub.bind(tcpEndpoint(o.host, o.port === 0 ? '*' : o.port))
@@ -227,6 +235,19 @@ export class KvEventPublisher {
     if (this.closed) return
     this.errors++
     this.lastError = err instanceof Error ? err : new Error(String(err))
+  }
+
+  // A subscription message is one frame: 1 (subscribe) or 0 (unsubscribe), then the topic.
+  private async watchSubscriptions(pub: XPublisher): Promise<void> {
+    try {
+      for await (const [frame] of pub) {
+        if (frame === undefined || frame.length === 0) continue
+        if (frame[0] === 1) this.subscribers++
+        else if (frame[0] === 0 && this.subscribers > 0) this.subscribers--
+      }
+    } catch (err) {
+      this.failed(err)
+    }
   }
 
   // mulberry32, as the request faults draw.
