@@ -1,7 +1,8 @@
 // The simulator's public surface: live workers (startSimFleet, SimWorker) and the
 // virtual-time engine (VirtualFleet, or SimEngine on a clock of your own).
 export { startSimFleet, type SimFleet, type SimFleetOptions } from './fleet.js'
-export { SimWorker, type SimWorkerOptions } from './http-worker.js'
+export { SimWorker, type SimWorkerOptions, type SimKvEventsOptions } from './http-worker.js'
+export type { KvEventPublisher, KvEventPublisherOptions, KvPublishFaults } from './kv-publisher.js'
 export {
   VirtualFleet,
   type VirtualFleetOptions,
@@ -9,7 +10,8 @@ export {
   type VirtualResult,
   type SubmitOptions,
 } from './virtual-fleet.js'
-export { SimEngine, engineConfig, type EngineConfig } from './engine.js'
+export { SimEngine, engineConfig, type EngineConfig, type KvEventListener } from './engine.js'
+export { KvEventLog } from './kv-event-log.js'
 export { RealClock, VirtualClock, type Clock, type TimerHandle } from './clock.js'
 export { KvCache } from './kv-cache.js'
 export { LatencyModel, type LatencyParams } from './latency-model.js'
@@ -19,6 +21,6 @@ export { NO_FAULTS, parseFaults, type FaultConfig } from './faults.js'
 export { renderMetrics } from './metrics.js'
 export { renderChat, type ChatMessage } from './chat-template.js'
 export { cacheSeed, hashBlocks, blockKey, preparePrompt, type PreparedPrompt } from './block-hash.js'
-export { BYTES_PER_TOKEN, tokenCount, fillerText } from './tokenizer.js'
+export { BYTES_PER_TOKEN, tokenCount, tokenIdsOf, encodeTokenIds, fillerText } from './tokenizer.js'
 export { TOKENIZERS, DEFAULT_TOKENIZER, getTokenizer, type Tokenizer, type TokenizerName } from './tokenizers/index.js'
 export { Sequence, type SeqListener, type EngineRequest, type FinishReason } from './sequence.js'
