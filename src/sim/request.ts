@@ -29,9 +29,20 @@ export interface PromptSource {
  * `tokenizer`, token ids one token each whatever the tokenizer.
  */
 export function preparePromptSource(src: PromptSource, tokenizer: Tokenizer, blockSize: number, seed: bigint): PreparedPrompt {
-  if (src.messages !== undefined) return tokenizer.prepareText(renderChat(src.messages, src.addGenerationPrompt ?? true), blockSize, seed)
-  if (src.tokenIds !== undefined) return preparePrompt(encodeTokenIds(src.tokenIds), blockSize, seed)
-  return tokenizer.prepareText(src.text ?? '', blockSize, seed)
+  const text = promptText(src)
+  if (text === undefined) return preparePrompt(encodeTokenIds(src.tokenIds!), blockSize, seed)
+  return tokenizer.prepareText(text, blockSize, seed)
+}
+
+/**
+ * The text a prompt is tokenized from: a chat's rendered template or the completion's
+ * text; undefined for token ids, which are the tokens themselves. /tokenize renders through
+ * here too, so it answers the tokens the engine prefills.
+ */
+export function promptText(src: PromptSource): string | undefined {
+  if (src.messages !== undefined) return renderChat(src.messages, src.addGenerationPrompt ?? true)
+  if (src.tokenIds !== undefined) return undefined
+  return src.text ?? ''
 }
 
 /**
