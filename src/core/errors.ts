@@ -123,3 +123,16 @@ export function describe(v: unknown): string {
   if (Array.isArray(v)) return `an array of length ${v.length}`
   return `an instance of ${(v as object).constructor?.name ?? 'Object'}`
 }
+
+/**
+ * A local tokenizer that cannot be loaded: `details.file` names the file (tokenizer.json,
+ * tokenizer_config.json, chat_template.jinja) and the message says what is wrong with it.
+ */
+export class TokenizerLoadError extends PrefixRouterError {
+  declare readonly code: 'TOKENIZER_LOAD'
+  declare readonly details: Readonly<{ file: string }>
+  constructor(file: string, problem: string, options: { cause?: unknown } = {}) {
+    super('TOKENIZER_LOAD', `${file}: ${problem}`, { details: { file }, ...options })
+    this.name = 'TokenizerLoadError'
+  }
+}

@@ -16,6 +16,7 @@ import { ModelRegistry } from './models.js'
 import { embeddingsAnswer } from './embeddings.js'
 import { ApiError } from './openai-shapes.js'
 import { responsesAnswer } from './responses.js'
+import { detokenizeAnswer, tokenizeAnswer } from './tokenize-route.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
 import type { KvEventEncoding } from '../fleet/events/types.js'
 import type { KvEventPublisher, KvPublishFaults } from './kv-publisher.js'
@@ -212,6 +213,12 @@ export class SimWorker {
         case '/v1/responses':
           allow(method, 'POST')
           return sendJson(res, 200, responsesAnswer(parseJson(await readBody(req)), this.models))
+        case '/tokenize':
+        case '/detokenize': {
+          allow(method, 'POST')
+          const answer = path === '/tokenize' ? tokenizeAnswer : detokenizeAnswer
+          return sendJson(res, 200, answer(parseJson(await readBody(req)), this.models, this.opts.sim))
+        }
         case '/version':
           allow(method, 'GET')
           return sendJson(res, 200, { version: 'prefix-router-sim' })

@@ -36,11 +36,20 @@ export function preparePromptSource(
   seed: bigint,
   withTokens = false,
 ): PreparedPrompt {
-  if (src.messages !== undefined) {
-    return tokenizer.prepareText(renderChat(src.messages, src.addGenerationPrompt ?? true), blockSize, seed, withTokens)
-  }
-  if (src.tokenIds !== undefined) return preparePrompt(encodeTokenIds(src.tokenIds), blockSize, seed, withTokens)
-  return tokenizer.prepareText(src.text ?? '', blockSize, seed, withTokens)
+  const text = promptText(src)
+  if (text === undefined) return preparePrompt(encodeTokenIds(src.tokenIds!), blockSize, seed, withTokens)
+  return tokenizer.prepareText(text, blockSize, seed, withTokens)
+}
+
+/**
+ * The text a prompt is tokenized from: a chat's rendered template or the completion's
+ * text; undefined for token ids, which are the tokens themselves. /tokenize renders through
+ * here too, so it answers the tokens the engine prefills.
+ */
+export function promptText(src: PromptSource): string | undefined {
+  if (src.messages !== undefined) return renderChat(src.messages, src.addGenerationPrompt ?? true)
+  if (src.tokenIds !== undefined) return undefined
+  return src.text ?? ''
 }
 
 /**

@@ -15,11 +15,13 @@ import { SegmentCache } from './segment-cache.js'
 type O200k = typeof import('gpt-tokenizer/encoding/o200k_base')
 
 let cache: SegmentCache | undefined
+let decodeIds: O200k['decode'] | undefined
 
 /** The o200k segment cache, loading the encoding on first use. */
 export function o200kCache(): SegmentCache {
   if (cache === undefined) {
-    const { encode } = createRequire(import.meta.url)('gpt-tokenizer/encoding/o200k_base') as O200k
+    const { encode, decode } = createRequire(import.meta.url)('gpt-tokenizer/encoding/o200k_base') as O200k
+    decodeIds = decode
     // Special-token strings in a prompt ("<|endoftext|>", the template's "<|im_start|>")
     // are ordinary text, as they are in the rendered template: by default gpt-tokenizer
     // throws on them, and a worker must not fail a request for its content.
@@ -27,6 +29,12 @@ export function o200kCache(): SegmentCache {
     cache = new SegmentCache((text) => encode(text, plain))
   }
   return cache
+}
+
+/** The text of o200k ids (for /detokenize); throws on an id outside the vocabulary. */
+export function o200kDecode(ids: readonly number[]): string {
+  o200kCache()
+  return decodeIds!(ids)
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1

@@ -1,0 +1,71 @@
+// The simulator's own tokenizers, so that a router runs the exact view against simulated
+// workers with no model files: `bytes` (4 UTF-8 bytes a token) and `o200k` (gpt-tokenizer's
+// BPE). Chats are validated and rendered by the simulator's own code (its ChatML template,
+// tool calls, multi-part content) and encoded by the same function as its /tokenize, so the
+// ids are the ones its engine prefills. The simulator renders no tool definitions, so
+// `tools` changes nothing here either.
+//
+// Caching: `bytes` needs none (its ids are the text's bytes, one copy); `o200k` goes through
+// the simulator's segment cache, which cuts a prompt where its BPE cannot join across and
+// keeps each segment's ids, so a resent history is not re-encoded.
+import { ApiError, parseChatRequest } from '../sim/openai-shapes.js'
+import { promptTokenIds, textTokenIds } from '../sim/prompt-tokens.js'
+import { o200kCache } from '../sim/tokenizers/o200k.js'
+import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
+
+export type BuiltinName = 'bytes' | 'o200k'
+
+export function builtinTokenizer(name: BuiltinName): RequestTokenizer {
+  if (name !== 'bytes' && name !== 'o200k') throw new TypeError(`builtin must be 'bytes' or 'o200k'; got ${JSON.stringify(name)}`)
+  if (name === 'o200k') o200kCache() // load the ranks now, not on the first request
+  return new Builtin(name)
+}
+
+class Builtin implements RequestTokenizer {
+  readonly mode = 'local'
+  private readonly counters = new Counters()
+  private closed = false
+
+  constructor(private readonly name: BuiltinName) {}
+
+  async tokens(input: TokenizeInput): Promise<Uint32Array | undefined> {
+    checkInput(input)
+    const c = this.counters
+    c.requests++
+    if (this.closed) return c.fail('the tokenizer is closed')
+    if (input.kind === 'completion' && Array.isArray(input.prompt)) {
+      const ids = idsOf(input.prompt)
+      return typeof ids === 'string' ? c.fail(ids) : ids
+    }
+    const cache = this.name === 'o200k' ? o200kCache() : undefined
+    const hits = cache?.hits ?? 0
+    const misses = cache?.misses ?? 0
+    let ids: Uint32Array
+    try {
+      if (input.kind === 'completion') ids = textTokenIds(input.prompt as string, this.name)
+      else {
+        const chat = parseChatRequest({ messages: input.messages, add_generation_prompt: input.addGenerationPrompt ?? true })
+        ids = promptTokenIds(chat, this.name)
+      }
+    } catch (err) {
+      if (err instanceof ApiError) return c.fail(err.message)
+      throw err
+    }
+    // The segment cache is the simulator's, shared in-process; encoding is synchronous, so
+    // the change across this call is this call's.
+    if (cache !== undefined) {
+      c.cacheHits += cache.hits - hits
+      c.cacheMisses += cache.misses - misses
+    }
+    return ids
+  }
+
+  stats(): TokenizerStats {
+    const cache = this.name === 'o200k' ? o200kCache() : undefined
+    return this.counters.snapshot(0, cache === undefined ? 0 : cache.tokens * 4)
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+  }
+}
