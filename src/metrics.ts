@@ -3,6 +3,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import { BoundCounter, BoundHistogram } from './bound-metrics.js'
 import type { Endpoint } from './fleet/endpoint.js'
+import { registerKvEventMetrics } from './fleet/events/metrics.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()
@@ -14,6 +15,7 @@ export class ProxyMetrics {
   readonly overflow: Counter<'instance'>
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
+  readonly tokenize: BoundHistogram<'result'>
 
   /**
    * `fleet`: whether this process reports the fleet's gauges (instance health, ejection,
@@ -77,6 +79,14 @@ export class ProxyMetrics {
       labelNames: ['instance', 'reason'],
       registers,
     })
+    this.tokenize = new BoundHistogram({
+      name: 'prefix_router_tokenize_seconds',
+      help: "The exact view: time to have a request's token ids before its pick, by result (ok; fallback: not tokenizable, failed or late, routed on the approximate view).",
+      labelNames: ['result'],
+      buckets: [1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25],
+      registers,
+    })
+    registerKvEventMetrics(endpoints, registers)
     new Gauge({
       name: 'prefix_router_front_connections',
       help: 'Client connections open on the front port (limits.maxConnections caps them).',

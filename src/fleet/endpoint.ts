@@ -12,6 +12,9 @@ import type { Transition } from './health.js'
 import { Instance } from './instance.js'
 import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
+import { ExactView } from './events/exact-view.js'
+import type { RequestTokenizer } from '../tokens/index.js'
+import type { ExactTokens } from '../proxy/exact-tokens.js'
 
 export interface EndpointEvents {
   log?: Logger
@@ -22,6 +25,8 @@ export interface EndpointEvents {
   onSync?(ep: Endpoint): void
   /** The fleet is watched by another process (a cluster primary): see RemoteFleet. */
   remote?: RemoteFleet
+  /** How requests get their token ids for the exact view (with kvEvents). */
+  tokenizer?: RequestTokenizer
 }
 
 /**
@@ -79,6 +84,10 @@ export class Endpoint {
   // model's group (or why there is none).
   #healthy: readonly Instance[] | undefined
   #groups = new Map<string, RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
+  /** The exact cache view (kvEvents configured): the instances' own KV-cache events. */
+  readonly exact: ExactView | undefined
+  /** Next instance asked for a remote tokenization, in rotation. */
+  #tokenizeNext = 0
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -94,7 +103,40 @@ export class Endpoint {
     const members = this.#members()
     const options = { ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
     this.router = events.router?.(ep.name, options) ?? new Router(options)
+    const kv = ep.kvEvents ?? config.kvEvents
+    if (kv !== undefined) {
+      if (this.routing.strategy !== 'longest_prefix') this.#log.warn({ strategy: this.routing.strategy }, 'kvEvents: only longest_prefix routes by the exact view; the events are read for /admin/instances and /admin/route only')
+      const router = this.router
+      this.exact = new ExactView({ name: ep.name, router, blockSize: () => router.params.exactBlockSize }, kv, this.#log)
+    }
     events.remote?.attached(this)
+    this.#syncExact()
+  }
+
+  /** The tokenizer, when this endpoint routes by the exact view. */
+  get tokenizer(): RequestTokenizer | undefined {
+    return this.exact === undefined || this.routing.strategy !== 'longest_prefix' ? undefined : this.#events.tokenizer
+  }
+
+  /** The instance to ask for a remote tokenization of a request for `model`: healthy ones serving it, in turn. */
+  tokenizeTarget(model: string | undefined): string | undefined {
+    const h = this.healthy().filter((i) => model === undefined || !i.knowsModels() || i.serves(model))
+    if (h.length === 0) return undefined
+    return h[this.#tokenizeNext++ % h.length]!.id
+  }
+
+  /** Whether `model` is a LoRA adapter here (its blocks are keyed by its name). */
+  isAdapter(model: string | undefined): boolean {
+    if (model === undefined) return false
+    for (const i of this.instances.values()) if (i.parents.get(model) !== undefined) return true
+    return false
+  }
+
+  /** The exact view follows the instances in rotation: one that leaves drops its view, one that comes back starts over. */
+  #syncExact(): void {
+    if (this.exact === undefined) return
+    const wanted = this.#wanted()
+    this.exact.sync(this.healthy().map((i) => ({ id: i.id, url: i.id, kvEvents: wanted.get(i.id)?.kvEvents })))
   }
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
@@ -223,12 +265,13 @@ export class Endpoint {
     this.#healthy = undefined
     this.#groups.clear()
     this.#events.onSync?.(this)
-    if (this.#events.remote) return
+    if (this.#events.remote) return this.#syncExact()
     const members = this.#members()
     const key = JSON.stringify(members)
     if (key === this.#membership || members.length === 0) return
     this.#membership = key
     this.router.setInstances(members, this.routing.vnodes)
+    this.#syncExact()
   }
 
   /** Traffic proved the instance unreachable: out of rotation now, back when probes pass. */
@@ -288,7 +331,7 @@ export class Endpoint {
   }
 
   /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
-  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[]): Pick {
+  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens): Pick {
     if (this.healthy().length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: RouterGroup | undefined
     if (model !== undefined) {
@@ -298,7 +341,7 @@ export class Endpoint {
       group = g
     }
     try {
-      const lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, avoid)
+      const lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, avoid, exact)
       const instance = this.instances.get(lease.instance)
       if (instance === undefined) {
         // Membership and the map are updated together on this thread; this is a backstop.
@@ -376,6 +419,7 @@ export class Endpoint {
     this.stopProbes()
     for (const t of this.#returns) clearTimeout(t)
     this.#returns.clear()
+    await this.exact?.close()
     await Promise.all([...this.instances.values(), ...this.#joining.values(), ...this.#retiring].map((i) => i.close()))
     this.router.close()
   }

@@ -5,6 +5,7 @@ import { ConfigError, type Config } from '../config.js'
 import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
 import type { ProxyServer } from './proxy.js'
 import { h1Options } from './server.js'
+import { adminRoute } from './admin-route.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -43,6 +44,8 @@ export function instancesReport(p: ProxyServer) {
         kvCacheBlocks: i.kvCacheBlocks ?? null,
         indexBlocks: ep.routing.strategy === 'longest_prefix' ? (i.indexCapacity(ep.routing.blockSize) ?? ep.routing.indexBlocks) : null,
         lastError: i.lastError ?? null,
+        // The exact view: the instance's event stream and the blocks it reports holding.
+        kvEvents: ep.exact?.status(i.id) ?? null,
       })),
     }
   })
@@ -58,6 +61,9 @@ export async function listenAdmin(p: ProxyServer, at: Config['admin'], exclusive
         res.end(text)
       } else if (req.method === 'GET' && path === '/admin/instances') {
         json(res, 200, { endpoints: instancesReport(p) })
+      } else if (req.method === 'POST' && path === '/admin/route') {
+        const r = await adminRoute(p, req)
+        json(res, r.status, r.body)
       } else if (req.method === 'POST' && path === '/admin/reload') {
         try {
           json(res, 200, p.reload())

@@ -1,6 +1,8 @@
 // One front request, start to end: route, routing key, pick, forward, release. The lease
 // is released in `finally`, so success, upstream error, client abort and timeout all
 // return the in-flight count to where it was.
+import { exactTokens, type ExactTokens } from './exact-tokens.js'
+import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
@@ -272,7 +274,7 @@ function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'ope
     k = requestKey(read.request, { tenant: header })
     if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
   }
-  return { key: k.text ?? k.bytes, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath }
+  return { key: k.text ?? k.bytes, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 
 interface Outbound {
@@ -284,6 +286,8 @@ interface Outbound {
   /** The client asked for a streamed answer (its headers come as soon as the instance accepts it). */
   stream: boolean
   path: string
+  /** The OpenAI API of a chat or completions body, which the exact view tokenizes. */
+  api?: OpenAIApi
 }
 
 /** Why a try is being retried (the `reason` label of prefix_router_retries_total), or undefined when it may not be. */
@@ -441,6 +445,15 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   let failure: unknown
   core.traffic.active++
   try {
+    // The exact view: the request's token ids, before the pick (a failure or a late answer
+    // routes it on the approximate view).
+    const tokenizer = ep.tokenizer
+    let exact: ExactTokens | undefined
+    if (tokenizer !== undefined && o.api !== undefined && Buffer.isBuffer(o.body)) {
+      const t0 = performance.now()
+      exact = await exactTokens(tokenizer, o.api, o.body, o.model, ep.isAdapter(o.model), ep.tokenizeTarget(o.model))
+      core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
+    }
     for (let attempt = 0; ; attempt++) {
       // A request that records no spans (no SDK, or not sampled) builds no attributes for them.
       const tracing = span.ctx !== undefined
@@ -449,7 +462,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       const t0 = performance.now()
       let pick: Pick
       try {
-        pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries)
+        pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries, exact)
       } catch (err) {
         endSpan(pickSpan, undefined, err)
         if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(lastTry) : err

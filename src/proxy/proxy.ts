@@ -1,5 +1,7 @@
 // The running router: endpoints built from config, the front server, the admin server,
 // and reload. Everything per request is in handler.ts.
+import { tokenizerFromConfig } from './tokenizer-config.js'
+import type { RequestTokenizer } from '../tokens/index.js'
 import type { AddressInfo } from 'node:net'
 import { pino, type Logger } from 'pino'
 import { ConfigError, type Config } from '../config.js'
@@ -64,10 +66,13 @@ export class ProxyServer implements ProxyCore {
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
   #opts: ProxyOptions
+  /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
+  readonly #tokenizer: RequestTokenizer | undefined
 
-  private constructor(config: Config, opts: ProxyOptions) {
+  private constructor(config: Config, opts: ProxyOptions, tokenizer: RequestTokenizer | undefined) {
     this.config = config
     this.#opts = opts
+    this.#tokenizer = tokenizer
     this.log = opts.logger ?? pino({ level: config.log.level }, logDestination())
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
     this.metrics = new ProxyMetrics(
@@ -79,12 +84,17 @@ export class ProxyServer implements ProxyCore {
   }
 
   #endpointEvents() {
-    return { log: this.log, onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }), ...this.#opts.endpointEvents }
+    return {
+      log: this.log,
+      onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }),
+      ...(this.#tokenizer !== undefined && { tokenizer: this.#tokenizer }),
+      ...this.#opts.endpointEvents,
+    }
   }
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
-    const p = new ProxyServer(config, opts)
+    const p = new ProxyServer(config, opts, await tokenizerFromConfig(config))
     const probes = opts.role !== 'worker'
     try {
       if (probes && opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
@@ -272,5 +282,6 @@ export class ProxyServer implements ProxyCore {
     this.#discovery.clear()
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
     this.#endpoints.clear()
+    await this.#tokenizer?.close()
   }
 }

@@ -149,7 +149,9 @@ function h2cClient(url: string): { send: Send; close(): Promise<void> } {
  * optimised code then fits the live server's objects too.
  */
 function warmConfig(config: Config, sinkPort: number): Config {
-  const { tls: _tls, endpoints, ...rest } = config
+  // The exact view reaches out too (event publishers, a tokenizer): the warm copy routes on the
+  // approximate view, whose code the exact one falls back to.
+  const { tls: _tls, endpoints, kvEvents: _kvEvents, tokenizer: _tokenizer, ...rest } = config
   return ConfigSchema.parse({
     ...rest,
     listen: { host: '127.0.0.1', port: 0 },

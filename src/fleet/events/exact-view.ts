@@ -1,0 +1,207 @@
+// One endpoint's exact cache view: a KV-event subscriber per instance (and data-parallel
+// rank), whose batches are applied to the endpoint's router, and the state an operator reads
+// at /admin/instances. The view of an instance is trusted ('fresh') only while its event
+// stream is whole: before its first batch, after a gap that could not be replayed (for
+// resyncMs), the router routes for it on its approximate estimate instead.
+import type { Logger } from 'pino'
+import type { Router } from '../../core/router.js'
+import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
+import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
+import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
+import type { KvEventBatch } from './types.js'
+
+export interface ExactViewHost {
+  readonly name: string
+  readonly router: Router
+  /** Tokens per engine block, as the router hashes them. */
+  blockSize(): number
+}
+
+interface Watched {
+  url: string
+  subscribers: KvEventSubscriber[]
+  replayEndpoints: (string | undefined)[]
+  counts: ApplyCounts
+  /** Ranks whose first batch has been seen. */
+  seen: Set<number>
+  resync: NodeJS.Timeout | undefined
+  staleWhy: string | undefined
+}
+
+export interface InstanceView {
+  view: 'fresh' | 'stale' | 'none'
+  staleReason: string | null
+  gpuBlocks: number
+  offloadedBlocks: number
+  pendingBlocks: number
+  publishers: {
+    endpoint: string
+    replayEndpoint: string | null
+    connected: boolean
+    seq: string | null
+    batches: number
+    events: number
+    undecodable: number
+    gaps: number
+    replays: number
+    restarts: number
+    lastBatchAt: string | null
+  }[]
+  applied: ApplyCounts
+}
+
+export class ExactView {
+  readonly #host: ExactViewHost
+  #cfg: KvEventsConfig
+  readonly #log: Logger
+  readonly #watched = new Map<string, Watched>()
+  #closed = false
+
+  constructor(host: ExactViewHost, cfg: KvEventsConfig, log: Logger) {
+    this.#host = host
+    this.#cfg = cfg
+    this.#log = log.child({ kvEvents: true })
+  }
+
+  get config(): KvEventsConfig {
+    return this.#cfg
+  }
+
+  /** Subscribes to instances that joined, drops the ones that left (their views go with them). */
+  sync(instances: readonly { id: string; url: string; kvEvents?: InstanceKvEvents | undefined }[]): void {
+    if (this.#closed) return
+    const wanted = new Map(instances.map((i) => [i.id, i]))
+    for (const [id, w] of this.#watched) if (!wanted.has(id)) this.#drop(id, w)
+    for (const [id, inst] of wanted) {
+      if (this.#watched.has(id)) continue
+      let addresses
+      try {
+        addresses = publisherAddresses(inst.url, this.#cfg, inst.kvEvents)
+      } catch (err) {
+        this.#log.error({ instance: id, err: (err as Error).message }, 'no KV-event subscription for this instance')
+        continue
+      }
+      const w: Watched = { url: inst.url, subscribers: [], replayEndpoints: [], counts: newCounts(), seen: new Set(), resync: undefined, staleWhy: 'waiting for the first event batch' }
+      this.#watched.set(id, w)
+      this.#host.router.exactSetView(id, 'stale')
+      for (const a of addresses) {
+        const s = new KvEventSubscriber({
+          instance: id,
+          endpoint: a.endpoint,
+          ...(a.replayEndpoint !== undefined && { replayEndpoint: a.replayEndpoint }),
+          topic: this.#cfg.topic,
+          resyncMs: this.#cfg.resyncMs,
+          target: this.#target(a.rank),
+          log: (level, msg, fields) => this.#log[level]({ instance: id, endpoint: a.endpoint, ...fields }, msg),
+        })
+        w.subscribers.push(s)
+        w.replayEndpoints.push(a.replayEndpoint)
+        s.start()
+      }
+    }
+  }
+
+  #target(rank: number): KvEventTarget {
+    return {
+      batch: (instance: string, batch: KvEventBatch, seq: bigint) => this.#batch(instance, rank, batch, seq),
+      reset: (instance: string, why: string) => {
+        const w = this.#watched.get(instance)
+        if (w === undefined) return
+        // A restarted engine starts empty and from sequence 0: its view starts over and is
+        // whole again. Other resets (a gap) are followed by stale().
+        this.#host.router.exactClear(instance)
+        if (why === 'restart') w.seen.delete(rank)
+      },
+      // The subscriber times its own resync after lost batches.
+      stale: (instance: string, stale: boolean, why: string) => this.#setStale(instance, stale, why, false),
+    }
+  }
+
+  #batch(instance: string, rank: number, batch: KvEventBatch, seq: bigint): void {
+    const w = this.#watched.get(instance)
+    if (w === undefined) return
+    if (!w.seen.has(rank)) {
+      w.seen.add(rank)
+      // Sequence 0 is an engine's first batch: nothing came before it, the view is whole.
+      // Joining a stream mid-way, what the engine cached before is unknown: the approximate
+      // estimate routes for it until resyncMs have passed.
+      if (seq === 0n) this.#setStale(instance, false, 'stream followed from its start', false)
+      else this.#setStale(instance, true, `joined the event stream at sequence ${seq}`, true)
+    }
+    applyBatch(this.#host.router, instance, batch, this.#host.blockSize(), w.counts)
+  }
+
+  /** `resync`: trust the view again after resyncMs (else whoever made it stale says when). */
+  #setStale(instance: string, stale: boolean, why: string, resync: boolean): void {
+    const w = this.#watched.get(instance)
+    if (w === undefined || this.#closed) return
+    if (w.resync !== undefined) clearTimeout(w.resync)
+    w.resync = undefined
+    if (!stale) {
+      w.staleWhy = undefined
+      this.#host.router.exactSetView(instance, 'fresh')
+      return
+    }
+    w.staleWhy = why
+    this.#host.router.exactSetView(instance, 'stale')
+    this.#log.warn({ instance, why, resyncMs: this.#cfg.resyncMs }, 'KV-event view distrusted: routing on the approximate estimate for this instance meanwhile')
+    if (!resync) return
+    w.resync = setTimeout(() => {
+      w.resync = undefined
+      if (this.#watched.get(instance) !== w) return
+      this.#log.info({ instance }, 'KV-event view trusted again')
+      w.staleWhy = undefined
+      this.#host.router.exactSetView(instance, 'fresh')
+    }, this.#cfg.resyncMs)
+    w.resync.unref()
+  }
+
+  #drop(id: string, w: Watched): void {
+    this.#watched.delete(id)
+    if (w.resync !== undefined) clearTimeout(w.resync)
+    for (const s of w.subscribers) void s.close()
+    this.#host.router.exactSetView(id, 'none')
+  }
+
+  status(id: string): InstanceView | undefined {
+    const w = this.#watched.get(id)
+    if (w === undefined) return undefined
+    const v = this.#host.router.exactInstance(id)
+    return {
+      view: v?.view ?? 'none',
+      staleReason: w.staleWhy ?? null,
+      gpuBlocks: v?.gpuBlocks ?? 0,
+      offloadedBlocks: v?.offloadedBlocks ?? 0,
+      pendingBlocks: v?.pendingBlocks ?? 0,
+      publishers: w.subscribers.map((s, i) => {
+        const st = s.status()
+        return {
+          endpoint: st.endpoint,
+          replayEndpoint: w.replayEndpoints[i] ?? null,
+          connected: st.connected,
+          seq: st.seq === null ? null : String(st.seq),
+          batches: st.batches,
+          events: st.events,
+          undecodable: st.undecodable,
+          gaps: st.gaps,
+          replays: st.replays,
+          restarts: st.restarts,
+          lastBatchAt: st.lastBatchAt === null ? null : new Date(st.lastBatchAt).toISOString(),
+        }
+      }),
+      applied: w.counts,
+    }
+  }
+
+  ids(): string[] {
+    return [...this.#watched.keys()]
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+    const all = [...this.#watched.values()]
+    this.#watched.clear()
+    for (const w of all) if (w.resync !== undefined) clearTimeout(w.resync)
+    await Promise.all(all.flatMap((w) => w.subscribers.map((s) => s.close())))
+  }
+}

@@ -1,0 +1,18 @@
+// The tokenizer the configuration asks for, loaded before the front port opens: a local
+// tokenizer file that does not load stops the start with an error naming the file.
+import type { Config } from '../config.js'
+import { localTokenizer, remoteTokenizer, type RequestTokenizer } from '../tokens/index.js'
+
+export async function tokenizerFromConfig(config: Config): Promise<RequestTokenizer | undefined> {
+  const t = config.tokenizer
+  if (t === undefined) return undefined
+  switch (t.mode) {
+    case 'remote':
+      return remoteTokenizer({ timeoutMs: t.timeoutMs })
+    case 'local':
+      return localTokenizer({ path: t.path! })
+    case 'bytes':
+    case 'o200k':
+      return localTokenizer({ builtin: t.mode })
+  }
+}
