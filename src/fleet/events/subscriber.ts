@@ -12,6 +12,11 @@
 //     DEALER socket and applied in order, live batches held meanwhile; what a replay cannot
 //     fill is lost: the view is reset and marked stale until resyncMs has passed, so the
 //     router distrusts it while it refills.
+// A restarted engine can also look like a gap, or even like the next batch, when its new
+// sequence has already passed the last number seen before the subscriber reconnected. So a
+// replay starts one batch early, at the last one applied: if the engine's copy of it is not
+// the one applied (its ts differs), this is a new process, and its batches are asked for
+// from 0. After a disconnect the next batch is checked that way even when it follows on.
 // No frame, however malformed, throws out of here: bad frames are counted and dropped.
 import { Dealer, Subscriber } from 'zeromq'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
@@ -91,7 +96,10 @@ export class KvEventSubscriber {
   private closed = false
   private connected = false
   private last: bigint | null = null
-  private lastTs = -Infinity
+  /** ts of the last batch applied; NaN when that one could not be decoded (nothing to compare). */
+  private lastTs = NaN
+  /** The connection dropped since the last batch: the engine may have restarted. */
+  private suspect = false
   private isStale = false
   private staleTimer: NodeJS.Timeout | undefined
   /** Set while a replay is being fetched: live batches wait here. */
@@ -134,6 +142,7 @@ export class KvEventSubscriber {
     })
     sub.events.on('disconnect', () => {
       this.connected = false
+      if (this.last !== null) this.suspect = true
       this.log('warn', `kv events: ${this.o.instance} disconnected from ${this.o.endpoint}`)
     })
     sub.connect(this.o.endpoint) // ZeroMQ reconnects by itself while the engine is down
@@ -217,7 +226,9 @@ export class KvEventSubscriber {
       this.apply(p)
       return
     }
-    if (p.seq === last + 1n) {
+    const suspect = this.suspect
+    this.suspect = false
+    if (p.seq === last + 1n && !(suspect && this.o.replayEndpoint !== undefined && last >= 0n)) {
       this.apply(p)
       return
     }
@@ -231,11 +242,11 @@ export class KvEventSubscriber {
       this.log('info', `kv events: ${this.o.instance} restarted (sequence ${last} -> ${p.seq})`, { instance: this.o.instance })
       this.reset('restart')
       this.last = -1n // the new process's batches from 0 on are owed
-      this.lastTs = -Infinity
+      this.lastTs = NaN
       this.handle(p)
       return
     }
-    this.counts.gaps++
+    if (p.seq > last + 1n) this.counts.gaps++
     const from = last + 1n
     if (this.o.replayEndpoint === undefined) {
       this.lose(from, p.seq - 1n, 'no replay endpoint')
@@ -249,11 +260,11 @@ export class KvEventSubscriber {
   private apply(p: Pending): void {
     this.last = p.seq
     const b = p.batch
+    this.lastTs = b === null ? NaN : b.ts
     if (b === null) {
       this.lose(p.seq, p.seq, 'undecodable batch')
       return
     }
-    this.lastTs = b.ts
     this.counts.batches++
     this.counts.events += b.events.length
     this.counts.skippedEvents += b.skipped
@@ -305,14 +316,30 @@ export class KvEventSubscriber {
     }
   }
 
-  /** Asks the replay socket for batches from `from` on, applies what fills the gap, then the held live ones. */
+  /**
+   * Asks the replay socket for batches from `from` on (and the last one applied, to check
+   * the engine is the same process), applies what fills the gap, then the held live ones.
+   */
   private async replay(from: bigint): Promise<void> {
-    const got = await this.fetchReplay(from)
+    const anchorSeq = from - 1n
+    let got = await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)
     if (this.closed) return
+    const anchor = got.find((r) => r.seq === anchorSeq)
+    if (anchor?.batch != null && anchor.batch.ts !== this.lastTs) {
+      // The engine's batch `anchorSeq` is not the one applied: a new process.
+      this.counts.restarts++
+      this.log('info', `kv events: ${this.o.instance} restarted (its batch ${anchorSeq} is not the one applied)`, { instance: this.o.instance })
+      this.reset('restart')
+      this.last = -1n
+      this.lastTs = NaN
+      got = await this.fetchReplay(0n)
+      if (this.closed) return
+    }
     const held = this.held ?? []
     this.held = null
     const firstHeld = held[0]!.seq
     let lostAny = false
+    let applied = 0
     for (const r of got) {
       if (r.seq <= this.last!) continue
       if (r.seq >= firstHeld) break // live from here on
@@ -323,13 +350,14 @@ export class KvEventSubscriber {
         lostAny = true
       }
       this.apply(r)
+      applied++
     }
     if (this.last! + 1n < firstHeld) {
       this.lose(this.last! + 1n, firstHeld - 1n, got.length === 0 ? 'the replay returned nothing' : `the replay held only ${got[0]!.seq}..${got.at(-1)!.seq}`)
       lostAny = true
       this.last = firstHeld - 1n
     }
-    if (!lostAny) this.counts.replays++
+    if (!lostAny && applied > 0) this.counts.replays++
     // Through the rules again: duplicates of the replay drop, a new gap starts a new replay
     // (and the rest is held for it).
     for (const p of held) this.handle(p)
