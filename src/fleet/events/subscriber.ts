@@ -32,7 +32,7 @@ export interface KvEventTarget {
   stale(instance: string, stale: boolean, why: string): void
 }
 
-export type KvEventLog = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
+export type KvEventLogger = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
 
 export interface KvEventSubscriberOptions {
   instance: string
@@ -43,7 +43,7 @@ export interface KvEventSubscriberOptions {
   /** Topic prefix to subscribe to (default '': everything). */
   topic?: string
   target: KvEventTarget
-  log?: KvEventLog
+  log?: KvEventLogger
   /** How long an instance stays stale after an unrecoverable gap (default 30000 ms). */
   resyncMs?: number
   /** Yield to the event loop after this many messages in a row (default 256): a flooding publisher must not starve requests. */
