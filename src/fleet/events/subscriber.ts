@@ -16,7 +16,8 @@
 // sequence has already passed the last number seen before the subscriber reconnected. So a
 // replay starts one batch early, at the last one applied: if the engine's copy of it is not
 // the one applied (its ts differs), this is a new process, and its batches are asked for
-// from 0. After a disconnect the next batch is checked that way even when it follows on.
+// from 0. After a disconnect the next batch is checked that way even when it follows on;
+// without a replay endpoint it cannot be, so the view is reset and marked stale instead.
 // No frame, however malformed, throws out of here: bad frames are counted and dropped.
 import { Dealer, Subscriber } from 'zeromq'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
@@ -226,9 +227,10 @@ export class KvEventSubscriber {
       this.apply(p)
       return
     }
-    const suspect = this.suspect
+    // After a disconnect even the next number may come from a new process that got that far.
+    const suspect = this.suspect && last >= 0n
     this.suspect = false
-    if (p.seq === last + 1n && !(suspect && this.o.replayEndpoint !== undefined && last >= 0n)) {
+    if (p.seq === last + 1n && !suspect) {
       this.apply(p)
       return
     }
@@ -249,7 +251,9 @@ export class KvEventSubscriber {
     if (p.seq > last + 1n) this.counts.gaps++
     const from = last + 1n
     if (this.o.replayEndpoint === undefined) {
-      this.lose(from, p.seq - 1n, 'no replay endpoint')
+      // Without a replay nothing tells a reconnect to the same process from a new one.
+      if (p.seq === from) this.lose(from, null, 'reconnected, and without a replay endpoint a restarted engine cannot be ruled out')
+      else this.lose(from, p.seq - 1n, 'no replay endpoint')
       this.apply(p)
       return
     }
@@ -277,14 +281,18 @@ export class KvEventSubscriber {
     }
   }
 
-  /** Batches [from, to] will never be seen: the view starts over and is distrusted for resyncMs. */
-  private lose(from: bigint, to: bigint, why: string): void {
+  /**
+   * Batches [from, to] will never be seen (to null: an unknown number of them, maybe none):
+   * the view starts over and is distrusted for resyncMs.
+   */
+  private lose(from: bigint, to: bigint | null, why: string): void {
     this.counts.lost++
-    const range = from === to ? `${from}` : `${from}..${to}`
-    this.log('warn', `kv events: ${this.o.instance} lost batch${from === to ? '' : 'es'} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
+    const range = to === null ? `from ${from} on, maybe` : from === to ? `${from}` : `${from}..${to}`
+    const what = to === from ? 'batch' : 'batches'
+    this.log('warn', `kv events: ${this.o.instance} lost ${what} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
       instance: this.o.instance,
       from: from.toString(),
-      to: to.toString(),
+      to: to === null ? null : to.toString(),
     })
     this.reset('gap')
     this.setStale(true, `lost batches ${range}`)

@@ -149,6 +149,22 @@ describe('KvEventSubscriber', () => {
     expect(next.replayRequests).toEqual([0n, 0n])
   })
 
+  it('without a replay endpoint, distrusts the view after a reconnect unless the engine starts from 0', async () => {
+    const first = await rig({ resyncMs: 60_000 })
+    const { sub, target } = first
+    await first.pub.batch(0, [removed(0)])
+    await waitFor(() => target.seqs.length === 1, 'batch 0')
+    first.pub.close()
+    await waitFor(() => !sub.status().connected, 'the disconnect')
+    const next = await TestPublisher.open(false, first.pub)
+    open.push(next)
+    await waitFor(() => next.subscriptions > 0, 'the resubscription')
+    await next.batch(1, [removed(1)], { ts: 9001 }) // the same process after a blip, or a new one that got this far
+    await waitFor(() => target.seqs.length === 2, 'batch 1')
+    expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'gap'])
+    expect(sub.status()).toMatchObject({ stale: true, lost: 1 })
+  })
+
   it('drops duplicates', async () => {
     const { pub, sub, target } = await rig()
     await pub.batch(0, [removed(0)])
