@@ -110,11 +110,12 @@ export class SimWorker {
 
   /**
    * The engine process restarts: cache emptied, requests in flight aborted, and KV events
-   * start over at sequence 0 with an empty replay buffer, as a new vLLM process would.
+   * start over at sequence 0 with an empty replay buffer on new sockets (subscribers see
+   * their connection drop), as with a new vLLM process. Resolves once those are bound.
    */
-  restart(): void {
+  async restart(): Promise<void> {
     this.engine.restart()
-    this.publisher?.restart()
+    await this.publisher?.restart()
   }
 
   /** Starts (or restarts) listening on the worker's port. */
@@ -224,14 +225,14 @@ export class SimWorker {
           return sendJson(res, 200, { version: 'prefix-router-sim' })
         case '/sim/faults':
           allow(method, 'GET', 'POST')
-          if (method === 'POST') return this.setFaults(parseJson(await readBody(req)), res)
+          if (method === 'POST') return await this.setFaults(parseJson(await readBody(req)), res)
           return sendJson(res, 200, faultsJson(this.faults.config))
         case '/sim/state':
           allow(method, 'GET')
           return sendJson(res, 200, this.state())
         case '/sim/restart':
           allow(method, 'POST')
-          this.restart()
+          await this.restart()
           return sendJson(res, 200, { restarted: true })
         default:
           throw new ApiError(404, `Not Found: ${path}`, 'NotFoundError')
@@ -242,11 +243,11 @@ export class SimWorker {
     }
   }
 
-  private setFaults(body: unknown, res: Res): void {
+  private async setFaults(body: unknown, res: Res): Promise<void> {
     const { faults, downMs, restart } = parseFaults(body)
     this.faults.set(faults)
     this.publisher?.setFaults(kvFaults(faults))
-    if (restart) this.restart()
+    if (restart) await this.restart()
     sendJson(res, 200, {
       ...faultsJson(faults),
       ...(downMs !== undefined ? { down_ms: downMs } : {}),

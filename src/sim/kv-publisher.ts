@@ -1,7 +1,9 @@
 // A simulated engine's KV events on the wire, as vLLM's ZmqEventPublisher sends them: a PUB
 // socket sending [topic, seq (8 bytes big-endian), msgpack EventBatch] per engine step, and
 // optionally a ROUTER socket answering replay requests from the last `bufferSteps` batches.
-// Sequence numbers start at 0 with the process: restart() is a new engine process.
+// Sequence numbers start at 0 with the process: restart() is a new engine process, so it
+// also closes the sockets and binds new ones on the same ports, and subscribers see their
+// connection drop and come back, as they do when a vLLM process is replaced.
 //
 // The PUB socket is ZeroMQ's XPUB (a PUB that also reads its peers' subscriptions), so the
 // sim can tell how many subscribers it has: a test waits for one before publishing, since
@@ -44,6 +46,31 @@ export const DEFAULT_BUFFER_STEPS = 10_000
 
 type Frames = [Buffer, Buffer, Uint8Array]
 
+interface Sockets {
+  pub: XPublisher
+  router: Router | null
+}
+
+/** Binds the PUB (an XPUB) and the optional ROUTER; closes what it opened if a bind fails. */
+async function bindSockets(host: string, port: number | '*', replayPort: number | '*' | undefined): Promise<Sockets> {
+  const ipv6 = host.includes(':')
+  const pub = new XPublisher({ linger: 0, sendHighWaterMark: 100_000, ipv6 })
+  pub.verbosity = 'allSubsUnsubs' // every subscriber's (un)subscription, not only the first of a topic
+  let router: Router | null = null
+  try {
+    await pub.bind(tcpEndpoint(host, port))
+    if (replayPort !== undefined) {
+      router = new Router({ linger: 0, ipv6 })
+      await router.bind(tcpEndpoint(host, replayPort))
+    }
+  } catch (err) {
+    pub.close()
+    router?.close()
+    throw err
+  }
+  return { pub, router }
+}
+
 const EMPTY = { seq: -1, payload: new Uint8Array(0) }
 
 export class KvEventPublisher {
@@ -73,14 +100,21 @@ export class KvEventPublisher {
   private sending = false
   private closed = false
   private readonly topicFrame: Buffer
+  private pub: XPublisher
+  private router: Router | null
+  /** Resolves once the sockets of the current process are bound (at once, but during a restart). */
+  private ready: Promise<void> = Promise.resolve()
+  private readonly host: string
 
   private constructor(
-    private readonly pub: XPublisher,
-    private readonly router: Router | null,
+    sockets: Sockets,
     readonly endpoint: string,
     readonly replayEndpoint: string | null,
     o: KvEventPublisherOptions,
   ) {
+    this.pub = sockets.pub
+    this.router = sockets.router
+    this.host = o.host
     this.encoding = o.encoding ?? 'map'
     this.topic = o.topic ?? ''
     this.topicFrame = Buffer.from(this.topic, 'utf8')
@@ -88,8 +122,7 @@ export class KvEventPublisher {
     this.rank = o.dataParallelRank ?? 0
     this.faultCfg = { ...NO_KV_FAULTS, ...o.faults }
     this.rng = this.faultCfg.seed >>> 0
-    if (router !== null) void this.serveReplays(router)
-    void this.watchSubscriptions(pub)
+    this.serve(sockets)
   }
 
   /** Binds the sockets (vLLM binds; subscribers connect). */
@@ -99,23 +132,9 @@ export class KvEventPublisher {
     const steps = o.bufferSteps ?? DEFAULT_BUFFER_STEPS
     if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`bufferSteps must be a positive integer; got ${steps}`)
     checkFaults(o.faults ?? {})
-    const ipv6 = o.host.includes(':')
-    const pub = new XPublisher({ linger: 0, sendHighWaterMark: 100_000, ipv6 })
-    pub.verbosity = 'allSubsUnsubs' // every subscriber's (un)subscription, not only the first of a topic
-    let router: Router | null = null
-    try {
-      await pub.bind(tcpEndpoint(o.host, o.port === 0 ? '*' : o.port))
-      if (o.replayPort !== undefined) {
-        router = new Router({ linger: 0, ipv6 })
-        await router.bind(tcpEndpoint(o.host, o.replayPort === 0 ? '*' : o.replayPort))
-      }
-    } catch (err) {
-      pub.close()
-      router?.close()
-      throw err
-    }
+    const sockets = await bindSockets(o.host, o.port === 0 ? '*' : o.port, o.replayPort === 0 ? '*' : o.replayPort)
     const display = (s: { lastEndpoint: string | null }): string => tcpEndpoint(o.host, endpointPort(s.lastEndpoint!))
-    return new KvEventPublisher(pub, router, display(pub), router === null ? null : display(router), o)
+    return new KvEventPublisher(sockets, display(sockets.pub), sockets.router === null ? null : display(sockets.router), o)
   }
 
   get port(): number {
@@ -167,20 +186,62 @@ export class KvEventPublisher {
     } else this.enqueue(frames)
   }
 
-  /** A new engine process: sequence numbers start over at 0 and the replay buffer is empty. */
-  restart(): void {
+  /**
+   * A new engine process: sequence numbers start over at 0, the replay buffer is empty,
+   * and the sockets are replaced (subscribers reconnect by themselves). Batches published
+   * meanwhile wait for the new sockets. Resolves once they are bound.
+   */
+  restart(): Promise<void> {
     this.seq = 0
     this.buffer = []
     this.bufferHead = 0
     this.epoch++
     this.queue.length = this.queueHead = 0
+    this.subscribers = 0
+    // After any rebind in progress: the sockets to replace are the newest ones.
+    this.ready = this.ready.then(() => this.rebind({ pub: this.pub, router: this.router }))
+    return this.ready
   }
 
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
+    await this.ready
     this.pub.close()
     this.router?.close()
+  }
+
+  private async rebind(old: Sockets): Promise<void> {
+    if (this.closed) return
+    old.pub.close()
+    old.router?.close()
+    // The old listeners close on ZeroMQ's I/O thread: the same port can be busy for a moment.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const sockets = await bindSockets(this.host, this.port, this.replayPort ?? undefined)
+        if (this.closed) {
+          sockets.pub.close()
+          sockets.router?.close()
+          return
+        }
+        this.pub = sockets.pub
+        this.router = sockets.router
+        this.serve(sockets)
+        return
+      } catch (err) {
+        if (attempt >= 100 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') {
+          this.failed(err)
+          return
+        }
+        await new Promise((r) => setTimeout(r, 10))
+      }
+    }
+  }
+
+  private serve(sockets: Sockets): void {
+    const epoch = this.epoch
+    if (sockets.router !== null) void this.serveReplays(sockets.router, epoch)
+    void this.watchSubscriptions(sockets.pub, epoch)
   }
 
   // zeromq.js allows one send in progress per socket: live frames go out through a queue.
@@ -194,12 +255,17 @@ export class KvEventPublisher {
     this.sending = true
     try {
       while (this.queueHead < this.queue.length && !this.closed) {
-        const frames = this.queue[this.queueHead++]!
-        await this.pub.send(frames)
-        this.sent++
+        await this.ready
+        const epoch = this.epoch
+        const frames = this.queue[this.queueHead++]
+        if (frames === undefined) break // a restart emptied the queue meanwhile
+        try {
+          await this.pub.send(frames)
+          this.sent++
+        } catch (err) {
+          if (epoch === this.epoch) this.failed(err) // else: the old process's socket, closed by the restart
+        }
       }
-    } catch (err) {
-      this.failed(err)
     } finally {
       this.queue.length = this.queueHead = 0
       this.sending = false
@@ -208,7 +274,7 @@ export class KvEventPublisher {
 
   // vLLM's _service_replay: a request is [identity, "", start seq]; every buffered batch
   // from start on goes back as [identity, "", seq, payload], then [identity, "", -1, ""].
-  private async serveReplays(router: Router): Promise<void> {
+  private async serveReplays(router: Router, epoch: number): Promise<void> {
     try {
       for await (const msg of router) {
         if (msg.length !== 3) continue // vLLM logs and ignores a malformed request
@@ -223,11 +289,11 @@ export class KvEventPublisher {
           }
           await router.send([id, '', seqFrame(-1), ''])
         } catch (err) {
-          this.failed(err) // this requester's answer is cut short; the next request is served
+          if (epoch === this.epoch) this.failed(err) // this requester's answer is cut short; the next one is served
         }
       }
     } catch (err) {
-      this.failed(err)
+      if (epoch === this.epoch) this.failed(err)
     }
   }
 
@@ -238,15 +304,15 @@ export class KvEventPublisher {
   }
 
   // A subscription message is one frame: 1 (subscribe) or 0 (unsubscribe), then the topic.
-  private async watchSubscriptions(pub: XPublisher): Promise<void> {
+  private async watchSubscriptions(pub: XPublisher, epoch: number): Promise<void> {
     try {
       for await (const [frame] of pub) {
-        if (frame === undefined || frame.length === 0) continue
+        if (frame === undefined || frame.length === 0 || epoch !== this.epoch) continue
         if (frame[0] === 1) this.subscribers++
         else if (frame[0] === 0 && this.subscribers > 0) this.subscribers--
       }
     } catch (err) {
-      this.failed(err)
+      if (epoch === this.epoch) this.failed(err)
     }
   }
 

@@ -106,6 +106,8 @@ describe('sim --kv-events-port: the wire', () => {
     await waitFor(() => msgs.length >= 3, 'three batches')
     expect((await post(f.urls[0]!, '/sim/restart', {})).status).toBe(200)
     expect(w.engine.cache.cachedBlocks).toBe(0)
+    // New sockets: the subscriber reconnects and subscribes again by itself.
+    await waitFor(() => w.kvPublisher!.subscribers > 0, 'the resubscription')
     const n = msgs.length
     await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, 'after'), max_tokens: 1 })
     await waitFor(() => msgs.length > n, 'a batch after the restart')
@@ -114,6 +116,7 @@ describe('sim --kv-events-port: the wire', () => {
 
     const r = await post(f.urls[0]!, '/sim/faults', { restart: true })
     expect(r.body.restart).toBe(true)
+    await waitFor(() => w.kvPublisher!.subscribers > 0, 'the resubscription')
     const m = msgs.length
     await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, 'again'), max_tokens: 1 })
     await waitFor(() => msgs.length > m, 'a batch after the second restart')
@@ -182,6 +185,24 @@ describe('sim KV events through KvEventSubscriber', () => {
     expect(sub.status().replays).toBeGreaterThan(0)
   })
 
+  it('a restart replaces the sockets; the subscriber reconnects and follows the new process from 0', async () => {
+    const f = await fleet({ kvEvents: { port: 0, replayPort: 0 } })
+    const target = new RecordingTarget()
+    const sub = await follow(f, target)
+    for (let i = 0; i < 3; i++) await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, `old${i}`), max_tokens: 1 })
+    await waitFor(() => target.count('batch') >= 3, 'three batches')
+    await post(f.urls[0]!, '/sim/restart', {})
+    // Requests right away: batches the new process sends before the subscriber is back are replayed.
+    for (let i = 0; i < 2; i++) await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, `new${i}`), max_tokens: 1 })
+    await waitFor(() => f.workers[0]!.kvPublisher!.subscribers > 0, 'the resubscription')
+    await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, 'new2'), max_tokens: 1 })
+    const p = f.workers[0]!.kvPublisher!
+    await waitFor(() => sub.status().seq === BigInt(p.nextSeq - 1) && sub.status().restarts === 1, 'the new process followed')
+    const afterReset = target.calls.slice(target.calls.findIndex((c) => c.kind === 'reset' && c.why === 'restart') + 1)
+    expect(afterReset.filter((c) => c.kind === 'batch').map((c) => c.seq)).toEqual(Array.from({ length: p.nextSeq }, (_, i) => BigInt(i)))
+    expect(sub.status()).toMatchObject({ stale: false, lost: 0 })
+  })
+
   it('without a replay socket dropped batches make the view stale; a restart resets it', async () => {
     const f = await fleet({ kvEvents: { port: 0 }, faults: { kvDropRate: 1, seed: 3 } })
     const target = new RecordingTarget()
@@ -203,6 +224,7 @@ describe('sim KV events through KvEventSubscriber', () => {
 
     const restarts = sub.status().restarts
     await post(f.urls[0]!, '/sim/restart', {})
+    await waitFor(() => f.workers[0]!.kvPublisher!.subscribers > 0, 'the resubscription')
     await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, 'fresh'), max_tokens: 1 })
     await waitFor(() => sub.status().restarts > restarts, 'the restart to be seen')
     expect(target.calls.some((c) => c.kind === 'reset' && c.why === 'restart')).toBe(true)

@@ -12,6 +12,12 @@
 //     DEALER socket and applied in order, live batches held meanwhile; what a replay cannot
 //     fill is lost: the view is reset and marked stale until resyncMs has passed, so the
 //     router distrusts it while it refills.
+// A restarted engine can also look like a gap, or even like the next batch, when its new
+// sequence has already passed the last number seen before the subscriber reconnected. So a
+// replay starts one batch early, at the last one applied: if the engine's copy of it is not
+// the one applied (its ts differs), this is a new process, and its batches are asked for
+// from 0. After a disconnect the next batch is checked that way even when it follows on;
+// without a replay endpoint it cannot be, so the view is reset and marked stale instead.
 // No frame, however malformed, throws out of here: bad frames are counted and dropped.
 import { Dealer, Subscriber } from 'zeromq'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
@@ -27,7 +33,7 @@ export interface KvEventTarget {
   stale(instance: string, stale: boolean, why: string): void
 }
 
-export type KvEventLog = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
+export type KvEventLogger = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
 
 export interface KvEventSubscriberOptions {
   instance: string
@@ -38,7 +44,7 @@ export interface KvEventSubscriberOptions {
   /** Topic prefix to subscribe to (default '': everything). */
   topic?: string
   target: KvEventTarget
-  log?: KvEventLog
+  log?: KvEventLogger
   /** How long an instance stays stale after an unrecoverable gap (default 30000 ms). */
   resyncMs?: number
   /** Yield to the event loop after this many messages in a row (default 256): a flooding publisher must not starve requests. */
@@ -91,7 +97,10 @@ export class KvEventSubscriber {
   private closed = false
   private connected = false
   private last: bigint | null = null
-  private lastTs = -Infinity
+  /** ts of the last batch applied; NaN when that one could not be decoded (nothing to compare). */
+  private lastTs = NaN
+  /** The connection dropped since the last batch: the engine may have restarted. */
+  private suspect = false
   private isStale = false
   private staleTimer: NodeJS.Timeout | undefined
   /** Set while a replay is being fetched: live batches wait here. */
@@ -134,6 +143,7 @@ export class KvEventSubscriber {
     })
     sub.events.on('disconnect', () => {
       this.connected = false
+      if (this.last !== null) this.suspect = true
       this.log('warn', `kv events: ${this.o.instance} disconnected from ${this.o.endpoint}`)
     })
     sub.connect(this.o.endpoint) // ZeroMQ reconnects by itself while the engine is down
@@ -217,7 +227,10 @@ export class KvEventSubscriber {
       this.apply(p)
       return
     }
-    if (p.seq === last + 1n) {
+    // After a disconnect even the next number may come from a new process that got that far.
+    const suspect = this.suspect && last >= 0n
+    this.suspect = false
+    if (p.seq === last + 1n && !suspect) {
       this.apply(p)
       return
     }
@@ -231,14 +244,16 @@ export class KvEventSubscriber {
       this.log('info', `kv events: ${this.o.instance} restarted (sequence ${last} -> ${p.seq})`, { instance: this.o.instance })
       this.reset('restart')
       this.last = -1n // the new process's batches from 0 on are owed
-      this.lastTs = -Infinity
+      this.lastTs = NaN
       this.handle(p)
       return
     }
-    this.counts.gaps++
+    if (p.seq > last + 1n) this.counts.gaps++
     const from = last + 1n
     if (this.o.replayEndpoint === undefined) {
-      this.lose(from, p.seq - 1n, 'no replay endpoint')
+      // Without a replay nothing tells a reconnect to the same process from a new one.
+      if (p.seq === from) this.lose(from, null, 'reconnected, and without a replay endpoint a restarted engine cannot be ruled out')
+      else this.lose(from, p.seq - 1n, 'no replay endpoint')
       this.apply(p)
       return
     }
@@ -249,11 +264,11 @@ export class KvEventSubscriber {
   private apply(p: Pending): void {
     this.last = p.seq
     const b = p.batch
+    this.lastTs = b === null ? NaN : b.ts
     if (b === null) {
       this.lose(p.seq, p.seq, 'undecodable batch')
       return
     }
-    this.lastTs = b.ts
     this.counts.batches++
     this.counts.events += b.events.length
     this.counts.skippedEvents += b.skipped
@@ -266,14 +281,18 @@ export class KvEventSubscriber {
     }
   }
 
-  /** Batches [from, to] will never be seen: the view starts over and is distrusted for resyncMs. */
-  private lose(from: bigint, to: bigint, why: string): void {
+  /**
+   * Batches [from, to] will never be seen (to null: an unknown number of them, maybe none):
+   * the view starts over and is distrusted for resyncMs.
+   */
+  private lose(from: bigint, to: bigint | null, why: string): void {
     this.counts.lost++
-    const range = from === to ? `${from}` : `${from}..${to}`
-    this.log('warn', `kv events: ${this.o.instance} lost batch${from === to ? '' : 'es'} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
+    const range = to === null ? `from ${from} on, maybe` : from === to ? `${from}` : `${from}..${to}`
+    const what = to === from ? 'batch' : 'batches'
+    this.log('warn', `kv events: ${this.o.instance} lost ${what} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
       instance: this.o.instance,
       from: from.toString(),
-      to: to.toString(),
+      to: to === null ? null : to.toString(),
     })
     this.reset('gap')
     this.setStale(true, `lost batches ${range}`)
@@ -305,14 +324,30 @@ export class KvEventSubscriber {
     }
   }
 
-  /** Asks the replay socket for batches from `from` on, applies what fills the gap, then the held live ones. */
+  /**
+   * Asks the replay socket for batches from `from` on (and the last one applied, to check
+   * the engine is the same process), applies what fills the gap, then the held live ones.
+   */
   private async replay(from: bigint): Promise<void> {
-    const got = await this.fetchReplay(from)
+    const anchorSeq = from - 1n
+    let got = await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)
     if (this.closed) return
+    const anchor = got.find((r) => r.seq === anchorSeq)
+    if (anchor?.batch != null && anchor.batch.ts !== this.lastTs) {
+      // The engine's batch `anchorSeq` is not the one applied: a new process.
+      this.counts.restarts++
+      this.log('info', `kv events: ${this.o.instance} restarted (its batch ${anchorSeq} is not the one applied)`, { instance: this.o.instance })
+      this.reset('restart')
+      this.last = -1n
+      this.lastTs = NaN
+      got = await this.fetchReplay(0n)
+      if (this.closed) return
+    }
     const held = this.held ?? []
     this.held = null
     const firstHeld = held[0]!.seq
     let lostAny = false
+    let applied = 0
     for (const r of got) {
       if (r.seq <= this.last!) continue
       if (r.seq >= firstHeld) break // live from here on
@@ -323,13 +358,14 @@ export class KvEventSubscriber {
         lostAny = true
       }
       this.apply(r)
+      applied++
     }
     if (this.last! + 1n < firstHeld) {
       this.lose(this.last! + 1n, firstHeld - 1n, got.length === 0 ? 'the replay returned nothing' : `the replay held only ${got[0]!.seq}..${got.at(-1)!.seq}`)
       lostAny = true
       this.last = firstHeld - 1n
     }
-    if (!lostAny) this.counts.replays++
+    if (!lostAny && applied > 0) this.counts.replays++
     // Through the rules again: duplicates of the replay drop, a new gap starts a new replay
     // (and the rest is held for it).
     for (const p of held) this.handle(p)

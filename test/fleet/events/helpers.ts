@@ -46,14 +46,15 @@ export class TestPublisher {
     if (router !== null) void this.serve(router)
   }
 
-  static async open(withReplay: boolean): Promise<TestPublisher> {
+  /** Binds free ports, or those of `like` (a new process of the same engine). */
+  static async open(withReplay: boolean, like?: TestPublisher): Promise<TestPublisher> {
     const pub = new XPublisher({ linger: 0, sendHighWaterMark: 0 }) // never drop: a flood test sends 20,000 at once
     pub.verbosity = 'allSubs'
-    await pub.bind('tcp://127.0.0.1:*')
+    await pub.bind(like?.endpoint ?? 'tcp://127.0.0.1:*')
     let router: Router | null = null
     if (withReplay) {
       router = new Router({ linger: 0 })
-      await router.bind('tcp://127.0.0.1:*')
+      await router.bind(like?.replayEndpoint ?? 'tcp://127.0.0.1:*')
     }
     return new TestPublisher(pub, router, pub.lastEndpoint!, router?.lastEndpoint ?? undefined)
   }

@@ -59,7 +59,7 @@ describe('KvEventSubscriber', () => {
     await pub.batch(4, [removed(4)])
     await waitFor(() => target.seqs.length === 5, 'batches 0-4')
     expect(target.seqs).toEqual([0n, 1n, 2n, 3n, 4n])
-    expect(pub.replayRequests).toEqual([1n])
+    expect(pub.replayRequests).toEqual([0n]) // from the last applied: the engine's copy of it proves the same process
     expect(target.count('reset')).toBe(1) // the connect only
     expect(sub.status()).toMatchObject({ gaps: 1, replays: 1, lost: 0, stale: false })
   })
@@ -112,6 +112,57 @@ describe('KvEventSubscriber', () => {
     expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'restart'])
     expect(target.calls.at(-1)!.hashes).toEqual([101n])
     expect(sub.status()).toMatchObject({ restarts: 1, seq: 1n, stale: false })
+  })
+
+  it('detects a restarted engine whose new sequence already passed the last one seen (the replay\'s anchor differs)', async () => {
+    const { pub, sub, target } = await rig({ replay: true })
+    await pub.batch(0, [removed(0)])
+    await pub.batch(1, [removed(1)])
+    await waitFor(() => target.seqs.length === 2, 'two batches')
+    // A new process: its buffer starts over; its first batches never reach the subscriber.
+    pub.buffer.clear()
+    for (const s of [0, 1, 2]) await pub.batch(s, [removed(100 + s)], { live: false, ts: 5000 + s })
+    await pub.batch(3, [removed(103)], { ts: 5003 })
+    await waitFor(() => target.seqs.length === 6, 'the new process from 0')
+    expect(target.seqs).toEqual([0n, 1n, 0n, 1n, 2n, 3n])
+    expect(target.calls.filter((c) => c.kind === 'batch').slice(2).map((c) => c.hashes)).toEqual([[100n], [101n], [102n], [103n]])
+    expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'restart'])
+    expect(pub.replayRequests).toEqual([1n, 0n]) // from the last applied (the anchor), then from 0
+    expect(sub.status()).toMatchObject({ restarts: 1, stale: false, lost: 0 })
+  })
+
+  it('after a reconnect, checks even a batch that follows on, and finds a new process', async () => {
+    const first = await rig({ replay: true })
+    const { sub, target } = first
+    await first.pub.batch(0, [removed(0)])
+    await waitFor(() => target.seqs.length === 1, 'batch 0')
+    first.pub.close()
+    await waitFor(() => !sub.status().connected, 'the disconnect')
+    const next = await TestPublisher.open(true, first.pub)
+    open.push(next)
+    await waitFor(() => next.subscriptions > 0, 'the resubscription')
+    await next.batch(0, [removed(200)], { live: false, ts: 9000 })
+    await next.batch(1, [removed(201)], { ts: 9001 }) // seq 1 follows seq 0: only the anchor tells
+    await waitFor(() => target.seqs.length === 3, 'the new process')
+    expect(target.calls.filter((c) => c.kind === 'batch').map((c) => c.hashes)).toEqual([[0n], [200n], [201n]])
+    expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'restart'])
+    expect(next.replayRequests).toEqual([0n, 0n])
+  })
+
+  it('without a replay endpoint, distrusts the view after a reconnect unless the engine starts from 0', async () => {
+    const first = await rig({ resyncMs: 60_000 })
+    const { sub, target } = first
+    await first.pub.batch(0, [removed(0)])
+    await waitFor(() => target.seqs.length === 1, 'batch 0')
+    first.pub.close()
+    await waitFor(() => !sub.status().connected, 'the disconnect')
+    const next = await TestPublisher.open(false, first.pub)
+    open.push(next)
+    await waitFor(() => next.subscriptions > 0, 'the resubscription')
+    await next.batch(1, [removed(1)], { ts: 9001 }) // the same process after a blip, or a new one that got this far
+    await waitFor(() => target.seqs.length === 2, 'batch 1')
+    expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'gap'])
+    expect(sub.status()).toMatchObject({ stale: true, lost: 1 })
   })
 
   it('drops duplicates', async () => {
