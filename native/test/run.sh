@@ -89,7 +89,12 @@ printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
 
-# Exact-index programs: 4 bytes an operation (store, remove, clear, pending, match).
+# Exact-index programs: 5 bytes an operation (store, remove, clear, pending, match); first a
+# fixed run over thousands of blocks (the table grows and deletes), then the fuzzer.
+step "exact index programs over many blocks (address,undefined): $OUT/exact_programs"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined -DPR_FUZZ_MAIN -DPR_EXACT_PROMPTS=64 -DPR_EXACT_BLOCKS=64 native/test/fuzz_exact.cc \
+  native/exact_index.cc native/prefix_index.cc native/xxh3.cc -o "$OUT/exact_programs"
+"$OUT/exact_programs" 20 6000
 seed_corpus "$OUT/corpus/fuzz_exact"
 for i in $(seq 1 16); do head -c $((16 * i)) /dev/urandom > "$OUT/corpus/fuzz_exact/prog-$i"; done
 fuzz fuzz_exact 1024

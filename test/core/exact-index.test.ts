@@ -5,11 +5,12 @@ import fc from 'fast-check'
 import { afterEach, describe, expect, it } from 'vitest'
 import { exactSeed } from '../../src/core/exact-seed.js'
 import { xxh3Blocks } from '../../src/core/hash.js'
-import { EXACT_BLOCK_SIZE, EXACT_CAPACITY, EXACT_NOT_MEMBER, EXACT_ORPHAN, Router, type RouterOptions } from '../../src/core/router.js'
+import type { RouterOptions } from '../../src/core/options.js'
+import { EXACT_BLOCK_SIZE, EXACT_CAPACITY, EXACT_NOT_MEMBER, EXACT_ORPHAN, Router, type SharedRouterOptions } from '../../src/core/router.js'
 import { ids } from '../helpers/keys.js'
 
 const routers: Router[] = []
-function make(opts: Partial<RouterOptions> = {}): Router {
+function make(opts: Partial<SharedRouterOptions> = {}): Router {
   const r = new Router({ strategy: 'longest_prefix', prefixLength: 65536, instances: ids(4).map((id) => ({ id })), ...opts })
   routers.push(r)
   return r
@@ -132,7 +133,7 @@ describe('exact view API', () => {
   })
 
   it('is allowed on an attached router, which keeps its own exact view', () => {
-    const r = make({ shared: true } as Partial<RouterOptions>)
+    const r = make({ shared: true })
     const att = Router.attach(r.sharedPath!)
     routers.push(att)
     const [a] = ids(1)
