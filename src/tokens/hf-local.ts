@@ -18,7 +18,7 @@
 import { Template } from '@huggingface/jinja'
 import { TokenizerLoadError } from '../core/errors.js'
 import { xxh3 } from '../core/hash.js'
-import { conversation, detectContentFormat, type ContentFormat } from './chat-messages.js'
+import { conversation, detectContentFormat, vllmTools, type ContentFormat } from './chat-messages.js'
 import { readTokenizerFiles, type LoadOptions } from './hf-files.js'
 import { BoundedLru } from './lru.js'
 import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
@@ -150,7 +150,8 @@ class HfLocal implements RequestTokenizer {
   render(input: Extract<TokenizeInput, { kind: 'chat' }>): { text: string; error?: undefined } | { error: string } {
     const conv = conversation(input.messages, this.format)
     if (typeof conv === 'string') return { error: conv }
-    const tools = input.tools ?? null
+    const tools = vllmTools(input.tools)
+    if (typeof tools === 'string') return { error: tools }
     // transformers picks the "tool_use" template, when there is one, for a request with tools.
     const template = (tools !== null && this.templates.get('tool_use')) || this.templates.get('default')!
     try {

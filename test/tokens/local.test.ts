@@ -122,6 +122,23 @@ function wordLevelJson(o: { rstrip?: boolean; prependFirst?: boolean } = {}): st
   })
 }
 
+// One token per character (Latin-1; anything else is [UNK]): two renderings that differ in
+// any character differ in their ids, where a word vocabulary maps many words to [UNK].
+function charLevelJson(): string {
+  const vocab: Record<string, number> = { '[UNK]': 256 }
+  for (let c = 0; c < 256; c++) vocab[String.fromCharCode(c)] = c
+  return JSON.stringify({
+    version: '1.0',
+    added_tokens: [],
+    normalizer: null,
+    pre_tokenizer: { type: 'Split', pattern: { Regex: String.raw`[\s\S]` }, behavior: 'Isolated', invert: false },
+    post_processor: null,
+    decoder: null,
+    model: { type: 'WordLevel', vocab, unk_token: '[UNK]' },
+  })
+}
+const charIds = (text: string): number[] => [...text].map((ch) => (ch.charCodeAt(0) < 256 ? ch.charCodeAt(0) : 256))
+
 const CHATML = String.raw`{{ bos_token }}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
 const PARTS = String.raw`{% for message in messages %}{{ '<|im_start|>' + message.role + '\n' }}{% for part in message.content %}{{ part.text + '|' }}{% endfor %}{{ '<|im_end|>\n' }}{% endfor %}`
 
@@ -193,21 +210,37 @@ describe('a model tokenizer from tokenizer.json + tokenizer_config.json', () => 
   }
 
   it('a list of templates uses "default"; a template over content parts gets parts', async () => {
-    const t = await local({ path: modelDir({ template: [{ name: 'other', template: 'nope' }, { name: 'default', template: PARTS }] }) })
+    const t = await local({ path: modelDir({ template: [{ name: 'other', template: 'nope' }, { name: 'default', template: PARTS }], tokenizer: charLevelJson() }) })
     const msgs = [{ role: 'user', content: [{ type: 'text', text: 'part one' }, { type: 'text', text: 'part two' }] }, { role: 'assistant', content: 'fine' }]
     const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs })
-    const text = '<|im_start|>user\npart one|part two|<|im_end|>\n<|im_start|>assistant\nfine|<|im_end|>\n'
-    expect(Array.from(ids!)).toEqual(await rustIds(wordLevelJson(), text, false))
+    expect(Array.from(ids!)).toEqual(charIds('<|im_start|>user\npart one|part two|<|im_end|>\n<|im_start|>assistant\nfine|<|im_end|>\n'))
   })
 
   it('string content format joins text parts with a newline; images cannot be tokenized here', async () => {
-    const t = await local({ path: modelDir() })
+    const t = await local({ path: modelDir({ tokenizer: charLevelJson() }) })
     const parts = [{ role: 'user', content: [{ type: 'text', text: 'part one' }, { type: 'text', text: 'part two' }] }]
     const ids = await t.tokens({ kind: 'chat', model: 'm', messages: parts, addGenerationPrompt: false })
-    expect(Array.from(ids!)).toEqual(await rustIds(wordLevelJson(), '<s><|im_start|>user\npart one\npart two<|im_end|>\n', false))
+    expect(Array.from(ids!)).toEqual(charIds('<s><|im_start|>user\npart one\npart two<|im_end|>\n'))
     const image = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }]
     expect(await t.tokens({ kind: 'chat', model: 'm', messages: image })).toBeUndefined()
     expect(t.stats().lastFailure).toContain("'image_url' part")
+  })
+
+  it('tools reach the template as vLLM dumps them; "tool_use" is chosen when there are tools', async () => {
+    const templates = [
+      { name: 'default', template: 'plain {{ messages[0].content }}' },
+      { name: 'tool_use', template: '{{ tools | tojson }} {{ messages[1].tool_calls[0].function.arguments.city }}' },
+    ]
+    const t = await local({ path: modelDir({ template: templates, tokenizer: charLevelJson() }) })
+    const messages = [
+      { role: 'user', content: 'hello' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'get', arguments: '{"city": "world"}' } }] },
+    ]
+    const tools = [{ type: 'function', function: { name: 'get', parameters: { type: 'object' } } }]
+    const text = '[{"type": "function", "function": {"name": "get", "description": null, "parameters": {"type": "object"}, "strict": null}}] world'
+    expect(Array.from((await t.tokens({ kind: 'chat', model: 'm', messages, tools }))!)).toEqual(charIds(text))
+    expect(Array.from((await t.tokens({ kind: 'chat', model: 'm', messages }))!)).toEqual(charIds('plain hello'))
+    expect(await t.tokens({ kind: 'chat', model: 'm', messages, tools: [{ type: 'custom' }] })).toBeUndefined()
   })
 
   it('a template that raises: undefined and the reason', async () => {

@@ -11,7 +11,12 @@ const open: RequestTokenizer[] = []
 const servers: http.Server[] = []
 afterEach(async () => {
   await Promise.all(open.splice(0).map((t) => t.close()))
-  await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))))
+  await Promise.all(
+    servers.splice(0).map((s) => {
+      s.closeAllConnections() // the hanging server's socket, if the client left it open
+      return new Promise((r) => s.close(r))
+    }),
+  )
 })
 
 function remote(o: Parameters<typeof remoteTokenizer>[0] = {}): RequestTokenizer {
