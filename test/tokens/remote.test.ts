@@ -4,6 +4,7 @@ import http from 'node:http'
 import net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { remoteTokenizer, type RequestTokenizer } from '../../src/tokens/index.js'
+import { requestBody } from '../../src/tokens/remote.js'
 import { fleet, post } from '../sim/helpers.js'
 import { cases } from './cases.js'
 
@@ -113,11 +114,18 @@ describe('remoteTokenizer failures', () => {
     const url = await server(() => {
       arrived++ // and never answer
     })
-    const t = remote({ timeoutMs: 100 })
+    const t = remote({ timeoutMs: 100, timeoutMsPerMiB: 0 })
     expect(await t.tokens(input, url)).toBeUndefined()
     expect(arrived).toBe(1)
     expect(t.stats()).toMatchObject({ timeouts: 1, failures: 0 })
     expect(t.stats().lastFailure).toContain('did not answer within 100 ms')
+    // A longer body gets more time, in proportion to its size.
+    const long = { ...input, messages: [{ role: 'user', content: 'y'.repeat(64 * 1024) }] }
+    const scaled = remote({ timeoutMs: 20, timeoutMsPerMiB: 1000 })
+    expect(await scaled.tokens(long, url)).toBeUndefined()
+    const ms = Math.ceil(20 + (1000 * requestBody(long).length) / (1024 * 1024))
+    expect(ms).toBeGreaterThan(80)
+    expect(scaled.stats().lastFailure).toContain(`did not answer within ${ms} ms`)
   })
 
   it('500, a body that is not JSON, a wrong shape, a wrong count: undefined and counted', async () => {
