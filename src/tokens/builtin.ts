@@ -62,7 +62,8 @@ class Builtin implements RequestTokenizer {
 
   stats(): TokenizerStats {
     const cache = this.name === 'o200k' ? o200kCache() : undefined
-    return this.counters.snapshot(0, cache === undefined ? 0 : cache.tokens * 4)
+    // Its ids only (4 bytes a token): the segment texts beside them are not counted by the cache.
+    return this.counters.snapshot(cache?.size ?? 0, cache === undefined ? 0 : cache.tokens * 4)
   }
 
   async close(): Promise<void> {
