@@ -344,3 +344,12 @@ describe('load errors name the file', () => {
     await expectLoadError({ path: d }, path.join(d, 'tokenizer.json'), /cannot be read/)
   })
 })
+
+describe('bad options', () => {
+  it('are range errors naming the option', async () => {
+    await expect(localTokenizer({ builtin: 'gpt2' as never })).rejects.toThrow(/builtin must be 'bytes' or 'o200k'/)
+    await expect(localTokenizer({ path: modelDir(), cacheEntries: -1 })).rejects.toThrow(/cacheEntries/)
+    await expect(localTokenizer({ path: modelDir(), contentFormat: 'xml' as never })).rejects.toThrow(/contentFormat/)
+    await expect(localTokenizer({ path: '' })).rejects.toThrow(/path must be a non-empty string/)
+  })
+})
