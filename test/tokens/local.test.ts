@@ -9,6 +9,7 @@ import path from 'node:path'
 import { Tokenizer as RustTokenizer } from 'tokenizers'
 import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers'
 import { encode as o200kEncode } from 'gpt-tokenizer/encoding/o200k_base'
+import fc from 'fast-check'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { TokenizerLoadError, PrefixRouterError } from '../../src/core/errors.js'
 import { xxh3Blocks } from '../../src/core/hash.js'
@@ -209,6 +210,24 @@ describe('a model tokenizer from tokenizer.json + tokenizer_config.json', () => 
     })
   }
 
+  it('any chat, with a cache kept across them, equals Hugging Face encode of the whole', async () => {
+    const words = fc.constantFrom(' ', '  ', '\n', '\n ', 'hello', 'WORLD', ',', '!', '日本', '🎉', '<think>', '<THINK>', '<s>', '<|im_end|>', '<|im_', 'zzz')
+    const text = fc.array(words, { maxLength: 10 }).map((xs) => xs.join(''))
+    const chat = fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: text }), { minLength: 1, maxLength: 4 })
+    for (const json of [wordLevelJson(), wordLevelJson({ rstrip: true }), wordLevelJson({ prependFirst: true })]) {
+      const dir = modelDir({ tokenizer: json })
+      const t = await local({ path: dir })
+      const rust = RustTokenizer.fromString(json)
+      await fc.assert(
+        fc.asyncProperty(chat, fc.boolean(), async (msgs, special) => {
+          const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs, addSpecialTokens: special })
+          expect(Array.from(ids!)).toEqual((await rust.encode(renderOf(dir, msgs)!, null, { addSpecialTokens: special })).getIds())
+        }),
+        { numRuns: 100 },
+      )
+    }
+  })
+
   it('a list of templates uses "default"; a template over content parts gets parts', async () => {
     const t = await local({ path: modelDir({ template: [{ name: 'other', template: 'nope' }, { name: 'default', template: PARTS }], tokenizer: charLevelJson() }) })
     const msgs = [{ role: 'user', content: [{ type: 'text', text: 'part one' }, { type: 'text', text: 'part two' }] }, { role: 'assistant', content: 'fine' }]
@@ -290,6 +309,20 @@ describe('a real-sized BPE: o200k as a tokenizer.json', () => {
       expect(Array.from(ids!)).toEqual(expected)
     }
     expect(t.stats().cacheHits).toBeGreaterThan(0)
+
+    // Any chats, one warm cache across them all: always Hugging Face's encode of the whole.
+    const rust = RustTokenizer.fromString(json)
+    const alphabet = fc.constantFrom(' ', '  ', '\n', '\n\n', '\r\n', '\t', 'a', 'Zeta', 'word', "'s", '1234', '!', '...', '日本', '🎉', '<|im_', '|>', '<|im_end|>', '/', 'é')
+    const text = fc.array(alphabet, { maxLength: 12 }).map((xs) => xs.join(''))
+    const message = fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: text })
+    await fc.assert(
+      fc.asyncProperty(fc.array(message, { minLength: 1, maxLength: 5 }), async (msgs) => {
+        const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs })
+        const whole = (await rust.encode(renderOf(dir, msgs)!, null, { addSpecialTokens: false })).getIds()
+        expect(Array.from(ids!)).toEqual(whole)
+      }),
+      { numRuns: 60 },
+    )
   })
 })
 
