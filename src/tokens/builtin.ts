@@ -8,6 +8,7 @@
 // Caching: `bytes` needs none (its ids are the text's bytes, one copy); `o200k` goes through
 // the simulator's segment cache, which cuts a prompt where its BPE cannot join across and
 // keeps each segment's ids, so a resent history is not re-encoded.
+import { OutOfRangeError } from '../core/errors.js'
 import { ApiError, parseChatRequest } from '../sim/openai-shapes.js'
 import { promptTokenIds, textTokenIds } from '../sim/prompt-tokens.js'
 import { o200kCache } from '../sim/tokenizers/o200k.js'
@@ -16,7 +17,7 @@ import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput,
 export type BuiltinName = 'bytes' | 'o200k'
 
 export function builtinTokenizer(name: BuiltinName): RequestTokenizer {
-  if (name !== 'bytes' && name !== 'o200k') throw new TypeError(`builtin must be 'bytes' or 'o200k'; got ${JSON.stringify(name)}`)
+  if (name !== 'bytes' && name !== 'o200k') throw new OutOfRangeError('builtin', "'bytes' or 'o200k'", name)
   if (name === 'o200k') o200kCache() // load the ranks now, not on the first request
   return new Builtin(name)
 }
@@ -62,7 +63,8 @@ class Builtin implements RequestTokenizer {
 
   stats(): TokenizerStats {
     const cache = this.name === 'o200k' ? o200kCache() : undefined
-    return this.counters.snapshot(0, cache === undefined ? 0 : cache.tokens * 4)
+    // Its ids only (4 bytes a token): the segment texts beside them are not counted by the cache.
+    return this.counters.snapshot(cache?.size ?? 0, cache === undefined ? 0 : cache.tokens * 4)
   }
 
   async close(): Promise<void> {

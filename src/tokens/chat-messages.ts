@@ -94,3 +94,28 @@ function parsedArguments(call: unknown): unknown {
 export function detectContentFormat(template: string): ContentFormat {
   return /\{%-?\s*for\s+\w+\s+in\s+[\w.]+(?:\[\s*['"]content['"]\s*\]|\.content)\s*(?:\||-?%\})/.test(template) ? 'openai' : 'string'
 }
+
+/**
+ * Tools as vLLM hands them to the template: each validated as a function tool and dumped
+ * with its declared fields first, null when not sent (a template that writes `tools |
+ * tojson` shows them), then whatever else the client sent. A tool that is not a function
+ * tool is a reason not to render here.
+ */
+export function vllmTools(tools: unknown): Record<string, unknown>[] | null | string {
+  if (tools === undefined || tools === null) return null
+  if (!Array.isArray(tools)) return 'tools is not a list'
+  const out: Record<string, unknown>[] = []
+  for (const [i, t] of tools.entries()) {
+    if (!isObject(t) || (t.type !== undefined && t.type !== 'function') || !isObject(t.function) || typeof t.function.name !== 'string') {
+      return `tools[${i}] is not a function tool with a name`
+    }
+    const { type: _type, function: fn, ...rest } = t
+    const { name, description, parameters, strict, ...fnRest } = fn
+    out.push({
+      type: 'function',
+      function: { name, description: description ?? null, parameters: parameters ?? null, strict: strict ?? null, ...fnRest },
+      ...rest,
+    })
+  }
+  return out
+}

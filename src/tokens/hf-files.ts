@@ -7,7 +7,7 @@
 //                           in transformers).
 import { readFileSync, statSync } from 'node:fs'
 import path from 'node:path'
-import { TokenizerLoadError } from '../core/errors.js'
+import { InvalidArgTypeError, TokenizerLoadError } from '../core/errors.js'
 
 export interface TokenizerFiles {
   tokenizerFile: string
@@ -27,6 +27,7 @@ export interface LoadOptions {
 }
 
 export function readTokenizerFiles(o: LoadOptions): TokenizerFiles {
+  if (typeof o.path !== 'string' || o.path.length === 0) throw new InvalidArgTypeError('path', 'a non-empty string', o.path)
   let stat
   try {
     stat = statSync(o.path)

@@ -8,7 +8,7 @@
 // remembered. That is exact because Hugging Face splits added tokens out of the text before
 // anything else runs, and normalizes, pre-tokenizes and encodes each piece between them on
 // its own: the ids of the whole are the pieces' ids with the added tokens' ids between.
-// Three things would break it, and any of them turns the cut off (whole texts are cached
+// These would break it, and any of them turns the cut off (whole texts are cached
 // instead): an added token with lstrip, rstrip or single_word (its match depends on the
 // text around it), and a Metaspace pre-tokenizer that prepends only to the first piece
 // (prepend_scheme "first": a piece's ids would depend on its offset). Tokens matched after
@@ -16,9 +16,9 @@
 // they need no cut. BOS/EOS from the post-processor are found once, at load, as what
 // add_special_tokens puts around a probe's ids.
 import { Template } from '@huggingface/jinja'
-import { TokenizerLoadError } from '../core/errors.js'
+import { OutOfRangeError, TokenizerLoadError } from '../core/errors.js'
 import { xxh3 } from '../core/hash.js'
-import { conversation, detectContentFormat, type ContentFormat } from './chat-messages.js'
+import { conversation, detectContentFormat, vllmTools, type ContentFormat } from './chat-messages.js'
 import { readTokenizerFiles, type LoadOptions } from './hf-files.js'
 import { BoundedLru } from './lru.js'
 import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
@@ -39,6 +39,13 @@ interface Added {
 }
 
 export async function hfLocalTokenizer(o: HfLocalOptions): Promise<RequestTokenizer> {
+  const entries = o.cacheEntries ?? 65_536
+  if (!Number.isInteger(entries) || entries < 0) throw new OutOfRangeError('cacheEntries', 'an integer >= 0', entries)
+  const bytes = o.cacheBytes ?? 256 * 1024 * 1024
+  if (!Number.isInteger(bytes) || bytes < 0) throw new OutOfRangeError('cacheBytes', 'an integer >= 0', bytes)
+  if (o.contentFormat !== undefined && o.contentFormat !== 'string' && o.contentFormat !== 'openai') {
+    throw new OutOfRangeError('contentFormat', "'string' or 'openai'", o.contentFormat)
+  }
   const files = readTokenizerFiles(o)
   const { Tokenizer } = (await import('tokenizers')) as typeof import('tokenizers')
   let rust: RustTokenizer
@@ -59,14 +66,16 @@ export async function hfLocalTokenizer(o: HfLocalOptions): Promise<RequestTokeni
   const cut = cuttable(files.tokenizer)
   const added: Added[] = []
   if (cut) {
-    for (const t of (files.tokenizer.added_tokens ?? []) as { content?: unknown; normalized?: unknown }[]) {
-      if (typeof t.content !== 'string' || t.content.length === 0 || t.normalized === true) continue
+    for (const t of (files.tokenizer.added_tokens ?? []) as { content?: unknown; normalized?: unknown; special?: unknown }[]) {
+      // Unsaid, an added token is normalized unless it is special (Hugging Face's default).
+      const normalized = typeof t.normalized === 'boolean' ? t.normalized : t.special !== true
+      if (typeof t.content !== 'string' || t.content.length === 0 || normalized) continue
       const id = rust.tokenToId(t.content) // the id the tokenizer really gives it, whatever the JSON says
       if (id !== null && id !== undefined) added.push({ content: t.content, id })
     }
   }
   const specials = await specialTokensAround(rust)
-  return new HfLocal(rust, templates, format, files.specialTokens, added, specials, new BoundedLru(o.cacheEntries ?? 65_536, o.cacheBytes ?? 256 * 1024 * 1024))
+  return new HfLocal(rust, templates, format, files.specialTokens, added, specials, new BoundedLru(entries, bytes))
 }
 
 function cuttable(tokenizer: Record<string, unknown>): boolean {
@@ -150,7 +159,8 @@ class HfLocal implements RequestTokenizer {
   render(input: Extract<TokenizeInput, { kind: 'chat' }>): { text: string; error?: undefined } | { error: string } {
     const conv = conversation(input.messages, this.format)
     if (typeof conv === 'string') return { error: conv }
-    const tools = input.tools ?? null
+    const tools = vllmTools(input.tools)
+    if (typeof tools === 'string') return { error: tools }
     // transformers picks the "tool_use" template, when there is one, for a request with tools.
     const template = (tools !== null && this.templates.get('tool_use')) || this.templates.get('default')!
     try {

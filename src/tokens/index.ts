@@ -7,7 +7,7 @@ import type { RequestTokenizer } from './types.js'
 
 export type { RequestTokenizer, TokenizeInput, TokenizerStats } from './types.js'
 export type { ContentFormat } from './chat-messages.js'
-export { remoteTokenizer, DEFAULT_REMOTE_TIMEOUT_MS, type RemoteTokenizerOptions } from './remote.js'
+export { remoteTokenizer, DEFAULT_REMOTE_TIMEOUT_MS, DEFAULT_REMOTE_TIMEOUT_MS_PER_MIB, type RemoteTokenizerOptions } from './remote.js'
 export type { HfLocalOptions, BuiltinName }
 
 /**

@@ -16,13 +16,20 @@ import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput,
 
 export interface RemoteTokenizerOptions {
   /**
-   * How long to wait for an answer, in ms (default 50). vLLM answers /tokenize from its API
-   * process in a few ms even for long chats (Rust tokenizer, template already compiled);
-   * 50 ms leaves room for a busy event loop while staying well under what a prefix-cache
-   * hit saves (a prefill of thousands of tokens is hundreds of ms), so waiting longer
-   * would cost more than the approximate view it falls back to.
+   * How long to wait for an answer, in ms, before `timeoutMsPerMiB` adds for the body's
+   * size (default 50). A short chat's /tokenize takes vLLM a millisecond or two; 50 ms
+   * leaves room for a busy API process and a network hop while staying under what a
+   * short prompt's cache hit saves, so waiting longer would cost more than the
+   * approximate view it falls back to.
    */
   timeoutMs?: number
+  /**
+   * More time per MiB of request body (default 500, i.e. 0.5 ms a KiB). Tokenizing is
+   * linear in the text: Hugging Face's Rust tokenizer took 0.4-0.9 ms a KiB of chat here
+   * (bench/tokens.bench.ts), so a 32k-token chat (~128 KiB) needs ~60 ms more than a
+   * short one, and its cache hit saves seconds of prefill, well worth the wait.
+   */
+  timeoutMsPerMiB?: number
   /** undici dispatcher for the calls (default: an Agent of our own, closed by close()). */
   dispatcher?: Dispatcher
   /** Cached answers (default 1024); 0 turns the cache off. */
@@ -32,6 +39,7 @@ export interface RemoteTokenizerOptions {
 }
 
 export const DEFAULT_REMOTE_TIMEOUT_MS = 50
+export const DEFAULT_REMOTE_TIMEOUT_MS_PER_MIB = 500
 /** An answer larger than this is refused: 4M tokens of JSON, far past any context. */
 const MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
@@ -43,11 +51,13 @@ interface Cached {
 export function remoteTokenizer(o: RemoteTokenizerOptions = {}): RequestTokenizer {
   const timeoutMs = o.timeoutMs ?? DEFAULT_REMOTE_TIMEOUT_MS
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new OutOfRangeError('timeoutMs', 'a positive number of milliseconds', timeoutMs)
+  const perMiB = o.timeoutMsPerMiB ?? DEFAULT_REMOTE_TIMEOUT_MS_PER_MIB
+  if (!Number.isFinite(perMiB) || perMiB < 0) throw new OutOfRangeError('timeoutMsPerMiB', 'a number of milliseconds >= 0', perMiB)
   const entries = o.cacheEntries ?? 1024
   if (!Number.isInteger(entries) || entries < 0) throw new OutOfRangeError('cacheEntries', 'an integer >= 0', entries)
   const maxBytes = o.cacheBytes ?? 64 * 1024 * 1024
   if (!Number.isInteger(maxBytes) || maxBytes < 0) throw new OutOfRangeError('cacheBytes', 'an integer >= 0', maxBytes)
-  return new RemoteTokenizer(timeoutMs, o.dispatcher, new BoundedLru<Cached>(entries, maxBytes))
+  return new RemoteTokenizer(timeoutMs, perMiB, o.dispatcher, new BoundedLru<Cached>(entries, maxBytes))
 }
 
 class RemoteTokenizer implements RequestTokenizer {
@@ -60,6 +70,7 @@ class RemoteTokenizer implements RequestTokenizer {
 
   constructor(
     private readonly timeoutMs: number,
+    private readonly timeoutMsPerMiB: number,
     dispatcher: Dispatcher | undefined,
     private readonly cache: BoundedLru<Cached>,
   ) {
@@ -104,7 +115,8 @@ class RemoteTokenizer implements RequestTokenizer {
   }
 
   private async ask(instanceUrl: string, body: string): Promise<Uint32Array | Failure> {
-    const timeout = AbortSignal.timeout(this.timeoutMs)
+    const ms = Math.ceil(this.timeoutMs + (this.timeoutMsPerMiB * body.length) / (1024 * 1024))
+    const timeout = AbortSignal.timeout(ms)
     const signal = AbortSignal.any([timeout, this.closing.signal])
     let text: string
     try {
@@ -119,14 +131,19 @@ class RemoteTokenizer implements RequestTokenizer {
         await res.body.dump().catch(() => {})
         return fail(`${instanceUrl}/tokenize answered ${res.statusCode}`)
       }
-      const length = Number(res.headers['content-length'] ?? 0)
-      if (length > MAX_ANSWER_BYTES) {
-        res.body.destroy()
-        return fail(`${instanceUrl}/tokenize answered ${length} bytes, over ${MAX_ANSWER_BYTES}`)
+      const chunks: Buffer[] = []
+      let size = 0
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length
+        if (size > MAX_ANSWER_BYTES) {
+          res.body.destroy()
+          return fail(`${instanceUrl}/tokenize answered more than ${MAX_ANSWER_BYTES} bytes`)
+        }
+        chunks.push(chunk)
       }
-      text = await res.body.text()
+      text = Buffer.concat(chunks).toString('utf8')
     } catch (err) {
-      if (timeout.aborted) return { timeout: true, why: `${instanceUrl}/tokenize did not answer within ${this.timeoutMs} ms` }
+      if (timeout.aborted) return { timeout: true, why: `${instanceUrl}/tokenize did not answer within ${ms} ms` }
       return fail(`${instanceUrl}/tokenize failed: ${(err as Error)?.message ?? String(err)}`)
     }
     return parseAnswer(text, instanceUrl)

@@ -9,6 +9,7 @@ import path from 'node:path'
 import { Tokenizer as RustTokenizer } from 'tokenizers'
 import { Tokenizer as JsTokenizer } from '@huggingface/tokenizers'
 import { encode as o200kEncode } from 'gpt-tokenizer/encoding/o200k_base'
+import fc from 'fast-check'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { TokenizerLoadError, PrefixRouterError } from '../../src/core/errors.js'
 import { xxh3Blocks } from '../../src/core/hash.js'
@@ -122,6 +123,23 @@ function wordLevelJson(o: { rstrip?: boolean; prependFirst?: boolean } = {}): st
   })
 }
 
+// One token per character (Latin-1; anything else is [UNK]): two renderings that differ in
+// any character differ in their ids, where a word vocabulary maps many words to [UNK].
+function charLevelJson(): string {
+  const vocab: Record<string, number> = { '[UNK]': 256 }
+  for (let c = 0; c < 256; c++) vocab[String.fromCharCode(c)] = c
+  return JSON.stringify({
+    version: '1.0',
+    added_tokens: [],
+    normalizer: null,
+    pre_tokenizer: { type: 'Split', pattern: { Regex: String.raw`[\s\S]` }, behavior: 'Isolated', invert: false },
+    post_processor: null,
+    decoder: null,
+    model: { type: 'WordLevel', vocab, unk_token: '[UNK]' },
+  })
+}
+const charIds = (text: string): number[] => [...text].map((ch) => (ch.charCodeAt(0) < 256 ? ch.charCodeAt(0) : 256))
+
 const CHATML = String.raw`{{ bos_token }}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
 const PARTS = String.raw`{% for message in messages %}{{ '<|im_start|>' + message.role + '\n' }}{% for part in message.content %}{{ part.text + '|' }}{% endfor %}{{ '<|im_end|>\n' }}{% endfor %}`
 
@@ -192,22 +210,56 @@ describe('a model tokenizer from tokenizer.json + tokenizer_config.json', () => 
     })
   }
 
+  it('any chat, with a cache kept across them, equals Hugging Face encode of the whole', async () => {
+    const words = fc.constantFrom(' ', '  ', '\n', '\n ', 'hello', 'WORLD', ',', '!', '日本', '🎉', '<think>', '<THINK>', '<s>', '<|im_end|>', '<|im_', 'zzz')
+    const text = fc.array(words, { maxLength: 10 }).map((xs) => xs.join(''))
+    const chat = fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: text }), { minLength: 1, maxLength: 4 })
+    for (const json of [wordLevelJson(), wordLevelJson({ rstrip: true }), wordLevelJson({ prependFirst: true })]) {
+      const dir = modelDir({ tokenizer: json })
+      const t = await local({ path: dir })
+      const rust = RustTokenizer.fromString(json)
+      await fc.assert(
+        fc.asyncProperty(chat, fc.boolean(), async (msgs, special) => {
+          const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs, addSpecialTokens: special })
+          expect(Array.from(ids!)).toEqual((await rust.encode(renderOf(dir, msgs)!, null, { addSpecialTokens: special })).getIds())
+        }),
+        { numRuns: 100 },
+      )
+    }
+  })
+
   it('a list of templates uses "default"; a template over content parts gets parts', async () => {
-    const t = await local({ path: modelDir({ template: [{ name: 'other', template: 'nope' }, { name: 'default', template: PARTS }] }) })
+    const t = await local({ path: modelDir({ template: [{ name: 'other', template: 'nope' }, { name: 'default', template: PARTS }], tokenizer: charLevelJson() }) })
     const msgs = [{ role: 'user', content: [{ type: 'text', text: 'part one' }, { type: 'text', text: 'part two' }] }, { role: 'assistant', content: 'fine' }]
     const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs })
-    const text = '<|im_start|>user\npart one|part two|<|im_end|>\n<|im_start|>assistant\nfine|<|im_end|>\n'
-    expect(Array.from(ids!)).toEqual(await rustIds(wordLevelJson(), text, false))
+    expect(Array.from(ids!)).toEqual(charIds('<|im_start|>user\npart one|part two|<|im_end|>\n<|im_start|>assistant\nfine|<|im_end|>\n'))
   })
 
   it('string content format joins text parts with a newline; images cannot be tokenized here', async () => {
-    const t = await local({ path: modelDir() })
+    const t = await local({ path: modelDir({ tokenizer: charLevelJson() }) })
     const parts = [{ role: 'user', content: [{ type: 'text', text: 'part one' }, { type: 'text', text: 'part two' }] }]
     const ids = await t.tokens({ kind: 'chat', model: 'm', messages: parts, addGenerationPrompt: false })
-    expect(Array.from(ids!)).toEqual(await rustIds(wordLevelJson(), '<s><|im_start|>user\npart one\npart two<|im_end|>\n', false))
+    expect(Array.from(ids!)).toEqual(charIds('<s><|im_start|>user\npart one\npart two<|im_end|>\n'))
     const image = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }]
     expect(await t.tokens({ kind: 'chat', model: 'm', messages: image })).toBeUndefined()
     expect(t.stats().lastFailure).toContain("'image_url' part")
+  })
+
+  it('tools reach the template as vLLM dumps them; "tool_use" is chosen when there are tools', async () => {
+    const templates = [
+      { name: 'default', template: 'plain {{ messages[0].content }}' },
+      { name: 'tool_use', template: '{{ tools | tojson }} {{ messages[1].tool_calls[0].function.arguments.city }}' },
+    ]
+    const t = await local({ path: modelDir({ template: templates, tokenizer: charLevelJson() }) })
+    const messages = [
+      { role: 'user', content: 'hello' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'get', arguments: '{"city": "world"}' } }] },
+    ]
+    const tools = [{ type: 'function', function: { name: 'get', parameters: { type: 'object' } } }]
+    const text = '[{"type": "function", "function": {"name": "get", "description": null, "parameters": {"type": "object"}, "strict": null}}] world'
+    expect(Array.from((await t.tokens({ kind: 'chat', model: 'm', messages, tools }))!)).toEqual(charIds(text))
+    expect(Array.from((await t.tokens({ kind: 'chat', model: 'm', messages }))!)).toEqual(charIds('plain hello'))
+    expect(await t.tokens({ kind: 'chat', model: 'm', messages, tools: [{ type: 'custom' }] })).toBeUndefined()
   })
 
   it('a template that raises: undefined and the reason', async () => {
@@ -257,6 +309,20 @@ describe('a real-sized BPE: o200k as a tokenizer.json', () => {
       expect(Array.from(ids!)).toEqual(expected)
     }
     expect(t.stats().cacheHits).toBeGreaterThan(0)
+
+    // Any chats, one warm cache across them all: always Hugging Face's encode of the whole.
+    const rust = RustTokenizer.fromString(json)
+    const alphabet = fc.constantFrom(' ', '  ', '\n', '\n\n', '\r\n', '\t', 'a', 'Zeta', 'word', "'s", '1234', '!', '...', '日本', '🎉', '<|im_', '|>', '<|im_end|>', '/', 'é')
+    const text = fc.array(alphabet, { maxLength: 12 }).map((xs) => xs.join(''))
+    const message = fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: text })
+    await fc.assert(
+      fc.asyncProperty(fc.array(message, { minLength: 1, maxLength: 5 }), async (msgs) => {
+        const ids = await t.tokens({ kind: 'chat', model: 'm', messages: msgs })
+        const whole = (await rust.encode(renderOf(dir, msgs)!, null, { addSpecialTokens: false })).getIds()
+        expect(Array.from(ids!)).toEqual(whole)
+      }),
+      { numRuns: 60 },
+    )
   })
 })
 
@@ -309,5 +375,14 @@ describe('load errors name the file', () => {
     const d = tmpDir({})
     mkdirSync(path.join(d, 'tokenizer.json'))
     await expectLoadError({ path: d }, path.join(d, 'tokenizer.json'), /cannot be read/)
+  })
+})
+
+describe('bad options', () => {
+  it('are range errors naming the option', async () => {
+    await expect(localTokenizer({ builtin: 'gpt2' as never })).rejects.toThrow(/builtin must be 'bytes' or 'o200k'/)
+    await expect(localTokenizer({ path: modelDir(), cacheEntries: -1 })).rejects.toThrow(/cacheEntries/)
+    await expect(localTokenizer({ path: modelDir(), contentFormat: 'xml' as never })).rejects.toThrow(/contentFormat/)
+    await expect(localTokenizer({ path: '' })).rejects.toThrow(/path must be a non-empty string/)
   })
 })

@@ -4,6 +4,7 @@ import http from 'node:http'
 import net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { remoteTokenizer, type RequestTokenizer } from '../../src/tokens/index.js'
+import { requestBody } from '../../src/tokens/remote.js'
 import { fleet, post } from '../sim/helpers.js'
 import { cases } from './cases.js'
 
@@ -11,7 +12,12 @@ const open: RequestTokenizer[] = []
 const servers: http.Server[] = []
 afterEach(async () => {
   await Promise.all(open.splice(0).map((t) => t.close()))
-  await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))))
+  await Promise.all(
+    servers.splice(0).map((s) => {
+      s.closeAllConnections() // the hanging server's socket, if the client left it open
+      return new Promise((r) => s.close(r))
+    }),
+  )
 })
 
 function remote(o: Parameters<typeof remoteTokenizer>[0] = {}): RequestTokenizer {
@@ -108,11 +114,18 @@ describe('remoteTokenizer failures', () => {
     const url = await server(() => {
       arrived++ // and never answer
     })
-    const t = remote({ timeoutMs: 100 })
+    const t = remote({ timeoutMs: 100, timeoutMsPerMiB: 0 })
     expect(await t.tokens(input, url)).toBeUndefined()
     expect(arrived).toBe(1)
     expect(t.stats()).toMatchObject({ timeouts: 1, failures: 0 })
     expect(t.stats().lastFailure).toContain('did not answer within 100 ms')
+    // A longer body gets more time, in proportion to its size.
+    const long = { ...input, messages: [{ role: 'user', content: 'y'.repeat(64 * 1024) }] }
+    const scaled = remote({ timeoutMs: 20, timeoutMsPerMiB: 1000 })
+    expect(await scaled.tokens(long, url)).toBeUndefined()
+    const ms = Math.ceil(20 + (1000 * requestBody(long).length) / (1024 * 1024))
+    expect(ms).toBeGreaterThan(80)
+    expect(scaled.stats().lastFailure).toContain(`did not answer within ${ms} ms`)
   })
 
   it('500, a body that is not JSON, a wrong shape, a wrong count: undefined and counted', async () => {

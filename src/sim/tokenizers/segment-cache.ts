@@ -104,6 +104,11 @@ export class SegmentCache {
     readonly maxTokens = DEFAULT_SEGMENT_CACHE_TOKENS,
   ) {}
 
+  /** Segments cached now. */
+  get size(): number {
+    return this.entries.size
+  }
+
   /** Tokens cached now (without the per-entry overhead). */
   get tokens(): number {
     return this.cost - this.entries.size * ENTRY_OVERHEAD
