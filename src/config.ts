@@ -105,7 +105,7 @@ const Tokenizer = z
     /** local: a directory with tokenizer.json and tokenizer_config.json (its chat_template), or a tokenizer.json file. */
     path: z.string().min(1).optional(),
     /** remote: longest wait for /tokenize; then the request is routed on the approximate view. */
-    timeoutMs: int(1, 60_000).default(100),
+    timeoutMs: int(1, 60_000).default(50),
   })
   .strict()
   .refine((t) => t.mode !== 'local' || t.path !== undefined, { message: 'local needs path: the directory holding tokenizer.json and tokenizer_config.json', path: ['path'] })

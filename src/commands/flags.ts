@@ -74,7 +74,7 @@ export const FLAGS: readonly FlagSpec[] = [
     help: "with --kv-events-port: how a request's token ids are had: remote (the instance's POST /tokenize), local (--tokenizer-path), or bytes / o200k (the simulator's tokenizers)",
   },
   { name: 'tokenizer-path', env: 'PREFIX_ROUTER_TOKENIZER_PATH', kind: 'string', key: ['tokenizer', 'path'], arg: 'DIR', help: "with --tokenizer local: the model's directory holding tokenizer.json and tokenizer_config.json (or a tokenizer.json file)" },
-  { name: 'tokenizer-timeout-ms', env: 'PREFIX_ROUTER_TOKENIZER_TIMEOUT_MS', kind: 'int', key: ['tokenizer', 'timeoutMs'], arg: 'N', help: 'with --tokenizer remote: longest wait for /tokenize before the request is routed on the approximate view (default 100)' },
+  { name: 'tokenizer-timeout-ms', env: 'PREFIX_ROUTER_TOKENIZER_TIMEOUT_MS', kind: 'int', key: ['tokenizer', 'timeoutMs'], arg: 'N', help: 'with --tokenizer remote: longest wait for /tokenize, plus 0.5 ms per KiB of body, before the request is routed on the approximate view (default 50)' },
   { name: 'host', env: 'PREFIX_ROUTER_HOST', kind: 'string', key: ['listen', 'host'], arg: 'H', help: 'front address (default 0.0.0.0)' },
   { name: 'port', env: 'PREFIX_ROUTER_PORT', kind: 'int', key: ['listen', 'port'], arg: 'N', help: 'front port (default 8080; 0: any free port)' },
   { name: 'admin-host', env: 'PREFIX_ROUTER_ADMIN_HOST', kind: 'string', key: ['admin', 'host'], arg: 'H', help: 'admin address: /metrics, /admin/instances, /admin/reload (default 127.0.0.1)' },
