@@ -34,6 +34,10 @@ const routingFields = {
   matchLength: int(LIMITS.matchLength.min, LIMITS.matchLength.max),
   loadFactor: z.number().min(LIMITS.loadFactor.min).max(LIMITS.loadFactor.max),
   prefillWeight: z.number().min(LIMITS.prefillWeight.min).max(LIMITS.prefillWeight.max),
+  exactBlockSize: int(LIMITS.exactBlockSize.min, LIMITS.exactBlockSize.max),
+  exactCapacity: int(LIMITS.exactCapacity.min, LIMITS.exactCapacity.max),
+  cpuBlockWeight: z.number().min(LIMITS.cpuBlockWeight.min).max(LIMITS.cpuBlockWeight.max),
+  pendingMs: int(LIMITS.pendingMs.min, LIMITS.pendingMs.max),
 }
 const Routing = z
   .object({
@@ -48,6 +52,14 @@ const Routing = z
     matchLength: routingFields.matchLength.default(LIMITS.matchLength.default),
     loadFactor: routingFields.loadFactor.default(LIMITS.loadFactor.default),
     prefillWeight: routingFields.prefillWeight.default(LIMITS.prefillWeight.default),
+    /** The exact view: tokens per engine KV block (vLLM's --block-size). */
+    exactBlockSize: routingFields.exactBlockSize.default(LIMITS.exactBlockSize.default),
+    /** The exact view's bound: blocks held across all instances (stores beyond it are dropped, counted). */
+    exactCapacity: routingFields.exactCapacity.default(LIMITS.exactCapacity.default),
+    /** What a CPU-offloaded block saves, against a block in GPU memory (0-1). */
+    cpuBlockWeight: routingFields.cpuBlockWeight.default(LIMITS.cpuBlockWeight.default),
+    /** How long blocks routed to an instance count as held there before its events confirm them. */
+    pendingMs: routingFields.pendingMs.default(LIMITS.pendingMs.default),
   })
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()

@@ -32,6 +32,10 @@ describe('configuration schema', () => {
       matchLength: 65536,
       loadFactor: 3,
       prefillWeight: 6,
+      exactBlockSize: 16,
+      exactCapacity: 2097152,
+      cpuBlockWeight: 0.5,
+      pendingMs: 10000,
     })
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })

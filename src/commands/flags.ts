@@ -65,6 +65,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: 'kv-events-replay-port', env: 'PREFIX_ROUTER_KV_EVENTS_REPLAY_PORT', kind: 'string', key: ['kvEvents', 'replayPort'], arg: 'P', help: "with --kv-events-port: vLLM's replay socket, P or +N/-N, where missed event batches are asked for (default none)" },
   { name: 'kv-events-topic', env: 'PREFIX_ROUTER_KV_EVENTS_TOPIC', kind: 'string', key: ['kvEvents', 'topic'], arg: 'T', help: 'with --kv-events-port: the topic vLLM publishes on (default empty: all)' },
   { name: 'kv-events-dp-ranks', env: 'PREFIX_ROUTER_KV_EVENTS_DP_RANKS', kind: 'int', key: ['kvEvents', 'dataParallelRanks'], arg: 'N', help: 'with --kv-events-port: data-parallel ranks per instance, rank r publishing on P + r, 1-64 (default 1)' },
+  { name: 'kv-block-size', env: 'PREFIX_ROUTER_KV_BLOCK_SIZE', kind: 'int', key: ['routing', 'exactBlockSize'], arg: 'N', help: "with --kv-events-port: tokens per KV block, as vLLM's --block-size, 1-1024 (default 16)" },
   {
     name: 'tokenizer',
     env: 'PREFIX_ROUTER_TOKENIZER',
