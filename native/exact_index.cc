@@ -234,12 +234,15 @@ int64_t ExactIndex::store(uint32_t slot, const uint64_t* parent, const uint64_t*
     const uint64_t r = scratch_[i];
     auto [it, inserted] = map.try_emplace(engine[i], r);
     if (!inserted) {
-      // Stored again: with the same tokens nothing changes; with others (the engine reused
-      // the hash) the entry follows the latest report.
+      // Stored again: with the same tokens, one more copy of the block; with others (the
+      // engine reused the hash) the entry follows the latest report.
       if (it->second != r) {
         drop_ref(it->second, slot, tier);
         it->second = r;
         add_ref(r, slot, tier);
+        v.copies[t].erase(engine[i]);
+      } else {
+        v.copies[t][engine[i]]++;
       }
       recorded++;
       continue;
@@ -262,10 +265,19 @@ int64_t ExactIndex::store(uint32_t slot, const uint64_t* parent, const uint64_t*
 size_t ExactIndex::remove(uint32_t slot, const uint64_t* engine, size_t n, ExactTier tier) {
   if (slot >= views_.size() || !views_[slot] || tier == ExactTier::Pending) return 0;
   auto& map = views_[slot]->engine[static_cast<int>(tier)];
+  auto& copies = views_[slot]->copies[static_cast<int>(tier)];
   size_t removed = 0;
   for (size_t i = 0; i < n; i++) {
     auto it = map.find(engine[i]);
     if (it == map.end()) continue;
+    if (!copies.empty()) {
+      auto c = copies.find(engine[i]);
+      if (c != copies.end()) {
+        // Another copy of the block is still held.
+        if (--c->second == 0) copies.erase(c);
+        continue;
+      }
+    }
     drop_ref(it->second, slot, tier);
     map.erase(it);
     entries_--;
@@ -280,6 +292,7 @@ void ExactIndex::empty_slot(uint32_t slot) {
     for (const auto& [engine, r] : v.engine[t]) drop_ref(r, slot, static_cast<ExactTier>(t));
     entries_ -= v.engine[t].size();
     std::unordered_map<uint64_t, uint64_t>().swap(v.engine[t]);  // gives the buckets back too
+    std::unordered_map<uint64_t, uint32_t>().swap(v.copies[t]);
   }
   if (v.pending > 0)
     for (const Expiry& e : expiries_)

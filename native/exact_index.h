@@ -144,6 +144,10 @@ class ExactIndex {
   struct View {
     ExactView view = ExactView::None;
     std::unordered_map<uint64_t, uint64_t> engine[2];  // per tier: engine hash -> router hash
+    // Copies beyond the first of a block stored again under the same hash: vLLM keeps
+    // duplicate blocks (two requests computing one prefix at once) and reports each copy's
+    // store and each copy's removal, so the block is held until its last copy goes.
+    std::unordered_map<uint64_t, uint32_t> copies[2];
     size_t pending = 0;
   };
   struct Expiry {

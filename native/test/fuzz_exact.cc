@@ -59,6 +59,7 @@ uint64_t engine_hash(uint32_t p, uint32_t block, uint32_t variant) { return (uin
 
 struct Model {
   std::map<uint64_t, uint64_t> engine[kSlots][2];
+  std::map<uint64_t, uint32_t> copies[kSlots][2];  // copies beyond the first, stored again under one hash
   std::map<uint64_t, double> pending[kSlots];
   double last_now = 0;
 
@@ -131,6 +132,9 @@ void run(const uint8_t* data, size_t size) {
         std::vector<uint64_t> r(len);
         pr::exact_hashes(P.tokens[p].data() + from * kBs, len * kBs, kBs, seed, r.data());
         for (uint32_t k = 0; k < len; k++) {
+          auto it = m.engine[slot][tier].find(engine[k]);
+          if (it != m.engine[slot][tier].end() && it->second == r[k]) m.copies[slot][tier][engine[k]]++;
+          else m.copies[slot][tier].erase(engine[k]);
           m.engine[slot][tier][engine[k]] = r[k];
           m.pending[slot].erase(r[k]);
         }
@@ -141,6 +145,11 @@ void run(const uint8_t* data, size_t size) {
         size_t expected = 0;
         for (uint32_t k = 0; k < len; k++) {
           engine[k] = engine_hash(p, from + k, variant);
+          auto c = m.copies[slot][tier].find(engine[k]);
+          if (c != m.copies[slot][tier].end() && m.engine[slot][tier].count(engine[k])) {
+            if (--c->second == 0) m.copies[slot][tier].erase(c);
+            continue;
+          }
           expected += m.engine[slot][tier].erase(engine[k]);
         }
         REQUIRE(x.remove(slot, engine.data(), len, tier == 0 ? pr::ExactTier::Gpu : pr::ExactTier::Offloaded) == expected);
@@ -150,6 +159,8 @@ void run(const uint8_t* data, size_t size) {
         x.clear(slot);
         m.engine[slot][0].clear();
         m.engine[slot][1].clear();
+        m.copies[slot][0].clear();
+        m.copies[slot][1].clear();
         m.pending[slot].clear();
         break;
       case 4: {  // a pick sent prompt p to slot: pending where it holds nothing

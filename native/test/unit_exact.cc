@@ -124,10 +124,14 @@ void test_refcounts() {
   CHECK(lead_of(x, 0, h).lead == 2);
   CHECK(x.remove(0, e2.data(), 2, pr::ExactTier::Gpu) == 2);
   CHECK(lead_of(x, 0, h).lead == 0);
-  // Stored twice under one engine hash: one entry.
+  // Stored twice under one engine hash (vLLM's duplicate copies): one entry, held until
+  // both copies are reported removed.
   CHECK(x.store(0, nullptr, e1.data(), 2, t.data(), kBs, 0, pr::ExactTier::Gpu, kCap) == 2);
   CHECK(x.store(0, nullptr, e1.data(), 2, t.data(), kBs, 0, pr::ExactTier::Gpu, kCap) == 2);
   CHECK(x.stats().entries == 2);
+  CHECK(x.remove(0, e1.data(), 2, pr::ExactTier::Gpu) == 0);
+  CHECK(x.stats().entries == 2);
+  CHECK(lead_of(x, 0, h).lead == 2);
   CHECK(x.remove(0, e1.data(), 2, pr::ExactTier::Gpu) == 2);
   CHECK(x.stats().entries == 0);
   // An engine hash reused for other tokens follows the latest report.
