@@ -85,7 +85,7 @@ export class Endpoint {
   #healthy: readonly Instance[] | undefined
   #groups = new Map<string, RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
   /** The exact cache view (kvEvents configured): the instances' own KV-cache events. */
-  readonly exact: ExactView | undefined
+  exact: ExactView | undefined
   /** Next instance asked for a remote tokenization, in rotation. */
   #tokenizeNext = 0
 
@@ -103,13 +103,33 @@ export class Endpoint {
     const members = this.#members()
     const options = { ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
     this.router = events.router?.(ep.name, options) ?? new Router(options)
-    const kv = ep.kvEvents ?? config.kvEvents
-    if (kv !== undefined) {
-      if (this.routing.strategy !== 'longest_prefix') this.#log.warn({ strategy: this.routing.strategy }, 'kvEvents: only longest_prefix routes by the exact view; the events are read for /admin/instances and /admin/route only')
-      const router = this.router
-      this.exact = new ExactView({ name: ep.name, router, blockSize: () => router.params.exactBlockSize }, kv, this.#log)
-    }
+    this.exact = this.#exactView(config, ep)
     events.remote?.attached(this)
+    this.#syncExact()
+  }
+
+  #exactView(config: Config, ep: EndpointConfig): ExactView | undefined {
+    const kv = ep.kvEvents ?? config.kvEvents
+    if (kv === undefined) return undefined
+    if (this.routing.strategy !== 'longest_prefix') this.#log.warn({ strategy: this.routing.strategy }, 'kvEvents: only longest_prefix routes by the exact view; the events are read for /admin/instances and /admin/route only')
+    const router = this.router
+    return new ExactView({ name: ep.name, router, blockSize: () => router.params.exactBlockSize }, kv, this.#log)
+  }
+
+  /**
+   * A reload changed where events come from, or the block size they are hashed in: the views
+   * start over (the old hashes would never match again).
+   */
+  #reloadExact(config: Config, ep: EndpointConfig, blockSize: number): void {
+    const kv = ep.kvEvents ?? config.kvEvents
+    const same = JSON.stringify(kv) === JSON.stringify(this.exact?.config) && blockSize === this.router.params.exactBlockSize
+    if (same) return
+    const old = this.exact
+    if (old !== undefined) {
+      for (const id of old.ids()) this.router.exactClear(id)
+      void old.close()
+    }
+    this.exact = this.#exactView(config, ep)
     this.#syncExact()
   }
 
@@ -144,9 +164,14 @@ export class Endpoint {
     this.#config = config
     this.routing = endpointRouting(config, ep)
     const remote = this.#events.remote
+    const blockSize = this.router.params.exactBlockSize
     // The owner publishes parameters and the instance list to the shared state.
-    if (remote) return []
+    if (remote) {
+      this.#reloadExact(config, ep, blockSize)
+      return []
+    }
     this.router.configure(routerParams(this.routing))
+    this.#reloadExact(config, ep, blockSize)
     this.#static = ep.instances
     const { removed } = this.#setInstances(false)
     if (this.#timers.length > 0) this.startProbes()

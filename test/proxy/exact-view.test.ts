@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, post, startRouter, totalInFlight, until } from './helpers.js'
+import { chat, post, startRouter, testConfig, totalInFlight, until } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
@@ -19,17 +19,21 @@ afterEach(async () => {
 
 const MODEL = 'sim-tiny'
 
-async function setup(n: number, tokenizer: Record<string, unknown> = { mode: 'remote', timeoutMs: 5000 }) {
-  fleet = await startSimFleet({ instances: n, profile: 'tiny', kvEvents: { port: 0, replayPort: 0 } })
-  const f = fleet
+function routerConfig(f: SimFleet, tokenizer: Record<string, unknown>, routing: Record<string, unknown> = {}) {
   const instances = f.urls.map((url, i) => ({ url, kvEvents: { endpoint: f.kvEndpoints![i]!, replayEndpoint: f.kvReplayEndpoints![i]! } }))
-  router = await startRouter([], {
+  return {
     endpoints: [{ name: 'default', instances }],
-    routing: { strategy: 'longest_prefix' },
+    routing: { strategy: 'longest_prefix', ...routing },
     kvEvents: { port: 5557 },
     tokenizer,
     debugHeaders: true,
-  })
+  }
+}
+
+async function setup(n: number, tokenizer: Record<string, unknown> = { mode: 'remote', timeoutMs: 5000 }) {
+  fleet = await startSimFleet({ instances: n, profile: 'tiny', kvEvents: { port: 0, replayPort: 0 } })
+  const f = fleet
+  router = await startRouter([], routerConfig(f, tokenizer))
   return { fleet: f, router }
 }
 
@@ -105,5 +109,20 @@ describe('the exact view from the instances\' KV events', () => {
     const metrics = await (await fetch(`${router.adminUrl}/metrics`)).text()
     expect(metrics).toMatch(/prefix_router_tokenize_seconds_count\{result="ok"\} [1-9]/)
     expect(metrics).toMatch(/prefix_router_kv_view_fresh\{endpoint="default",instance="[^"]+"\} 1/)
+  })
+
+  it('a reload that changes the block size starts the views over: the old hashes would never match', async () => {
+    const { fleet, router } = await setup(1, { mode: 'bytes' })
+    const body = chat(doc(5), { model: MODEL, max_tokens: 2 })
+    expect((await post(`${fleet.urls[0]}/v1/chat/completions`, body)).status).toBe(200)
+    const id = fleet.urls[0]!
+    await until(async () => ((await report(router)).find((i) => i.id === id)!.kvEvents?.gpuBlocks ?? 0) > 0, 30_000, 'blocks in the view')
+    // The same settings again: the view stays.
+    router.reload(testConfig(routerConfig(fleet, { mode: 'bytes' }).endpoints, { ...routerConfig(fleet, { mode: 'bytes' }), log: { level: 'silent' } }))
+    expect((await report(router)).find((i) => i.id === id)!.kvEvents!.gpuBlocks).toBeGreaterThan(0)
+    router.reload(testConfig(routerConfig(fleet, { mode: 'bytes' }).endpoints, { ...routerConfig(fleet, { mode: 'bytes' }, { exactBlockSize: 32 }), log: { level: 'silent' } }))
+    const after = (await report(router)).find((i) => i.id === id)!.kvEvents!
+    expect(after.gpuBlocks).toBe(0)
+    expect(after.view).toBe('stale')
   })
 })
