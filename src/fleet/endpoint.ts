@@ -14,7 +14,7 @@ import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
 import { ExactView } from './events/exact-view.js'
 import type { RequestTokenizer } from '../tokens/index.js'
-import type { ExactTokens } from '../proxy/exact-tokens.js'
+import type { ExactTokens } from '../core/router.js'
 
 export interface EndpointEvents {
   log?: Logger

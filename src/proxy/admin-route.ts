@@ -4,7 +4,7 @@
 // pending) and whether its view is trusted. Nothing is routed, leased or recorded.
 import type http from 'node:http'
 import { readBody } from './body.js'
-import { exactTokens } from './exact-tokens.js'
+import { exactTokens } from '../tokens/request-tokens.js'
 import type { ProxyServer } from './proxy.js'
 
 type Answer = { status: number; body: unknown }

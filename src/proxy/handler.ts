@@ -1,7 +1,8 @@
 // One front request, start to end: route, routing key, pick, forward, release. The lease
 // is released in `finally`, so success, upstream error, client abort and timeout all
 // return the in-flight count to where it was.
-import { exactTokens, type ExactTokens } from './exact-tokens.js'
+import { exactTokens } from '../tokens/request-tokens.js'
+import type { ExactTokens } from '../core/router.js'
 import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'

@@ -20,3 +20,4 @@ export async function localTokenizer(o: HfLocalOptions | { builtin: BuiltinName 
   if ('builtin' in o) return builtinTokenizer(o.builtin)
   return hfLocalTokenizer(o)
 }
+export { exactTokens } from './request-tokens.js'

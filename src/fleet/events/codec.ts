@@ -8,6 +8,7 @@
 // Decoding is tolerant of what it can skip (an unknown event type, a malformed event: the
 // rest of the batch still counts) and strict about what it cannot: a payload that is not a
 // batch throws KvEventDecodeError, never anything else, whatever the bytes.
+import { PrefixRouterError } from '../../core/errors.js'
 import { C1, Unpackr } from 'msgpackr'
 import { MsgpackWriter } from './msgpack-writer.js'
 import type {
@@ -28,13 +29,11 @@ export type KvEventDecodeErrorCode =
   /** A batch whose ts, events or data_parallel_rank has the wrong type. */
   | 'bad_batch_field'
 
-export class KvEventDecodeError extends Error {
-  override readonly name = 'KvEventDecodeError'
-  constructor(
-    readonly code: KvEventDecodeErrorCode,
-    message: string,
-  ) {
-    super(message)
+export class KvEventDecodeError extends PrefixRouterError {
+  declare readonly code: KvEventDecodeErrorCode
+  constructor(code: KvEventDecodeErrorCode, message: string) {
+    super(code, message)
+    this.name = 'KvEventDecodeError'
   }
 }
 

@@ -4,12 +4,8 @@
 // this cannot tokenize (other APIs, a list of prompts) is routed on the approximate view.
 import { exactSeed } from '../core/exact-seed.js'
 import type { OpenAIApi } from '../core/key/openai-key.js'
-import type { RequestTokenizer, TokenizeInput } from '../tokens/index.js'
-
-export interface ExactTokens {
-  ids: Uint32Array
-  seed: bigint
-}
+import type { ExactTokens } from '../core/router.js'
+import type { RequestTokenizer, TokenizeInput } from './types.js'
 
 function input(api: OpenAIApi, body: Record<string, unknown>, model: string): TokenizeInput | undefined {
   if (api === 'chat') {
