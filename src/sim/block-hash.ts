@@ -6,12 +6,17 @@
 // hash as the XXH3 seed: the work per request is one native call (xxh3_chain).
 import { xxh3, xxh3Blocks } from '../core/hash.js'
 import { native } from '../core/native.js'
-import { BYTES_PER_TOKEN, tokenCount } from './tokenizer.js'
+import { BYTES_PER_TOKEN, tokenCount, tokenIdsOf } from './tokenizer.js'
 
 export interface PreparedPrompt {
   promptTokens: number
   /** One key per full block of the prompt: the low 52 bits of its chained hash (see block-index.ts). */
   blockKeys: Float64Array
+  /**
+   * The prompt's token ids, kept only when asked for (an engine publishing KV events
+   * needs them for BlockStored): the prompt's ceil(bytes / 4) tokens.
+   */
+  tokenIds?: Uint32Array
 }
 
 const seeds = new Map<string, bigint>()
@@ -40,15 +45,19 @@ export function blockKey(hash: bigint): number {
 // One native call per prompt hashes the whole chain and writes the low 52 bits of each
 // block's hash as a double: calling into the addon once per block cost as much as
 // simulating the request.
-export function preparePrompt(bytes: Uint8Array, blockSize: number, seed: bigint): PreparedPrompt {
+export function preparePrompt(bytes: Uint8Array, blockSize: number, seed: bigint, withTokens = false): PreparedPrompt {
   const blockBytes = blockSize * BYTES_PER_TOKEN
   const keys = new Float64Array(Math.floor(bytes.length / blockBytes))
   native.xxh3_chain(bytes, blockBytes, seed, keys)
-  return { promptTokens: tokenCount(bytes.length), blockKeys: keys }
+  const out: PreparedPrompt = { promptTokens: tokenCount(bytes.length), blockKeys: keys }
+  if (withTokens) out.tokenIds = tokenIdsOf(bytes)
+  return out
 }
 
 /** preparePrompt for text under the `bytes` tokenizer: the addon reads the string's UTF-8 itself. */
-export function preparePromptText(text: string, blockSize: number, seed: bigint): PreparedPrompt {
+export function preparePromptText(text: string, blockSize: number, seed: bigint, withTokens = false): PreparedPrompt {
+  // With tokens wanted, the UTF-8 is needed here anyway: hash those bytes, the same ones.
+  if (withTokens) return preparePrompt(Buffer.from(text, 'utf8'), blockSize, seed, true)
   const blockBytes = blockSize * BYTES_PER_TOKEN
   const length = Buffer.byteLength(text)
   const keys = new Float64Array(Math.floor(length / blockBytes))

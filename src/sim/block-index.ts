@@ -22,6 +22,11 @@ export class BlockIndex {
     return this.count
   }
 
+  clear(): void {
+    this.keys.fill(0)
+    this.count = 0
+  }
+
   /** The slot stored under `key`, or -1. */
   get(key: number): number {
     const k = key + 1

@@ -1,8 +1,10 @@
 // One simulated vLLM instance: prefix cache + scheduler + latency model, driven by a Clock.
 // Live workers run it on a RealClock behind HTTP; the virtual fleet runs many on one
 // VirtualClock. This class is the whole model: nothing about it differs between the two.
+import type { KvEvent } from '../fleet/events/types.js'
 import type { Clock, TimerHandle } from './clock.js'
 import { KvCache } from './kv-cache.js'
+import { KvEventLog } from './kv-event-log.js'
 import { LatencyModel } from './latency-model.js'
 import type { Profile } from './profiles.js'
 import { Scheduler } from './scheduler.js'
@@ -33,6 +35,9 @@ export function engineConfig(profile: Profile, o: Partial<Omit<EngineConfig, 'la
   }
 }
 
+/** Receives an engine's KV events: one call per step that produced any, at simulated `atMs`. */
+export type KvEventListener = (events: KvEvent[], atMs: number) => void
+
 export class SimEngine {
   readonly cache: KvCache
   readonly stats = new EngineStats()
@@ -43,6 +48,8 @@ export class SimEngine {
   private stepTimer: TimerHandle | null = null
   private wake: TimerHandle | null = null
   private closed = false
+  private kvLog: KvEventLog | null = null
+  private kvListener: KvEventListener | null = null
 
   constructor(
     readonly id: string,
@@ -69,6 +76,53 @@ export class SimEngine {
   /** Requests in the engine that have not finished. */
   get inFlight(): number {
     return this.scheduler.pending.length + this.scheduler.numWaiting + this.scheduler.running.length
+  }
+
+  /** True while a KV event listener is set: requests should then carry their token ids. */
+  get kvEventsEnabled(): boolean {
+    return this.kvListener !== null
+  }
+
+  /**
+   * Publishes the prefix cache's events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared)
+   * to `fn`, the events of a step in one call at its end; null stops them. BlockStored
+   * carries token ids only for requests submitted with `tokenIds`.
+   */
+  setKvEventListener(fn: KvEventListener | null): void {
+    this.kvListener = fn
+    if (fn === null) {
+      this.kvLog = null
+      this.scheduler.events = null
+      this.cache.onEvict = null
+      return
+    }
+    const log = (this.kvLog ??= new KvEventLog(this.config.blockSize))
+    this.scheduler.events = log
+    this.cache.onEvict = (key) => log.removed(key)
+  }
+
+  /**
+   * vLLM's reset_prefix_cache: forgets every cached block (AllBlocksCleared) when no
+   * request holds any; false (nothing done) otherwise, as vLLM refuses then.
+   */
+  resetPrefixCache(): boolean {
+    if (this.closed || this.cache.usedBlocks > 0) return false
+    this.cache.clear()
+    this.kvLog?.cleared()
+    this.flushKv(this.clock.now())
+    return true
+  }
+
+  /**
+   * The engine process restarts: everything in flight is aborted and the cache starts
+   * empty. No event says so (a new vLLM process just starts over); events not yet
+   * delivered are lost with the old process.
+   */
+  restart(): void {
+    if (this.closed) return
+    this.abortAll()
+    this.kvLog?.discard()
+    this.cache.clear()
   }
 
   /** Why this request cannot be served (vLLM's wording), or undefined. */
@@ -115,8 +169,18 @@ export class SimEngine {
     this.closed = true
     if (this.stepTimer !== null) this.clock.cancel(this.stepTimer)
     if (this.wake !== null) this.clock.cancel(this.wake)
+    this.abortAll()
+  }
+
+  private abortAll(): void {
     const s = this.scheduler
     for (const seq of [...s.pending, ...s.waiting.slice(), ...s.running]) if (seq.state !== 'finished') this.abort(seq)
+  }
+
+  private flushKv(t: number): void {
+    const log = this.kvLog
+    if (log === null || log.size === 0) return
+    this.kvListener!(log.take(), t)
   }
 
   private wakeAt(at: number): void {
@@ -129,7 +193,10 @@ export class SimEngine {
 
   private readonly onWake = (at: number): void => {
     this.wake = null
-    if (!this.busy && !this.closed) this.startStep(at)
+    if (!this.busy && !this.closed) {
+      this.startStep(at)
+      this.flushKv(at) // admissions may have evicted blocks
+    }
   }
 
   private startStep(t: number): void {
@@ -159,5 +226,6 @@ export class SimEngine {
     }
     finished.length = 0
     this.startStep(t)
+    this.flushKv(t) // this step's stored blocks, then the next one's evictions
   }
 }

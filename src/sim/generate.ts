@@ -20,8 +20,8 @@ import {
   type ResponseMeta,
   type Usage,
 } from './openai-shapes.js'
-import { planRequest } from './request.js'
-import type { Sequence, SeqListener } from './sequence.js'
+import { planRequest, type PlannedRequest } from './request.js'
+import type { EngineRequest, Sequence, SeqListener } from './sequence.js'
 import { fillerText } from './tokenizer.js'
 
 export interface GenerateContext {
@@ -39,7 +39,7 @@ export async function handleGeneration(ctx: GenerateContext, req: Req, res: Res,
   const body = parseJson(await readBody(req))
   const parsed = api === 'chat' ? parseChatRequest(body) : api === 'completion' ? parseCompletionRequest(body) : parseInvocation(body)
   const model = ctx.models.resolve(parsed.model)
-  const plan = planRequest(parsed, model, ctx.sim, (p, m) => ctx.engine.check(p, m))
+  const plan = planRequest(parsed, model, ctx.sim, (p, m) => ctx.engine.check(p, m), ctx.engine.kvEventsEnabled)
 
   const fault = ctx.faults.pick()
   if (fault?.kind === 'error') {
@@ -93,6 +93,7 @@ export async function handleGeneration(ctx: GenerateContext, req: Req, res: Res,
         maxTokens: plan.maxTokens,
         finishReason: plan.finishReason,
         extraDelayMs: ctx.faults.config.delayMs,
+        ...kvFields(plan, ctx.models.base),
       },
       listener,
     )
@@ -105,6 +106,16 @@ export async function handleGeneration(ctx: GenerateContext, req: Req, res: Res,
   res.on('close', () => {
     if (!seq.done) ctx.engine.abort(seq)
   })
+}
+
+/** What the engine's KV events need beyond the block keys (nothing when it publishes none). */
+function kvFields(plan: PlannedRequest, base: string): Pick<EngineRequest, 'tokenIds' | 'loraName' | 'cacheSalt'> {
+  const out: Pick<EngineRequest, 'tokenIds' | 'loraName' | 'cacheSalt'> = {}
+  if (plan.prompt.tokenIds === undefined) return out
+  out.tokenIds = plan.prompt.tokenIds
+  if (plan.model !== base) out.loraName = plan.model
+  if (plan.cacheSalt !== undefined) out.cacheSalt = plan.cacheSalt
+  return out
 }
 
 function streamListener(

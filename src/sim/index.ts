@@ -9,7 +9,8 @@ export {
   type VirtualResult,
   type SubmitOptions,
 } from './virtual-fleet.js'
-export { SimEngine, engineConfig, type EngineConfig } from './engine.js'
+export { SimEngine, engineConfig, type EngineConfig, type KvEventListener } from './engine.js'
+export { KvEventLog } from './kv-event-log.js'
 export { RealClock, VirtualClock, type Clock, type TimerHandle } from './clock.js'
 export { KvCache } from './kv-cache.js'
 export { LatencyModel, type LatencyParams } from './latency-model.js'
@@ -19,6 +20,6 @@ export { NO_FAULTS, parseFaults, type FaultConfig } from './faults.js'
 export { renderMetrics } from './metrics.js'
 export { renderChat, type ChatMessage } from './chat-template.js'
 export { cacheSeed, hashBlocks, blockKey, preparePrompt, type PreparedPrompt } from './block-hash.js'
-export { BYTES_PER_TOKEN, tokenCount, fillerText } from './tokenizer.js'
+export { BYTES_PER_TOKEN, tokenCount, tokenIdsOf, encodeTokenIds, fillerText } from './tokenizer.js'
 export { TOKENIZERS, DEFAULT_TOKENIZER, getTokenizer, type Tokenizer, type TokenizerName } from './tokenizers/index.js'
 export { Sequence, type SeqListener, type EngineRequest, type FinishReason } from './sequence.js'

@@ -26,6 +26,8 @@ export class KvCache {
   private free = 0
   /** Cached blocks reused for other content. */
   evictions = 0
+  /** Told each key that leaves the cache (its block reused): the engine's BlockRemoved events. */
+  onEvict: ((key: number) => void) | null = null
 
   constructor(capacity: number) {
     this.capacity = capacity
@@ -102,6 +104,7 @@ export class KvCache {
         this.index.delete(k - 1)
         this.keyOf[slot] = 0
         this.evictions++
+        if (this.onEvict !== null) this.onEvict(k - 1)
       }
       this.ref[slot] = 1
       slots.push(slot)
@@ -109,10 +112,37 @@ export class KvCache {
     return true
   }
 
-  /** Makes a computed full block findable; a key already cached elsewhere keeps that block. */
-  register(slot: number, key: number): void {
-    if (this.keyOf[slot] !== 0) return
-    if (this.index.add(key, slot)) this.keyOf[slot] = key + 1
+  /**
+   * Makes a computed full block findable; a key already cached elsewhere keeps that block.
+   * True if the key is newly cached (what a BlockStored event reports).
+   */
+  register(slot: number, key: number): boolean {
+    if (this.keyOf[slot] !== 0) return false
+    if (!this.index.add(key, slot)) return false
+    this.keyOf[slot] = key + 1
+    return true
+  }
+
+  /** The keys cached now (pinned or free), in no order: what an exact view must hold. */
+  cachedKeys(): number[] {
+    const out: number[] = []
+    for (let s = 0; s < this.capacity; s++) if (this.keyOf[s] !== 0) out.push(this.keyOf[s]! - 1)
+    return out
+  }
+
+  /**
+   * Forgets every key and returns every block to the free queue, as a fresh process
+   * starts. Only when nothing is pinned: the caller aborts its sequences first.
+   */
+  clear(): void {
+    for (let s = 0; s < this.capacity; s++) {
+      if (this.ref[s] !== 0) throw new Error('KvCache.clear: blocks are still pinned')
+    }
+    this.keyOf.fill(0)
+    this.index.clear()
+    this.head = this.tail = -1
+    this.free = 0
+    for (let s = this.capacity - 1; s >= 0; s--) this.pushHead(s)
   }
 
   /** Unpins a sequence's blocks, last to first. */

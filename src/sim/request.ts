@@ -13,6 +13,7 @@ import { getTokenizer, type Tokenizer } from './tokenizers/index.js'
 export interface PlannedRequest {
   model: string
   prompt: PreparedPrompt
+  cacheSalt: string | undefined
   maxTokens: number
   finishReason: 'stop' | 'length'
 }
@@ -28,10 +29,18 @@ export interface PromptSource {
  * The prompt's token count and block keys: a chat's rendered template or a text through
  * `tokenizer`, token ids one token each whatever the tokenizer.
  */
-export function preparePromptSource(src: PromptSource, tokenizer: Tokenizer, blockSize: number, seed: bigint): PreparedPrompt {
-  if (src.messages !== undefined) return tokenizer.prepareText(renderChat(src.messages, src.addGenerationPrompt ?? true), blockSize, seed)
-  if (src.tokenIds !== undefined) return preparePrompt(encodeTokenIds(src.tokenIds), blockSize, seed)
-  return tokenizer.prepareText(src.text ?? '', blockSize, seed)
+export function preparePromptSource(
+  src: PromptSource,
+  tokenizer: Tokenizer,
+  blockSize: number,
+  seed: bigint,
+  withTokens = false,
+): PreparedPrompt {
+  if (src.messages !== undefined) {
+    return tokenizer.prepareText(renderChat(src.messages, src.addGenerationPrompt ?? true), blockSize, seed, withTokens)
+  }
+  if (src.tokenIds !== undefined) return preparePrompt(encodeTokenIds(src.tokenIds), blockSize, seed, withTokens)
+  return tokenizer.prepareText(src.text ?? '', blockSize, seed, withTokens)
 }
 
 /**
@@ -56,10 +65,12 @@ export function planRequest(
   model: string,
   sim: ResolvedSim,
   check: (promptTokens: number, maxTokens: number) => string | undefined,
+  withTokens = false,
 ): PlannedRequest {
-  const prompt = preparePromptSource(req, getTokenizer(sim.tokenizer), sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
+  const seed = cacheSeed(model, req.cacheSalt)
+  const prompt = preparePromptSource(req, getTokenizer(sim.tokenizer), sim.engine.blockSize, seed, withTokens)
   const out = outputPlan(sim, prompt.promptTokens, req.maxTokens)
   const problem = check(prompt.promptTokens, out.maxTokens)
   if (problem !== undefined) throw new ApiError(400, problem, 'BadRequestError', 'max_tokens')
-  return { model, prompt, ...out }
+  return { model, prompt, cacheSalt: req.cacheSalt, ...out }
 }

@@ -6,6 +6,7 @@
 // preempted (its blocks freed; it recomputes later, mostly from cache), as vLLM does.
 // The scheduler knows no time source: the engine calls plan(t) and commit(t).
 import type { KvCache } from './kv-cache.js'
+import type { KvEventLog } from './kv-event-log.js'
 import type { Sequence } from './sequence.js'
 import type { EngineStats } from './stats.js'
 
@@ -27,6 +28,8 @@ export class Scheduler {
   decodeSeqs = 0
   contextTokens = 0
   private readonly found = { hits: 0, freeHits: 0 }
+  /** Where newly cached blocks are reported, when the engine publishes KV events. */
+  events: KvEventLog | null = null
 
   constructor(
     private readonly cache: KvCache,
@@ -155,7 +158,10 @@ export class Scheduler {
         const keys = seq.blockKeys
         let full = Math.floor(seq.numComputed / bs)
         if (full > keys.length) full = keys.length
-        for (let b = seq.registered; b < full; b++) this.cache.register(seq.slots[b]!, keys[b]!)
+        const events = this.events
+        for (let b = seq.registered; b < full; b++) {
+          if (this.cache.register(seq.slots[b]!, keys[b]!) && events !== null) events.stored(seq, b)
+        }
         if (full > seq.registered) seq.registered = full
         if (seq.numComputed < seq.prefillTarget) continue
       }

@@ -20,6 +20,12 @@ export interface EngineRequest {
   finishReason?: 'stop' | 'length'
   /** Extra simulated delay before the request reaches the scheduler (the latency fault). */
   extraDelayMs?: number
+  /** The prompt's token ids (PreparedPrompt.tokenIds): needed only by an engine publishing KV events. */
+  tokenIds?: Uint32Array
+  /** The LoRA adapter the request is for (undefined: the base model), for KV events. */
+  loraName?: string
+  /** The request's cache_salt, for KV events (its block keys already include it). */
+  cacheSalt?: string
   /** Free-form tag carried to the listener (the HTTP layer and the virtual fleet use it). */
   tag?: unknown
 }

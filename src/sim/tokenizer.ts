@@ -22,6 +22,26 @@ export function encodeTokenIds(ids: readonly number[]): Uint8Array {
   return out
 }
 
+/**
+ * The token ids of a prompt's bytes: token i is bytes [4i, 4i + 4) as a little-endian
+ * uint32 (the last one zero-padded), so writing the ids back as 4 little-endian bytes each
+ * gives the very bytes the block keys were hashed over. Under `bytes` that is the UTF-8;
+ * under o200k and for token-id prompts the bytes already are the ids.
+ */
+export function tokenIdsOf(bytes: Uint8Array): Uint32Array {
+  const n = tokenCount(bytes.length)
+  const out = new Uint32Array(n)
+  const whole = Math.floor(bytes.length / BYTES_PER_TOKEN)
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  for (let i = 0; i < whole; i++) out[i] = view.getUint32(i * BYTES_PER_TOKEN, true)
+  if (whole < n) {
+    let v = 0
+    for (let j = bytes.length - 1; j >= whole * BYTES_PER_TOKEN; j--) v = v * 256 + bytes[j]!
+    out[whole] = v
+  }
+  return out
+}
+
 // Generated text is a fixed filler whose every token is 4 ASCII characters needing no
 // JSON escaping, so output text re-tokenizes to the same count (under `bytes`; under any
 // tokenizer, completion_tokens is the engine's count of tokens generated, not a

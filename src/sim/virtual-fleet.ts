@@ -8,12 +8,18 @@ import { SimEngine } from './engine.js'
 import { renderMetrics } from './metrics.js'
 import { ModelRegistry } from './models.js'
 import { outputPlan, preparePromptSource, type PromptSource } from './request.js'
-import type { Sequence, SeqListener } from './sequence.js'
+import type { EngineRequest, Sequence, SeqListener } from './sequence.js'
 import { getTokenizer, type Tokenizer } from './tokenizers/index.js'
 
 export interface VirtualFleetOptions extends SimOptions {
   /** Number of instances (ids "sim-0"...) or their ids. */
   instances: number | readonly string[]
+  /**
+   * Keep prompts' token ids (prepare) and pass them, the adapter's name and cache_salt to
+   * the engines: needed for their KV events (SimEngine.setKvEventListener). Off by default:
+   * it costs a copy of every prompt's tokens.
+   */
+  kvEvents?: boolean
 }
 
 export interface VirtualRequest extends PromptSource {
@@ -54,9 +60,11 @@ export class VirtualFleet {
   readonly sim: ResolvedSim
   private readonly models: ModelRegistry
   private readonly tokenizer: Tokenizer
+  private readonly withTokens: boolean
 
   constructor(opts: VirtualFleetOptions) {
     this.sim = resolveSim(opts)
+    this.withTokens = opts.kvEvents === true
     this.tokenizer = getTokenizer(this.sim.tokenizer)
     const ids = typeof opts.instances === 'number' ? Array.from({ length: opts.instances }, (_, i) => `sim-${i}`) : opts.instances
     if (ids.length < 1) throw new RangeError('instances must be at least 1')
@@ -67,7 +75,7 @@ export class VirtualFleet {
   /** Renders and hashes a prompt as a live worker would; reuse the result to skip that work. */
   prepare(req: PromptSource & { model?: string; cacheSalt?: string }): PreparedPrompt {
     const model = this.models.resolve(req.model)
-    return preparePromptSource(req, this.tokenizer, this.sim.engine.blockSize, cacheSeed(model, req.cacheSalt))
+    return preparePromptSource(req, this.tokenizer, this.sim.engine.blockSize, cacheSeed(model, req.cacheSalt), this.withTokens)
   }
 
   /** Queues a request to arrive at instance `instance` at `opts.at` (default now). */
@@ -92,17 +100,21 @@ export class VirtualFleet {
         }
       }
     }
+    const request: EngineRequest = {
+      promptTokens: prompt.promptTokens,
+      blockKeys: prompt.blockKeys,
+      maxTokens: out.maxTokens,
+      finishReason: out.finishReason,
+      extraDelayMs: req.extraDelayMs ?? 0,
+    }
+    if (prompt.tokenIds !== undefined) {
+      request.tokenIds = prompt.tokenIds
+      const model = this.models.resolve(req.model)
+      if (model !== this.sim.model) request.loraName = model
+      if (req.cacheSalt !== undefined) request.cacheSalt = req.cacheSalt
+    }
     const arrive = (): void => {
-      engine.submit(
-        {
-          promptTokens: prompt.promptTokens,
-          blockKeys: prompt.blockKeys,
-          maxTokens: out.maxTokens,
-          finishReason: out.finishReason,
-          extraDelayMs: req.extraDelayMs ?? 0,
-        },
-        listener,
-      )
+      engine.submit(request, listener)
     }
     const at = opts.at ?? this.clock.now()
     if (at <= this.clock.now()) arrive()

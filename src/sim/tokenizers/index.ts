@@ -11,8 +11,8 @@ export const DEFAULT_TOKENIZER: TokenizerName = 'bytes'
 
 export interface Tokenizer {
   readonly name: TokenizerName
-  /** The token count and block keys of a text prompt, the chain seeded with `seed`. */
-  prepareText(text: string, blockSize: number, seed: bigint): PreparedPrompt
+  /** The token count and block keys of a text prompt, the chain seeded with `seed` (and its token ids if `withTokens`). */
+  prepareText(text: string, blockSize: number, seed: bigint, withTokens?: boolean): PreparedPrompt
   /** Loads what the tokenizer needs now rather than on the first prompt (a server's first request). */
   load(): void
 }

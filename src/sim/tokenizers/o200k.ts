@@ -41,8 +41,8 @@ function idBytes(ids: Uint32Array): Uint8Array {
 
 export const o200kTokenizer: Tokenizer = {
   name: 'o200k',
-  prepareText(text, blockSize, seed) {
-    return preparePrompt(idBytes(o200kCache().encode(text)), blockSize, seed)
+  prepareText(text, blockSize, seed, withTokens = false) {
+    return preparePrompt(idBytes(o200kCache().encode(text)), blockSize, seed, withTokens)
   },
   load() {
     o200kCache()
