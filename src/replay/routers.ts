@@ -1,6 +1,7 @@
 // The routers a replay compares, behind one small interface: our native Router (every
 // strategy in STRATEGIES, so a strategy added to the core shows up here by itself) and
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
+import type { KvEvent } from '../fleet/events/types.js'
 import type { SimEngine } from '../sim/engine.js'
 import { Router } from '../core/router.js'
 import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../core/options.js'
@@ -21,6 +22,12 @@ export interface Placement {
 
 export interface ReplayRouter {
   route(req: PreparedRequest, now: number): Placement
+  /**
+   * Routers fed by the engines' KV events: a batch of engine `instance`'s events, delivered
+   * at simulated `atMs` (the lane adds its --kv-events-delay). A lane whose router has this
+   * turns its engines' events on and prepares prompts with their token ids.
+   */
+  kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
   /** The fleet's members changed (scale events); `members` are engine indexes. */
   setInstances(members: readonly number[], now: number): void
   close(): void
@@ -125,8 +132,16 @@ class NativeRouter implements ReplayRouter {
 export class ReplicatedRouter implements ReplayRouter {
   private next = 0
 
+  readonly kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
+
   constructor(private readonly replicas: readonly ReplayRouter[]) {
     if (replicas.length < 1) throw new RangeError('at least one replica')
+    // Every replica subscribes to every engine, as each router pod would.
+    if (replicas.every((r) => r.kvEvents !== undefined)) {
+      this.kvEvents = (instance, events, atMs) => {
+        for (const r of replicas) r.kvEvents!(instance, events, atMs)
+      }
+    }
   }
 
   route(req: PreparedRequest, now: number): Placement {
