@@ -4,6 +4,7 @@
       "target_name": "prefix_router",
       "sources": [
         "native/addon.cc",
+        "native/exact_index.cc",
         "native/key/json_scan.cc",
         "native/key/openai_key.cc",
         "native/key_addon.cc",

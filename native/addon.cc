@@ -166,6 +166,20 @@ uint64_t GetSeed(const Napi::Value& v, bool* ok) {
   return seed;
 }
 
+// A typed array of one element type, read in place (no copy); false for any other value.
+template <typename T>
+bool TypedOf(napi_env env, napi_value v, napi_typedarray_type want, const T** data, size_t* len) {
+  bool is = false;
+  if (napi_is_typedarray(env, v, &is) != napi_ok || !is) return false;
+  napi_typedarray_type type;
+  void* p = nullptr;
+  if (napi_get_typedarray_info(env, v, &type, len, &p, nullptr, nullptr) != napi_ok || type != want) return false;
+  *data = static_cast<const T*>(p);
+  return p != nullptr || *len == 0;
+}
+bool U32Array(napi_env env, napi_value v, const uint32_t** data, size_t* len) { return TypedOf(env, v, napi_uint32_array, data, len); }
+bool U64Array(napi_env env, napi_value v, const uint64_t** data, size_t* len) { return TypedOf(env, v, napi_biguint64_array, data, len); }
+
 Napi::Value Xxh3(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Bytes b = GetBytes(info[0]);
@@ -266,7 +280,9 @@ enum : size_t {
   kTenant,      // 1: the call's 3rd argument is the tenant
   kAvoidCount,  // slots of earlier tries to avoid, at most kMaxAvoid, which follow
   kAvoid,
-  kWords = kAvoid + kMaxAvoid
+  kExact = kAvoid + kMaxAvoid,  // 1: the call's 5th and 6th arguments are token ids and their seed
+  kNow,                         // with kExact: the time in ms pending blocks expire against
+  kWords
 };
 }  // namespace io
 struct IoBlock {
@@ -405,23 +421,30 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
 }
 
 // router_configure(h, strategy: string, prefixLength, threshold, blockBytes, indexBlocks,
-//                  placementChoices, loadFactor, prefillWeight, matchLength): publishes the whole set.
+//                  placementChoices, loadFactor, prefillWeight, matchLength, exactBlockSize, exactCapacity,
+//                  cpuBlockWeight, pendingMs): publishes the whole set.
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
   if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator configures it");
   if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
-  for (size_t i = 2; i <= 9; i++)
-    if (!info[i].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
+  // The exact view's four (10-13) may be left out: their defaults then.
+  for (size_t i = 2; i <= 13; i++)
+    if (!info[i].IsNumber() && !(i >= 10 && info[i].IsUndefined()))
+      return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
   const int strategy = pr::strategy_index(info[1].As<Napi::String>().Utf8Value().c_str());
   if (strategy < 0) return Throw(env, "ERR_OUT_OF_RANGE", "unknown strategy");
   auto num = [&](size_t i) { return info[i].As<Napi::Number>().DoubleValue(); };
+  const pr::RoutingParams defaults;
+  auto opt = [&](size_t i, double d) { return info[i].IsUndefined() ? d : num(i); };
   const double len = num(2), thr = num(3), block = num(4), blocks = num(5), choices = num(6), load = num(7), weight = num(8),
-               match = num(9);
+               match = num(9), exact_block = opt(10, defaults.exact_block_size), exact_cap = opt(11, defaults.exact_capacity),
+               cpu_weight = opt(12, defaults.cpu_block_weight), pending = opt(13, defaults.pending_ms);
   if (!(len >= 1 && len <= (1 << 20) && thr >= 1 && thr <= (1 << 20) && block >= 1 && block <= (1 << 20) && blocks >= 0 &&
         blocks <= (1 << 28) && choices >= 1 && choices <= 64 && load >= 0 && load <= 1e6 && weight >= 0 && weight <= 1e6 &&
-        match >= 1 && match <= (1 << 20)))
+        match >= 1 && match <= (1 << 20) && exact_block >= 1 && exact_block <= 1024 && exact_cap >= 1 && exact_cap <= (1 << 30) &&
+        cpu_weight >= 0 && cpu_weight <= 1 && pending >= 0 && pending <= 1e9))
     return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
   pr::RoutingParams p;
   p.strategy = static_cast<pr::Strategy>(strategy);
@@ -433,6 +456,10 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   p.load_factor = load;
   p.prefill_weight = weight;
   p.match_length = static_cast<uint32_t>(match);
+  p.exact_block_size = static_cast<uint32_t>(exact_block);
+  p.exact_capacity = static_cast<uint32_t>(exact_cap);
+  p.cpu_block_weight = cpu_weight;
+  p.pending_ms = pending;
   h->state->configure(p);
   return env.Undefined();
 }
@@ -456,6 +483,10 @@ Napi::Value RouterParams(const Napi::CallbackInfo& info) {
   o.Set("matchLength", p.match_length);
   o.Set("loadFactor", p.load_factor);
   o.Set("prefillWeight", p.prefill_weight);
+  o.Set("exactBlockSize", p.exact_block_size);
+  o.Set("exactCapacity", p.exact_capacity);
+  o.Set("cpuBlockWeight", p.cpu_block_weight);
+  o.Set("pendingMs", p.pending_ms);
   return o;
 }
 
@@ -552,6 +583,7 @@ struct PickArgs {
   uint32_t avoid[io::kMaxAvoid];
   size_t navoid = 0;
   double* out = nullptr;                       // [slot, generation, overflow (0/1), prefill blocks]
+  const pr::ExactRequest* exact = nullptr;     // token ids for the exact view, or null
 };
 
 // The pick itself: 0, -1 (no instances) or -2 (no instance in the group), or undefined with
@@ -620,8 +652,8 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
     anchor_blocks =
         anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
   }
-  pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid)
-                               : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid);
+  pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact)
+                               : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   a.out[0] = r.slot;
   a.out[1] = r.generation;
@@ -660,12 +692,12 @@ inline bool IoIndex(double d, double limit, size_t* out) {
 // four words. The prefix is an extracted key's text when the block says so. A plain
 // N-API callback: node-addon-api's wrapper would add a frame and a CallbackInfo off the hot pages.
 PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
-  size_t argc = 4;
-  napi_value argv[4];
+  size_t argc = 6;
+  napi_value argv[6];
   if (napi_get_cb_info(env, cb, &argc, argv, nullptr, nullptr) != napi_ok) return nullptr;
   napi_value undefined;
   napi_get_undefined(env, &undefined);
-  for (size_t i = argc; i < 4; i++) argv[i] = undefined;
+  for (size_t i = argc; i < 6; i++) argv[i] = undefined;
   void* handle = nullptr;
   if (napi_get_value_external(env, argv[0], &handle) != napi_ok || handle == nullptr) {
     Throw(env, "ERR_INVALID_ARG_TYPE", "not a router handle", true);
@@ -715,6 +747,21 @@ PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
   if (IoIndex(w[io::kAvoidCount], io::kMaxAvoid, &navoid))
     for (size_t i = 0; i < navoid; i++)
       if (IoIndex(w[io::kAvoid + i], 4294967295.0, &n)) a.avoid[a.navoid++] = static_cast<uint32_t>(n);
+  pr::ExactRequest exact;
+  if (w[io::kExact] == 1) {
+    // Read in place: the ids stay in the caller's Uint32Array for the length of the call.
+    if (!U32Array(env, argv[4], &exact.tokens, &exact.ntokens)) {
+      Throw(env, "ERR_INVALID_ARG_TYPE", "tokens.ids must be a Uint32Array", true);
+      return nullptr;
+    }
+    bool lossless = false;
+    if (napi_get_value_bigint_uint64(env, argv[5], &exact.seed, &lossless) != napi_ok || !lossless) {
+      Throw(env, "ERR_INVALID_ARG_TYPE", "tokens.seed must be a bigint from 0 to 2^64-1", true);
+      return nullptr;
+    }
+    exact.now = w[io::kNow];
+    a.exact = &exact;
+  }
   a.out = w;
   return PickWith(env, a);
 }
@@ -803,7 +850,151 @@ Napi::Value RouterStats(const Napi::CallbackInfo& info) {
   o.Set("indexEntries", static_cast<double>(h->state->index_entries()));
   o.Set("indexBytes", static_cast<double>(h->state->index_memory_bytes()));
   o.Set("leasesCollected", static_cast<double>(h->state->leases_collected()));
+  const pr::ExactStats e = h->state->exact_stats();
+  o.Set("exactEntries", static_cast<double>(e.entries));
+  o.Set("exactCapacity", static_cast<double>(pr::SnapshotGuard(*h->state, h->reader).params().exact_capacity));
+  o.Set("exactMemoryBytes", static_cast<double>(e.memory_bytes));
+  o.Set("exactDropped", static_cast<double>(e.dropped));
+  o.Set("exactOrphans", static_cast<double>(e.orphans));
   return o;
+}
+
+// ---- the exact view (exact_index.h): events by instance id -----------------------------
+
+// The instance id argument, and the tier (0 GPU, 1 offloaded) where one is taken.
+bool ExactId(const Napi::CallbackInfo& info, std::string* id) {
+  if (!info[1].IsString()) {
+    Throw(info.Env(), "ERR_INVALID_ARG_TYPE", "instance must be a string", true);
+    return false;
+  }
+  *id = info[1].As<Napi::String>().Utf8Value();
+  return true;
+}
+bool ExactTierArg(const Napi::Value& v, pr::ExactTier* tier) {
+  if (!v.IsNumber()) return false;
+  const double t = v.As<Napi::Number>().DoubleValue();
+  if (t != 0 && t != 1) return false;
+  *tier = t == 0 ? pr::ExactTier::Gpu : pr::ExactTier::Offloaded;
+  return true;
+}
+
+// router_exact_store(h, instance, parent: bigint | null, engineHashes: BigUint64Array,
+//                    tokenIds: Uint32Array, blockSize, seed: bigint, tier) -> blocks recorded, or
+// -1 orphan, -2 not a member, -3 another block size, -4 capacity reached.
+Napi::Value RouterExactStore(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  uint64_t parent = 0;
+  const bool has_parent = !info[2].IsNull() && !info[2].IsUndefined();
+  bool ok = true;
+  if (has_parent) parent = GetSeed(info[2], &ok);
+  if (!ok || (has_parent && !info[2].IsBigInt())) return Throw(env, "ERR_INVALID_ARG_TYPE", "parent must be null or a bigint from 0 to 2^64-1", true);
+  const uint64_t* engine = nullptr;
+  size_t n = 0;
+  if (!U64Array(env, info[3], &engine, &n)) return Throw(env, "ERR_INVALID_ARG_TYPE", "engineHashes must be a BigUint64Array", true);
+  const uint32_t* tokens = nullptr;
+  size_t ntokens = 0;
+  if (!U32Array(env, info[4], &tokens, &ntokens)) return Throw(env, "ERR_INVALID_ARG_TYPE", "tokenIds must be a Uint32Array", true);
+  if (!info[5].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "blockSize must be a number", true);
+  const double bs = info[5].As<Napi::Number>().DoubleValue();
+  if (!(bs >= 1 && bs <= 1024) || bs != static_cast<double>(static_cast<uint32_t>(bs))) return Throw(env, "ERR_OUT_OF_RANGE", "blockSize must be an integer from 1 to 1024");
+  if (ntokens != n * static_cast<size_t>(bs)) return Throw(env, "ERR_OUT_OF_RANGE", "tokenIds must hold engineHashes.length × blockSize ids");
+  if (!info[6].IsBigInt()) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  const uint64_t seed = GetSeed(info[6], &ok);
+  if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  pr::ExactTier tier;
+  if (!ExactTierArg(info[7], &tier)) return Throw(env, "ERR_OUT_OF_RANGE", "tier must be 0 (GPU) or 1 (offloaded)");
+  return Napi::Number::New(env, static_cast<double>(h->state->exact_store(h->reader, id, has_parent ? &parent : nullptr, engine, n, tokens,
+                                                                          static_cast<uint32_t>(bs), seed, tier)));
+}
+
+// router_exact_remove(h, instance, engineHashes: BigUint64Array, tier) -> removed, or -2 not a member.
+Napi::Value RouterExactRemove(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  const uint64_t* engine = nullptr;
+  size_t n = 0;
+  if (!U64Array(env, info[2], &engine, &n)) return Throw(env, "ERR_INVALID_ARG_TYPE", "engineHashes must be a BigUint64Array", true);
+  pr::ExactTier tier;
+  if (!ExactTierArg(info[3], &tier)) return Throw(env, "ERR_OUT_OF_RANGE", "tier must be 0 (GPU) or 1 (offloaded)");
+  return Napi::Number::New(env, static_cast<double>(h->state->exact_remove(h->reader, id, engine, n, tier)));
+}
+
+// router_exact_clear(h, instance) -> false for a non-member.
+Napi::Value RouterExactClear(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  return Napi::Boolean::New(env, h->state->exact_clear(h->reader, id));
+}
+
+// router_exact_set_view(h, instance, view: 0 none, 1 fresh, 2 stale) -> false for a non-member.
+Napi::Value RouterExactSetView(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  const double v = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : -1;
+  if (v != 0 && v != 1 && v != 2) return Throw(env, "ERR_OUT_OF_RANGE", "view must be 0 (none), 1 (fresh) or 2 (stale)");
+  return Napi::Boolean::New(env, h->state->exact_set_view(h->reader, id, static_cast<pr::ExactView>(static_cast<int>(v))));
+}
+
+Napi::Object ExactInfoObject(Napi::Env env, const pr::ExactSlotInfo& info) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("view", static_cast<double>(static_cast<int>(info.view)));
+  o.Set("gpuBlocks", static_cast<double>(info.gpu));
+  o.Set("offloadedBlocks", static_cast<double>(info.offloaded));
+  o.Set("pendingBlocks", static_cast<double>(info.pending));
+  return o;
+}
+
+// router_exact_instance(h, instance) -> { view: 0|1|2, gpuBlocks, offloadedBlocks, pendingBlocks } | undefined
+Napi::Value RouterExactInstance(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  pr::ExactSlotInfo out;
+  if (!h->state->exact_info(h->reader, id, &out)) return env.Undefined();
+  return ExactInfoObject(env, out);
+}
+
+// router_exact_match(h, tokenIds: Uint32Array, seed: bigint, now) -> per member, in ring order,
+// { instance, view, blocks, gpuBlocks, offloadedBlocks, pendingBlocks } (blocks of the lead).
+Napi::Value RouterExactMatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  pr::ExactRequest req;
+  if (!U32Array(env, info[1], &req.tokens, &req.ntokens)) return Throw(env, "ERR_INVALID_ARG_TYPE", "tokenIds must be a Uint32Array", true);
+  bool ok = info[2].IsBigInt();
+  if (ok) req.seed = GetSeed(info[2], &ok);
+  if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
+  if (!info[3].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "now must be a number", true);
+  req.now = info[3].As<Napi::Number>().DoubleValue();
+  const auto rows = h->state->exact_match(h->reader, req);
+  Napi::Array out = Napi::Array::New(env, rows.size());
+  for (uint32_t i = 0; i < rows.size(); i++) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("instance", rows[i].id);
+    o.Set("view", static_cast<double>(static_cast<int>(rows[i].info.view)));
+    o.Set("blocks", static_cast<double>(rows[i].lead.lead));
+    o.Set("gpuBlocks", static_cast<double>(rows[i].lead.gpu));
+    o.Set("offloadedBlocks", static_cast<double>(rows[i].lead.offloaded));
+    o.Set("pendingBlocks", static_cast<double>(rows[i].lead.pending));
+    out.Set(i, o);
+  }
+  return out;
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -833,6 +1024,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
   exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));
   exports.Set("router_stats", Napi::Function::New(env, RouterStats, "router_stats"));
+  exports.Set("router_exact_store", Napi::Function::New(env, RouterExactStore, "router_exact_store"));
+  exports.Set("router_exact_remove", Napi::Function::New(env, RouterExactRemove, "router_exact_remove"));
+  exports.Set("router_exact_clear", Napi::Function::New(env, RouterExactClear, "router_exact_clear"));
+  exports.Set("router_exact_set_view", Napi::Function::New(env, RouterExactSetView, "router_exact_set_view"));
+  exports.Set("router_exact_instance", Napi::Function::New(env, RouterExactInstance, "router_exact_instance"));
+  exports.Set("router_exact_match", Napi::Function::New(env, RouterExactMatch, "router_exact_match"));
   pr::RegisterKey(env, exports);
   return exports;
 }

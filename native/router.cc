@@ -142,7 +142,8 @@ RouterState::RouterState(std::unique_ptr<Region> region)
       header_(region_->header()),
       vnodes_(header_->vnodes),
       slots_(region_->slots(), region_->ids(), header_->slot_capacity),
-      index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()) {
+      index_(region_->index_area(), header_->slot_capacity, header_->index_nodes, region_->owner()),
+      exact_(header_->slot_capacity) {
   auto* s = new Snapshot();
   s->ring = std::make_shared<const Ring>(std::vector<RingMember>{}, vnodes_);
   s->strategy = strategy_of(s->params.strategy);
@@ -256,6 +257,7 @@ void RouterState::refresh() {
   next->params = params;
   next->version = version;
   next->members_version = members_version;
+  if (members_version != cur->members_version) forget_exact(*cur, *next);
   swap_locked(next);
 }
 
@@ -289,6 +291,88 @@ void RouterState::configure_index(uint32_t block_bytes, uint32_t default_blocks,
   p.index_default = default_blocks;
   p.placement_choices = placement_choices;
   configure(p);
+}
+
+void RouterState::forget_exact(const Snapshot& old, const Snapshot& next) {
+  std::unordered_map<uint32_t, const std::string*> next_ids, old_ids;
+  for (size_t i = 0; i < next.slot_of.size(); i++) next_ids.emplace(next.slot_of[i], &next.ring->member(i).id);
+  for (size_t i = 0; i < old.slot_of.size(); i++) old_ids.emplace(old.slot_of[i], &old.ring->member(i).id);
+  std::lock_guard<std::mutex> l(exact_.mutex());
+  for (const auto& [slot, id] : old_ids) {
+    auto it = next_ids.find(slot);
+    if (it == next_ids.end() || *it->second != *id) exact_.forget(slot);
+  }
+  // New to the membership: a slot reused, or an instance back after draining. Events for it
+  // were refused while it was away (not a member), so it starts empty either way.
+  for (const auto& [slot, id] : next_ids)
+    if (old_ids.count(slot) == 0) exact_.forget(slot);
+}
+
+template <typename F>
+int64_t RouterState::with_member(int reader, const std::string& id, F f) {
+  SnapshotGuard g(*this, reader);
+  for (;;) {
+    const Snapshot& s = g.snap();
+    const int idx = s.ring->index_of(id);
+    if (idx < 0) return kNotMember;
+    {
+      std::lock_guard<std::mutex> l(exact_.mutex());
+      if (header_->members_version.load(std::memory_order_acquire) == s.members_version) return f(s.slot_of[idx], s.params);
+    }
+    g.renew();
+  }
+}
+
+int64_t RouterState::exact_store(int reader, const std::string& id, const uint64_t* parent, const uint64_t* engine, size_t n,
+                                 const uint32_t* tokens, uint32_t block_size, uint64_t seed, ExactTier tier) {
+  return with_member(reader, id, [&](uint32_t slot, const RoutingParams& p) -> int64_t {
+    if (block_size != p.exact_block_size) return kBlockSize;
+    return exact_.store(slot, parent, engine, n, tokens, block_size, seed, tier, p.exact_capacity);
+  });
+}
+
+int64_t RouterState::exact_remove(int reader, const std::string& id, const uint64_t* engine, size_t n, ExactTier tier) {
+  return with_member(reader, id, [&](uint32_t slot, const RoutingParams&) {
+    return static_cast<int64_t>(exact_.remove(slot, engine, n, tier));
+  });
+}
+
+bool RouterState::exact_clear(int reader, const std::string& id) {
+  return with_member(reader, id, [&](uint32_t slot, const RoutingParams&) {
+    exact_.clear(slot);
+    return int64_t{0};
+  }) == 0;
+}
+
+bool RouterState::exact_set_view(int reader, const std::string& id, ExactView v) {
+  return with_member(reader, id, [&](uint32_t slot, const RoutingParams&) {
+    exact_.set_view(slot, v);
+    return int64_t{0};
+  }) == 0;
+}
+
+bool RouterState::exact_info(int reader, const std::string& id, ExactSlotInfo* out) {
+  return with_member(reader, id, [&](uint32_t slot, const RoutingParams&) {
+    *out = exact_.info(slot);
+    return int64_t{0};
+  }) == 0;
+}
+
+std::vector<ExactMatchRow> RouterState::exact_match(int reader, const ExactRequest& req) {
+  SnapshotGuard g(*this, reader);
+  const Snapshot& s = g.snap();
+  std::vector<uint64_t> hashes(req.ntokens / std::max<uint32_t>(1, s.params.exact_block_size));
+  const size_t n = exact_hashes(req.tokens, req.ntokens, s.params.exact_block_size, req.seed, hashes.data());
+  ExactMatch m;
+  m.ensure(slots_.capacity());
+  std::vector<ExactMatchRow> out;
+  std::lock_guard<std::mutex> l(exact_.mutex());
+  exact_.match(hashes.data(), n, req.now, m);
+  for (size_t i = 0; i < s.ring->member_count(); i++) {
+    const uint32_t slot = s.slot_of[i];
+    out.push_back({s.ring->member(i).id, exact_.info(slot), m.by_slot[slot]});
+  }
+  return out;
 }
 
 void RouterState::drained(uint32_t slot) {
@@ -333,6 +417,7 @@ void RouterState::publish_locked(Snapshot* next, bool members_changed) {
   next->members_version = mv;
   const Snapshot* old = current_.load(std::memory_order_acquire);
   std::vector<uint32_t> old_slots = members_changed ? old->slot_of : std::vector<uint32_t>{};
+  if (members_changed) forget_exact(*old, *next);
   swap_locked(next);
   // After members_version moved: a pick that leases one of these slots from now on sees the
   // new version and gives the lease back (see router.h).
@@ -408,17 +493,18 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
 }
 
 PR_HOT PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
-                              size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
-  return pick_among(g, key, group, kNoGroup, blocks, nblocks, anchor_blocks, avoid, navoid);
+                              size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact) {
+  return pick_among(g, key, group, kNoGroup, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
 }
 
 PR_HOT PickResult RouterState::pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
-                                   size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
-  return pick_among(g, key, nullptr, group, blocks, nblocks, anchor_blocks, avoid, navoid);
+                                   size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact) {
+  return pick_among(g, key, nullptr, group, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
 }
 
 PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
-                                   size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid) {
+                                   size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid,
+                                   const ExactRequest* exact) {
   for (;;) {
     PickResult r;
     const Snapshot& s = g.snap();
@@ -463,7 +549,17 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
     in.blocks = blocks;
     in.nblocks = blocks == nullptr ? 0 : nblocks;
     in.anchor_blocks = anchor_blocks;
-    const PickContext ctx{s, slots_, index_, eligible, in, &header_->members_version};
+    if (exact != nullptr && exact->ntokens > 0 && in.nblocks > 0 && s.params.strategy == Strategy::LongestPrefix) {
+      // Hashed here, once per snapshot tried: the block size is the snapshot's.
+      thread_local std::vector<uint64_t> chain;
+      const uint32_t bs = std::max<uint32_t>(1, s.params.exact_block_size);
+      if (chain.size() < exact->ntokens / bs + 1) chain.resize(exact->ntokens / bs + 1);
+      in.nexact = exact_hashes(exact->tokens, exact->ntokens, bs, exact->seed, chain.data());
+      in.exact = chain.data();
+      in.prompt_tokens = static_cast<uint32_t>(std::min<size_t>(exact->ntokens, UINT32_MAX));
+      in.now = exact->now;
+    }
+    const PickContext ctx{s, slots_, index_, exact_, eligible, in, &header_->members_version};
     const Choice c = impl.pick(ctx);
     const uint32_t slot = s.slot_of[c.member];
     if (header_->members_version.load(std::memory_order_acquire) != s.members_version) {

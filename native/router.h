@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exact_index.h"
 #include "load.h"
 #include "prefix_index.h"
 #include "ring.h"
@@ -43,6 +44,22 @@ struct PickResult {
   bool overflow = false;
   bool no_group = false;  // the group asked for is served by no instance
   uint32_t prefill = 0;   // blocks added to the slot's queued prefill: give them back by first_token or release
+};
+
+// A request's token ids for the exact view (longest_prefix): the pick hashes them itself, in
+// blocks of the snapshot's exact_block_size, from `seed` (the LoRA adapter's and salt's).
+struct ExactRequest {
+  const uint32_t* tokens = nullptr;
+  size_t ntokens = 0;
+  uint64_t seed = 0;
+  double now = 0;  // ms: pending blocks expire against it
+};
+
+// exact_match's answer for one member.
+struct ExactMatchRow {
+  std::string id;
+  ExactSlotInfo info;
+  ExactLead lead;
 };
 
 struct InstanceInfo { std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; uint64_t prefill; };
@@ -116,12 +133,14 @@ class RouterState {
   // the key's chained block hashes (chain_hashes) and `anchor_blocks` as in PickInput.
   // `avoid` lists slots the pick must not choose (a retry's earlier tries): the strategy then
   // gives its next choice, as if those members were not in the group.
+  // `exact`: the request's token ids, for members with a fresh exact view (exact_index.h).
   PickResult pick(const SnapshotGuard& g, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
-                  size_t nblocks = 0, size_t anchor_blocks = 0, const uint32_t* avoid = nullptr, size_t navoid = 0);
+                  size_t nblocks = 0, size_t anchor_blocks = 0, const uint32_t* avoid = nullptr, size_t navoid = 0,
+                  const ExactRequest* exact = nullptr);
   // The same, with the group named by its id (group_id), or kNoGroup for every member.
   static constexpr uint32_t kNoGroup = UINT32_MAX;
   PickResult pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
-                        size_t anchor_blocks, const uint32_t* avoid, size_t navoid);
+                        size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact = nullptr);
   // The id of a group name some membership of this router listed; -1 for a name none did.
   // Ids last as long as the state, so a caller may keep them across membership changes.
   int64_t group_id(const std::string& name);
@@ -142,6 +161,24 @@ class RouterState {
   size_t index_entries() { std::lock_guard<IndexMutex> l(index_.mutex()); return index_.entries(); }
   size_t index_memory_bytes() { std::lock_guard<IndexMutex> l(index_.mutex()); return index_.memory_bytes(); }
 
+  // The exact view, by member id; -2 (kNotMember) for an id the current membership does not
+  // list. Allowed on attached routers: each process keeps its own exact index.
+  static constexpr int64_t kNotMember = -2;
+  static constexpr int64_t kBlockSize = -3;  // the event's block size is not exact_block_size
+  // A BlockStored (ExactIndex::store); its result, or kNotMember / kBlockSize.
+  int64_t exact_store(int reader, const std::string& id, const uint64_t* parent, const uint64_t* engine, size_t n,
+                      const uint32_t* tokens, uint32_t block_size, uint64_t seed, ExactTier tier);
+  int64_t exact_remove(int reader, const std::string& id, const uint64_t* engine, size_t n, ExactTier tier);
+  bool exact_clear(int reader, const std::string& id);
+  bool exact_set_view(int reader, const std::string& id, ExactView v);
+  bool exact_info(int reader, const std::string& id, ExactSlotInfo* out);
+  // A dry run: each member's leading blocks for these tokens, in ring order.
+  std::vector<ExactMatchRow> exact_match(int reader, const ExactRequest& req);
+  ExactStats exact_stats() {
+    std::lock_guard<std::mutex> l(exact_.mutex());
+    return exact_.stats();
+  }
+
  private:
   friend class SnapshotGuard;
   RouterState(std::unique_ptr<Region> region);
@@ -158,7 +195,15 @@ class RouterState {
   void fill_derived(Snapshot* snap);
   // pick and pick_by_id: the group by name (non-null) or by id (kNoGroup: none).
   PickResult pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
-                        size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid);
+                        size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact);
+  // Runs f(slot) on the exact index, under its mutex, for member `id` of a snapshot that is
+  // still current: a membership change clears the views of slots that changed hands (after
+  // members_version moves, under the same mutex), so a stale slot is never written.
+  template <typename F>
+  int64_t with_member(int reader, const std::string& id, F f);
+  // After a membership change: slots whose member left, or that another instance took, start
+  // with no exact view.
+  void forget_exact(const Snapshot& old, const Snapshot& next);
   // The slot's word reached zero: its index entries go (unless the writer took it again).
   void drained(uint32_t slot);
   // Claims a row of the process table for this process (shared regions).
@@ -180,6 +225,7 @@ class RouterState {
   std::atomic<const Snapshot*> current_;
   Hazard hazards_[kMaxReaders];
   PrefixIndex index_;  // longest_prefix only; its own mutex, taken after writer_ when both are
+  ExactIndex exact_;   // process-private; its mutex is taken last (after index_'s in a pick)
 
   std::mutex writer_;  // this process's publication (creator) or snapshot rebuild (attached)
   // Group name -> id, append-only: names come from memberships only (never from a pick), so

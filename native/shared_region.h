@@ -39,7 +39,7 @@
 
 namespace pr {
 
-constexpr uint64_t kRegionMagic = 0x31657461'74732d72ULL;  // "r-state1" little-endian
+constexpr uint64_t kRegionMagic = 0x32657461'74732d72ULL;  // "r-state2" little-endian (RoutingParams grew)
 constexpr uint32_t kLayoutVersion = 1;
 constexpr uint32_t kMaxProcesses = 64;
 // The serialised membership (ids, weights, groups, slots, index capacities) of up to 4096

@@ -30,6 +30,11 @@ struct RoutingParams {
   uint32_t placement_choices = 3;       // ring candidates for a prompt no instance holds (1: home only)
   double load_factor = 3.0;             // bounded loads: full above this × the fleet's mean in flight (+2)
   double prefill_weight = 6.0;          // a block to prefill here, against one already queued here
+  // longest_prefix's exact view (exact_index.h), for instances whose KV events arrive.
+  uint32_t exact_block_size = 16;       // tokens per engine block: the router hashes requests in these
+  uint32_t exact_capacity = 2097152;    // entries the exact index holds across all instances
+  double cpu_block_weight = 0.5;        // prefill an offloaded block saves, against a GPU block
+  double pending_ms = 10000;            // how long a routed prompt's blocks count as held before events
 };
 
 struct Snapshot {

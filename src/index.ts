@@ -1,6 +1,20 @@
 export { xxh3, xxh3Blocks } from './core/hash.js'
 export { buildInfo, type BuildInfo } from './build-info.js'
-export { Router, Lease, type PickOptions, type SharedRouterOptions } from './core/router.js'
+export {
+  Router,
+  Lease,
+  EXACT_ORPHAN,
+  EXACT_NOT_MEMBER,
+  EXACT_BLOCK_SIZE,
+  EXACT_CAPACITY,
+  type PickOptions,
+  type SharedRouterOptions,
+  type ExactTokens,
+  type ExactView,
+  type ExactInstanceInfo,
+  type ExactMatchInfo,
+} from './core/router.js'
+export { exactSeed } from './core/exact-seed.js'
 export {
   STRATEGIES,
   PLACEMENTS,

@@ -75,6 +75,12 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     'router_in_flight',
     'router_instances',
     'router_stats',
+    'router_exact_store',
+    'router_exact_remove',
+    'router_exact_clear',
+    'router_exact_set_view',
+    'router_exact_instance',
+    'router_exact_match',
     'router_open',
   ] as const
 

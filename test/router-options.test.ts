@@ -105,6 +105,10 @@ describe('Router options', () => {
       matchLength: 65536,
       loadFactor: 3,
       prefillWeight: 6,
+      exactBlockSize: 16,
+      exactCapacity: 2097152,
+      cpuBlockWeight: 0.5,
+      pendingMs: 10000,
     })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)

@@ -31,6 +31,19 @@
 // holder cannot collect the fleet's traffic: the queue and the bound spread it.
 // `overflow` marks a request that load sent away from where affinity alone would put it: the
 // owner holding most of it, or, when nobody owns it, the placement candidates.
+//
+// The exact view (exact_index.h): for an instance whose engine reports its KV events, and
+// whose view is fresh, the router knows what it holds rather than guessing from where prompts
+// went. When the request brings its token ids, such an instance's match is what its engine
+// holds of the prompt's leading engine blocks: saved tokens = (GPU + pending + cpu_block_weight
+// × offloaded blocks of the lead) × exact_block_size, in the approximate units as
+//   match_equiv = floor(nblocks × min(1, saved / prompt tokens)).
+// Its cost counts match_equiv as saved whether or not it "owns" the prompt (it is a real
+// saving, not a guess that a shared prefix would mislead), it is a claimant when
+// match_equiv > 0, and it competes for affinity with it. Instances without a fresh view keep
+// the rules above. The chosen instance's blocks it does not hold become pending there, so the
+// next request for the same prompt follows before the engine's events arrive. Without token
+// ids, or with no fresh view, the pick is the approximate one alone.
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -39,6 +52,9 @@
 
 namespace pr {
 namespace {
+
+// equiv[] of a member without a fresh exact view.
+constexpr uint32_t kNoView = UINT32_MAX;
 
 class LongestPrefixStrategy final : public RoutingStrategy {
  public:
@@ -72,11 +88,40 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       least = std::min(least, match[ctx.slot(i)]);
     }
     const size_t base = std::max<size_t>(least, common);
-    auto owns = [&](uint32_t m) {
+    auto owns_approx = [&](uint32_t m) {
       const uint32_t held = match[ctx.slot(m)];
       if (in.anchor_blocks > 0) return held >= in.anchor_blocks && in.anchor_blocks > common;
       return held > base && 5 * (held - base) >= in.nblocks - base;
     };
+
+    // The exact view: equiv[slot] is a fresh member's match in approximate blocks, kNoView for
+    // the others (which keep the approximate rules).
+    thread_local std::vector<uint32_t> equiv;
+    if (equiv.size() < ctx.slots.capacity()) equiv.assign(ctx.slots.capacity(), kNoView);
+    bool exact = false;
+    if (in.nexact > 0 && in.prompt_tokens > 0) {
+      thread_local ExactMatch em;
+      std::lock_guard<std::mutex> exact_lock(ctx.exact.mutex());
+      if (ctx.exact.any_fresh()) {
+        em.ensure(ctx.slots.capacity());
+        ctx.exact.match(in.exact, in.nexact, in.now, em);
+        const double bs = static_cast<double>(p.exact_block_size);
+        for (uint32_t i = 0; i < n; i++) {
+          const uint32_t s = ctx.slot(i);
+          if (!ctx.eligible(i) || !ctx.exact.fresh(s)) continue;
+          const ExactLead& l = em.by_slot[s];
+          const double saved = (static_cast<double>(l.gpu) + static_cast<double>(l.pending) + p.cpu_block_weight * static_cast<double>(l.offloaded)) * bs;
+          const double share = std::min(1.0, saved / static_cast<double>(in.prompt_tokens));
+          equiv[s] = static_cast<uint32_t>(std::floor(static_cast<double>(in.nblocks) * share));
+          exact = true;
+        }
+        em.reset();
+      }
+    }
+    auto fresh = [&](uint32_t m) { return exact && equiv[ctx.slot(m)] != kNoView; };
+    // What counts as the member's own: a fresh member's real match; an owner's approximate one.
+    auto owns = [&](uint32_t m) { return fresh(m) ? equiv[ctx.slot(m)] > 0 : owns_approx(m); };
+    auto held = [&](uint32_t m) { return fresh(m) ? equiv[ctx.slot(m)] : match[ctx.slot(m)]; };
     auto full = [&](uint32_t m) {
       const uint32_t busy = ctx.counter(m).in_flight();
       if (busy >= p.threshold) return true;
@@ -95,7 +140,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     // prompt) is soon cached wherever requests go, so it must neither attract traffic to the
     // instances that hold it nor keep it from one that does not yet.
     auto cost = [&](uint32_t m) {
-      const double compute = static_cast<double>(in.nblocks - (owns(m) ? match[ctx.slot(m)] : least));
+      const double compute = static_cast<double>(in.nblocks - (fresh(m) ? equiv[ctx.slot(m)] : owns_approx(m) ? match[ctx.slot(m)] : least));
       return p.prefill_weight * compute + static_cast<double>(ctx.counter(m).prefill.load(std::memory_order_relaxed));
     };
 
@@ -125,11 +170,11 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     const size_t placements = claim.size();
     int64_t affinity = -1;  // the owner holding most (the first in claim order on a tie)
     for (uint32_t m : claim)
-      if (owns(m) && (affinity < 0 || match[ctx.slot(m)] > match[ctx.slot(static_cast<uint32_t>(affinity))])) affinity = m;
+      if (owns(m) && (affinity < 0 || held(m) > held(static_cast<uint32_t>(affinity)))) affinity = m;
     for (uint32_t i = 0; i < n; i++) {
       if (!ctx.eligible(i) || !owns(i) || std::find(claim.begin(), claim.end(), i) != claim.end()) continue;
       claim.push_back(i);
-      if (affinity < 0 || match[ctx.slot(i)] > match[ctx.slot(static_cast<uint32_t>(affinity))]) affinity = i;
+      if (affinity < 0 || held(i) > held(static_cast<uint32_t>(affinity))) affinity = i;
     }
 
     Choice c;
@@ -166,13 +211,21 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     }
     c.overflow = affinity >= 0 ? c.member != static_cast<uint32_t>(affinity)
                                : std::find(claim.begin(), claim.begin() + static_cast<long>(placements), c.member) == claim.begin() + static_cast<long>(placements);
-    c.prefill = static_cast<uint32_t>(in.nblocks - match[ctx.slot(c.member)]);
+    c.prefill = static_cast<uint32_t>(in.nblocks - held(c.member));
     // Not from a snapshot the membership has moved past: its slot may since have been given
     // to another instance (router.h), whose index entries must not get this prompt. Checked
     // under the index's lock, which the writer takes to clear a slot it reuses.
     if (ctx.current())
       ctx.index.insert(ctx.slot(c.member), in.blocks, in.nblocks);
+    if (fresh(c.member)) {
+      // The same check under the exact index's lock, which the writer takes to forget a slot.
+      std::lock_guard<std::mutex> exact_lock(ctx.exact.mutex());
+      if (ctx.current())
+        ctx.exact.add_pending(ctx.slot(c.member), in.exact, in.nexact, in.now, p.pending_ms, p.exact_capacity);
+    }
     for (uint32_t s : touched) match[s] = 0;
+    if (exact)
+      for (uint32_t i = 0; i < n; i++) equiv[ctx.slot(i)] = kNoView;
     return c;
   }
 };

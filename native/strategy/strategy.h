@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../exact_index.h"
 #include "../load.h"
 #include "../prefix_index.h"
 #include "../snapshot.h"
@@ -23,6 +24,13 @@ struct PickInput {
   // > 0: the key hashes only this many blocks' worth of stable opening (a chat up to its first
   // user message); only an instance holding all of it has this conversation's own text.
   size_t anchor_blocks = 0;
+  // The exact view's input (longest_prefix), when the caller has the prompt's token ids: the
+  // router hashes of its full engine blocks, its token count, and the time in ms (virtual in
+  // replays) that pending blocks expire against. nexact == 0: none.
+  const uint64_t* exact = nullptr;
+  size_t nexact = 0;
+  uint32_t prompt_tokens = 0;
+  double now = 0;
 };
 
 // The members a pick may choose: all of them, or those of one group (a bitset over members).
@@ -36,6 +44,7 @@ struct PickContext {
   const Snapshot& snap;
   SlotTable& slots;
   PrefixIndex& index;
+  ExactIndex& exact;
   const Eligible& eligible;
   const PickInput& in;
   // The region's members_version: a snapshot whose value differs is out of date.

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUT=native/test/out
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 CXX=${CXX:-clang++}
-CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/strategy/*.cc native/key/*.cc)
+CORE=(native/xxh3.cc native/ring.cc native/router.cc native/prefix_index.cc native/exact_index.cc native/strategy/*.cc native/key/*.cc)
 FLAGS=(-std=c++17 -O1 -g -Wall -Wextra -pthread -fno-sanitize-recover=all)
 HINT="install the toolchain with: apt-get install -y clang libclang-rt-14-dev libxxhash-dev xxhash
 (clang for clang++, libclang-rt-14-dev for the sanitizer and libFuzzer runtimes on Debian 12,

@@ -20,7 +20,20 @@ export interface NativeStats {
   indexBytes: number
   /** Leases the garbage collector ended because the embedder never released them (a bug to fix). */
   leasesCollected: number
+  /** The exact view: entries held (reported blocks per instance and tier, plus pending ones). */
+  exactEntries: number
+  /** The exact view's bound on entries (exactCapacity). */
+  exactCapacity: number
+  /** An estimate of the exact index's memory: its tables' bucket arrays and nodes. */
+  exactMemoryBytes: number
+  /** Blocks not recorded because the exact index was full. */
+  exactDropped: number
+  /** BlockStored events whose parent block was unknown (nothing stored for them). */
+  exactOrphans: number
 }
+/** router_exact_instance: view 0 none, 1 fresh, 2 stale. */
+export interface NativeExactInstance { view: number; gpuBlocks: number; offloadedBlocks: number; pendingBlocks: number }
+export interface NativeExactRow extends NativeExactInstance { instance: string; blocks: number }
 export interface NativeParams {
   strategy: string
   prefixLength: number
@@ -31,6 +44,10 @@ export interface NativeParams {
   matchLength: number
   loadFactor: number
   prefillWeight: number
+  exactBlockSize: number
+  exactCapacity: number
+  cpuBlockWeight: number
+  pendingMs: number
 }
 
 declare const handleBrand: unique symbol
@@ -60,12 +77,23 @@ export interface NativeBinding {
     loadFactor: number,
     prefillWeight: number,
     matchLength: number,
+    exactBlockSize?: number,
+    exactCapacity?: number,
+    cpuBlockWeight?: number,
+    pendingMs?: number,
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
   router_io(h: NativeHandle): Float64Array
   /** 0 with the result in the io block; -1 no instances; -2 no instance in the group. Its numeric arguments are in the io block (src/core/router.ts names its words). */
-  router_pick_io(h: NativeHandle, prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined): number
+  router_pick_io(
+    h: NativeHandle,
+    prefix: Uint8Array | string,
+    tenant: string | undefined,
+    group: string | undefined,
+    tokens?: Uint32Array,
+    seed?: bigint,
+  ): number
   /** The id router_pick_io takes for a group; -1 for a name no membership of the router listed. */
   router_group_id(h: NativeHandle, name: string): number
   router_release(h: NativeHandle, slot: number, prefill?: number): boolean
@@ -75,6 +103,23 @@ export interface NativeBinding {
   router_in_flight(h: NativeHandle, id: string): number
   router_instances(h: NativeHandle): NativeInstance[]
   router_stats(h: NativeHandle): NativeStats
+  /** Blocks recorded; -1 unknown parent, -2 not a member, -3 another block size, -4 capacity reached. */
+  router_exact_store(
+    h: NativeHandle,
+    instance: string,
+    parent: bigint | null,
+    engineHashes: BigUint64Array,
+    tokenIds: Uint32Array,
+    blockSize: number,
+    seed: bigint,
+    tier: number,
+  ): number
+  /** Blocks removed; -2 not a member. */
+  router_exact_remove(h: NativeHandle, instance: string, engineHashes: BigUint64Array, tier: number): number
+  router_exact_clear(h: NativeHandle, instance: string): boolean
+  router_exact_set_view(h: NativeHandle, instance: string, view: number): boolean
+  router_exact_instance(h: NativeHandle, instance: string): NativeExactInstance | undefined
+  router_exact_match(h: NativeHandle, tokenIds: Uint32Array, seed: bigint, now: number): NativeExactRow[]
 }
 
 const require = createRequire(import.meta.url)

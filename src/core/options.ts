@@ -33,6 +33,10 @@ export const LIMITS = {
   loadFactor: { min: 1, max: 100, default: 3 },
   prefillWeight: { min: 0, max: 100, default: 6 },
   indexBlocks: { min: 0, max: 1 << 28, default: 65536 },
+  exactBlockSize: { min: 1, max: 1024, default: 16 },
+  exactCapacity: { min: 1024, max: 67108864, default: 2097152 },
+  cpuBlockWeight: { min: 0, max: 1, default: 0.5 },
+  pendingMs: { min: 0, max: 600000, default: 10000 },
   weight: { min: 0.01, max: 100, default: 1 },
   instances: { max: 4096 },
   ringPoints: { max: 1 << 24 },
@@ -73,6 +77,17 @@ export interface RoutingParams {
   loadFactor?: number
   /** longest_prefix: cost of a block to prefill on the chosen instance against one queued there (0–100, default 6). */
   prefillWeight?: number
+  /**
+   * longest_prefix's exact view: tokens per engine KV block (vLLM's --block-size; 1–1024,
+   * default 16). A BlockStored event of another size is refused (exactStore returns -3).
+   */
+  exactBlockSize?: number
+  /** Exact view: entries (reported and pending blocks) held across all instances (1024–67108864, default 2097152). */
+  exactCapacity?: number
+  /** Exact view: prefill an offloaded (CPU) block saves, against a GPU block (0–1, default 0.5). */
+  cpuBlockWeight?: number
+  /** Exact view: ms a routed prompt's blocks count as held on its instance before its events arrive (0–600000, default 10000). */
+  pendingMs?: number
 }
 
 export interface RouterOptions extends RoutingParams {
@@ -95,6 +110,10 @@ export interface ResolvedParams {
   matchLength: number
   loadFactor: number
   prefillWeight: number
+  exactBlockSize: number
+  exactCapacity: number
+  cpuBlockWeight: number
+  pendingMs: number
 }
 
 /** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
@@ -174,6 +193,22 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
       opts.prefillWeight === undefined
         ? (base?.prefillWeight ?? LIMITS.prefillWeight.default)
         : checkNumber('prefillWeight', opts.prefillWeight, LIMITS.prefillWeight.min, LIMITS.prefillWeight.max),
+    exactBlockSize:
+      opts.exactBlockSize === undefined
+        ? (base?.exactBlockSize ?? LIMITS.exactBlockSize.default)
+        : checkInt('exactBlockSize', opts.exactBlockSize, LIMITS.exactBlockSize.min, LIMITS.exactBlockSize.max),
+    exactCapacity:
+      opts.exactCapacity === undefined
+        ? (base?.exactCapacity ?? LIMITS.exactCapacity.default)
+        : checkInt('exactCapacity', opts.exactCapacity, LIMITS.exactCapacity.min, LIMITS.exactCapacity.max),
+    cpuBlockWeight:
+      opts.cpuBlockWeight === undefined
+        ? (base?.cpuBlockWeight ?? LIMITS.cpuBlockWeight.default)
+        : checkNumber('cpuBlockWeight', opts.cpuBlockWeight, LIMITS.cpuBlockWeight.min, LIMITS.cpuBlockWeight.max),
+    pendingMs:
+      opts.pendingMs === undefined
+        ? (base?.pendingMs ?? LIMITS.pendingMs.default)
+        : checkNumber('pendingMs', opts.pendingMs, LIMITS.pendingMs.min, LIMITS.pendingMs.max),
   }
 }
 

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
 import { ExtractedKey } from './key/native-key.js'
-import { native, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
+import { native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
   checkTenant,
@@ -79,6 +79,62 @@ export interface PickOptions {
    * strategy gives its next choice. At most 16 are honoured.
    */
   avoid?: readonly Lease[]
+  /**
+   * longest_prefix's exact view: the prompt's token ids as the engine will see them, and the
+   * seed of their blocks (exactSeed(lora, salt)). Instances whose KV events the router
+   * follows (exactSetView 'fresh') are then matched by what their engine really holds.
+   */
+  tokens?: ExactTokens | undefined
+  /** With `tokens`: the time in ms pending blocks expire against (virtual in replays); default performance.now(). */
+  now?: number | undefined
+}
+
+/** A prompt's token ids and the seed of their block chain (exactSeed). */
+export interface ExactTokens {
+  ids: Uint32Array
+  seed: bigint
+}
+
+/** Whether the router follows an instance's KV events: 'fresh' (trusted), 'stale' (events were lost), 'none'. */
+export type ExactView = 'fresh' | 'stale' | 'none'
+/** The engine's blocks the exact view holds for one instance. */
+export interface ExactInstanceInfo {
+  view: ExactView
+  gpuBlocks: number
+  offloadedBlocks: number
+  /** Blocks of prompts routed there that its events have not reported yet (as of the latest pick). */
+  pendingBlocks: number
+}
+/** exactMatch: one instance's leading blocks of a prompt, split by tier. */
+export interface ExactMatchInfo extends ExactInstanceInfo {
+  instance: string
+  blocks: number
+}
+
+/** exactStore results below zero. */
+export const EXACT_ORPHAN = -1
+export const EXACT_NOT_MEMBER = -2
+export const EXACT_BLOCK_SIZE = -3
+export const EXACT_CAPACITY = -4
+
+const VIEWS: readonly ExactView[] = ['none', 'fresh', 'stale']
+const MAX_U64 = (1n << 64n) - 1n
+
+function checkU64(key: string, v: unknown): bigint {
+  if (typeof v !== 'bigint') throw new InvalidArgTypeError(key, 'a bigint from 0n to 2n ** 64n - 1n', v)
+  if (v < 0n || v > MAX_U64) throw new OutOfRangeError(key, 'from 0n to 2n ** 64n - 1n', v)
+  return v
+}
+function checkTier(v: unknown): 0 | 1 {
+  if (v !== 0 && v !== 1) throw new OutOfRangeError('tier', '0 (GPU) or 1 (offloaded)', v)
+  return v
+}
+function checkInstance(v: unknown): string {
+  if (typeof v !== 'string') throw new InvalidArgTypeError('instance', 'a string', v)
+  return v
+}
+function exactInfo(i: NativeExactInstance): ExactInstanceInfo {
+  return { view: VIEWS[i.view] ?? 'none', gpuBlocks: i.gpuBlocks, offloadedBlocks: i.offloadedBlocks, pendingBlocks: i.pendingBlocks }
 }
 
 /**
@@ -143,6 +199,10 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
     p.loadFactor,
     p.prefillWeight,
     p.matchLength,
+    p.exactBlockSize,
+    p.exactCapacity,
+    p.cpuBlockWeight,
+    p.pendingMs,
   )
 }
 
@@ -158,6 +218,8 @@ const IO_TENANT = 5
 const IO_AVOID_COUNT = 6
 const IO_AVOID = 7
 const IO_MAX_AVOID = 16
+const IO_EXACT = IO_AVOID + IO_MAX_AVOID
+const IO_NOW = IO_EXACT + 1
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
 const GROUP_BY_NAME = -2
@@ -176,6 +238,10 @@ function resolvedFromNative(p: NativeParams): ResolvedParams {
     matchLength: p.matchLength,
     loadFactor: p.loadFactor,
     prefillWeight: p.prefillWeight,
+    exactBlockSize: p.exactBlockSize,
+    exactCapacity: p.exactCapacity,
+    cpuBlockWeight: p.cpuBlockWeight,
+    pendingMs: p.pendingMs,
   }
 }
 
@@ -293,7 +359,7 @@ export class Router {
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
     if (opts === undefined) return this._pickIn(prefix, undefined, undefined, undefined, undefined, undefined)
-    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid)
+    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid, opts.tokens, opts.now)
   }
 
   /**
@@ -301,7 +367,16 @@ export class Router {
    * kept it with its own record of the group (serve's endpoints do: one map lookup per pick
    * rather than two); undefined looks it up.
    */
-  _pickIn(prefix: Uint8Array | string, tenant: string | undefined, group: string | undefined, groupId: number | undefined, anchor: number | undefined, avoid: readonly Lease[] | undefined): Lease {
+  _pickIn(
+    prefix: Uint8Array | string,
+    tenant: string | undefined,
+    group: string | undefined,
+    groupId: number | undefined,
+    anchor: number | undefined,
+    avoid: readonly Lease[] | undefined,
+    tokens?: ExactTokens,
+    now?: number,
+  ): Lease {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
     }
@@ -336,8 +411,23 @@ export class Router {
       io[IO_HASHED] = prefix.hashed ? 1 : 0
     } else io[IO_KIND] = 0
     io[IO_GROUP] = group === undefined ? NO_GROUP : (groupId ?? this._groupId(group))
+    let tokenIds: Uint32Array | undefined
+    let seed: bigint | undefined
+    io[IO_EXACT] = 0
+    if (tokens !== undefined) {
+      if (tokens === null || typeof tokens !== 'object') throw new InvalidArgTypeError('tokens', 'an object { ids: Uint32Array, seed: bigint }', tokens)
+      tokenIds = tokens.ids
+      seed = tokens.seed
+      if (!(tokenIds instanceof Uint32Array)) throw new InvalidArgTypeError('tokens.ids', 'a Uint32Array', tokenIds)
+      if (typeof seed !== 'bigint') throw new InvalidArgTypeError('tokens.seed', 'a bigint from 0n to 2n ** 64n - 1n', seed)
+      if (seed < 0n || seed > MAX_U64) throw new OutOfRangeError('tokens.seed', 'from 0n to 2n ** 64n - 1n', seed)
+      if (now === undefined) now = performance.now()
+      else if (typeof now !== 'number' || !Number.isFinite(now)) throw new OutOfRangeError('now', 'a finite number of milliseconds', now)
+      io[IO_EXACT] = 1
+      io[IO_NOW] = now
+    }
     const h = this.#h()
-    const r = pickIo(h, prefix, tenant, group)
+    const r = pickIo(h, prefix, tenant, group, tokenIds, seed)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = io[0]!
@@ -405,6 +495,84 @@ export class Router {
 
   stats(): NativeStats {
     return native.router_stats(this.#h())
+  }
+
+  /**
+   * The exact view: a BlockStored event of `instance`'s engine. `engineHashes` are the
+   * engine's hashes of the blocks (reduced to 64 bits), `tokenIds` their tokens
+   * (engineHashes.length × blockSize ids), `parent` the engine hash of the block before the
+   * first (null for a prompt's first block), `seed` exactSeed(lora, salt), `tier` 0 for GPU
+   * and 1 for an offloaded copy. Returns the blocks recorded, or EXACT_ORPHAN (-1: the parent
+   * is unknown, nothing stored), EXACT_NOT_MEMBER (-2), EXACT_BLOCK_SIZE (-3: not
+   * exactBlockSize), EXACT_CAPACITY (-4: the index is full, some blocks were dropped).
+   * Allowed on attached routers: every process keeps its own exact view.
+   */
+  exactStore(instance: string, parent: bigint | null, engineHashes: BigUint64Array, tokenIds: Uint32Array, blockSize: number, seed: bigint, tier: 0 | 1): number {
+    const h = this.#h()
+    checkInstance(instance)
+    if (parent !== null) checkU64('parent', parent)
+    if (!(engineHashes instanceof BigUint64Array)) throw new InvalidArgTypeError('engineHashes', 'a BigUint64Array', engineHashes)
+    if (!(tokenIds instanceof Uint32Array)) throw new InvalidArgTypeError('tokenIds', 'a Uint32Array', tokenIds)
+    const l = LIMITS.exactBlockSize
+    checkInt('blockSize', blockSize, l.min, l.max)
+    if (tokenIds.length !== engineHashes.length * blockSize) {
+      throw new OutOfRangeError(
+        'tokenIds',
+        `engineHashes.length × blockSize (${engineHashes.length * blockSize}) ids`,
+        tokenIds.length,
+        `tokenIds must hold engineHashes.length × blockSize = ${engineHashes.length * blockSize} ids; got ${tokenIds.length}`,
+      )
+    }
+    checkU64('seed', seed)
+    checkTier(tier)
+    return native.router_exact_store(h, instance, parent, engineHashes, tokenIds, blockSize, seed, tier)
+  }
+
+  /** The exact view: a BlockRemoved event. Returns the blocks removed (0 for a non-member). */
+  exactRemove(instance: string, engineHashes: BigUint64Array, tier: 0 | 1): number {
+    const h = this.#h()
+    checkInstance(instance)
+    if (!(engineHashes instanceof BigUint64Array)) throw new InvalidArgTypeError('engineHashes', 'a BigUint64Array', engineHashes)
+    checkTier(tier)
+    return Math.max(0, native.router_exact_remove(h, instance, engineHashes, tier))
+  }
+
+  /** The exact view: an AllBlocksCleared event (pending blocks go too). False for a non-member. */
+  exactClear(instance: string): boolean {
+    return native.router_exact_clear(this.#h(), checkInstance(instance))
+  }
+
+  /**
+   * Whether picks trust `instance`'s exact view: 'fresh' (its events arrive), 'stale' (events
+   * were lost: it falls back to the approximate estimate, its blocks kept), 'none' (no events:
+   * its blocks are dropped). An instance starts at 'none', and again whenever it rejoins.
+   * False for a non-member.
+   */
+  exactSetView(instance: string, view: ExactView): boolean {
+    const h = this.#h()
+    checkInstance(instance)
+    const v = VIEWS.indexOf(view)
+    if (v < 0) throw new OutOfRangeError('view', `one of ${VIEWS.join(', ')}`, view)
+    return native.router_exact_set_view(h, instance, v)
+  }
+
+  /** The exact view of one instance; undefined for a non-member. */
+  exactInstance(instance: string): ExactInstanceInfo | undefined {
+    const i = native.router_exact_instance(this.#h(), checkInstance(instance))
+    return i === undefined ? undefined : exactInfo(i)
+  }
+
+  /**
+   * A dry run for operators: for each member, in ring order, the leading blocks of these
+   * tokens (in blocks of exactBlockSize) its exact view holds, split by tier. Changes nothing
+   * but expiring pending blocks at `now` (default performance.now()).
+   */
+  exactMatch(tokenIds: Uint32Array, seed: bigint, now?: number): ExactMatchInfo[] {
+    const h = this.#h()
+    if (!(tokenIds instanceof Uint32Array)) throw new InvalidArgTypeError('tokenIds', 'a Uint32Array', tokenIds)
+    checkU64('seed', seed)
+    if (now !== undefined && (typeof now !== 'number' || !Number.isFinite(now))) throw new OutOfRangeError('now', 'a finite number of milliseconds', now)
+    return native.router_exact_match(h, tokenIds, seed, now ?? performance.now()).map((r) => ({ instance: r.instance, blocks: r.blocks, ...exactInfo(r) }))
   }
 
   /**
