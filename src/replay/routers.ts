@@ -3,7 +3,7 @@
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
 import type { KvEvent } from '../fleet/events/types.js'
 import type { SimEngine } from '../sim/engine.js'
-import { Router } from '../core/router.js'
+import { Router, type PickOptions } from '../core/router.js'
 import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../core/options.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
@@ -82,11 +82,11 @@ export function nativeFactory(spec: string, params: RoutingParams = {}, label?: 
   }
 }
 
-class NativeRouter implements ReplayRouter {
-  private readonly router: Router
-  private readonly index = new Map<string, number>()
+export class NativeRouter implements ReplayRouter {
+  protected readonly router: Router
+  protected readonly index = new Map<string, number>()
 
-  constructor(strategy: string, placement: KeyPlacement | undefined, private readonly ctx: RouterContext, params: RoutingParams) {
+  constructor(strategy: string, placement: KeyPlacement | undefined, protected readonly ctx: RouterContext, params: RoutingParams) {
     ctx.ids.forEach((id, i) => this.index.set(id, i))
     const options: RouterOptions = {
       ...params,
@@ -99,9 +99,14 @@ class NativeRouter implements ReplayRouter {
     this.router = new Router(options)
   }
 
-  route(req: PreparedRequest): Placement {
-    const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }) })
+  route(req: PreparedRequest, now: number): Placement {
+    const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }), ...this.pickExtras(req, now) })
     return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, firstToken: () => lease.firstToken(), finish: () => lease.release() }
+  }
+
+  /** More pick options, for subclasses (the events lane passes the prompt's tokens). */
+  protected pickExtras(_req: PreparedRequest, _now: number): PickOptions {
+    return {}
   }
 
   setInstances(members: readonly number[]): void {
@@ -112,7 +117,7 @@ class NativeRouter implements ReplayRouter {
     this.router.close()
   }
 
-  private specs(members: readonly number[]): InstanceSpec[] {
+  protected specs(members: readonly number[]): InstanceSpec[] {
     // What `serve` gives longest_prefix once it has read an instance's
     // vllm:cache_config_info (src/fleet/instance.ts indexCapacity): the KV capacity in
     // tokens at ~4 bytes of routing text each, in blocks of the router's default size.

@@ -1,5 +1,6 @@
 // Strategy names a replay accepts: every native strategy the core lists (STRATEGIES in
 // src/router-options.ts, read at run time) and the peers' re-implementations.
+import { longestPrefixEvents } from './events-lane.js'
 import { dynamoKv } from './peers/dynamo-kv.js'
 import { llmdDefault } from './peers/llmd-default.js'
 import { llmdPrecise } from './peers/llmd-precise.js'
@@ -15,11 +16,12 @@ export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, s
  * stream per engine, so they run when named, not by default (the default run compares the
  * routers that see only requests, as `serve` without an event source does).
  */
-export const EVENT_FED: readonly RouterFactory[] = [llmdPrecise, dynamoKv]
+export const EVENT_FED: readonly RouterFactory[] = [longestPrefixEvents, llmdPrecise, dynamoKv]
 
 /** All names, natives first, in report order. */
 export function strategyNames(): string[] {
-  return [...nativeStrategies(), ...PEERS.map((p) => p.name), ...EVENT_FED.map((p) => p.name)]
+  const [ours, ...peers] = EVENT_FED
+  return [...nativeStrategies(), ours!.name, ...PEERS.map((p) => p.name), ...peers.map((p) => p.name)]
 }
 
 /** The strategies a replay runs when none are named: all but the event-fed ones. */
