@@ -209,8 +209,9 @@ export async function run(argv: string[]): Promise<number> {
     const params = resolveParams(workload!, knobs)
     durationMs = get('duration') === undefined ? (workload!.durationMs?.(params) ?? 3_600_000) : durationFlag('duration', get('duration')!)
     phases = workload!.phases?.(params, durationMs)
-    const e = resolveSim(sim).engine
-    notes = workload!.sizing?.(params, { instances, kvBlocks: e.kvBlocks, blockSize: e.blockSize, maxNumSeqs: e.maxNumSeqs })
+    const rs = resolveSim(sim)
+    const e = rs.engine
+    notes = workload!.sizing?.(params, { instances, kvBlocks: e.kvBlocks, blockSize: e.blockSize, maxNumSeqs: e.maxNumSeqs, decodeStepMs: rs.profile.latency.stepBaseMs })
     // Closed loop draws as many requests as the fastest lane sends: a generator that runs on
     // well past the duration (it is lazy, so only what is drawn is made).
     requests = workload!.generate(params, { seed, durationMs: clients === undefined ? durationMs : durationMs * 1000 })

@@ -6,7 +6,7 @@
 // and lets the blocks it routed count as pending until their events arrive.
 import { exactSeed } from '../core/exact-seed.js'
 import { xxh3 } from '../core/hash.js'
-import type { PickOptions } from '../core/router.js'
+import type { ExactInstanceInfo, PickOptions } from '../core/router.js'
 import { mediumTier, type BlockStoredEvent, type EngineBlockHash, type KvEvent } from '../fleet/events/types.js'
 import type { PreparedRequest } from './prepare.js'
 import { NativeRouter, type RouterContext, type RouterFactory } from './routers.js'
@@ -64,6 +64,11 @@ export class EventsRouter extends NativeRouter {
     else if (n === -2) this.refused.notMember++
     else if (n === -3) this.refused.blockSize++
     else if (n === -4) this.refused.capacity++
+  }
+
+  /** What the router's exact view holds for engine `instance`. */
+  view(instance: number): ExactInstanceInfo | undefined {
+    return this.router.exactInstance(this.ctx.ids[instance]!)
   }
 
   protected override pickExtras(req: PreparedRequest, now: number): PickOptions {

@@ -45,6 +45,8 @@ export interface FleetShape {
   kvBlocks: number
   blockSize: number
   maxNumSeqs: number
+  /** The profile's floor of a decode step (ms): a request is in flight at least this per output token. */
+  decodeStepMs: number
 }
 
 export interface Workload {

@@ -109,7 +109,19 @@ describe('Progress', () => {
 
 describe('strategies', () => {
   it('takes every native strategy from the core at run time, then the peers', () => {
-    expect(strategyNames()).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(strategyNames()).toEqual([
+      ...STRATEGIES,
+      'longest_prefix:hash',
+      'longest_prefix:events',
+      'sglang_cache_aware',
+      'llmd_default',
+      'stack_prefixaware',
+      'llmd_precise',
+      'dynamo_kv',
+    ])
+    // The event-fed lanes run when named, not by default.
+    expect(resolveStrategies([]).map((f) => f.name)).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(resolveStrategies(['Longest-Prefix:events', 'LLMD-precise', 'dynamo-kv']).map((f) => f.name)).toEqual(['longest_prefix:events', 'llmd_precise', 'dynamo_kv'])
     expect(resolveStrategies(['PREFIX-AWARE', 'llmd-default', 'prefix_aware']).map((f) => f.name)).toEqual(['prefix_aware', 'llmd_default'])
     expect(resolveStrategies(['Longest-Prefix:hash']).map((f) => f.name)).toEqual(['longest_prefix:hash'])
     expect(() => resolveStrategies(['nope'])).toThrow(/unknown strategy 'nope'/)

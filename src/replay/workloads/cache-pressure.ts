@@ -8,12 +8,13 @@
 // it sent it last sends requests to recompute it.
 //
 // Scaled to the default profile: an instance of llama-3.1-70b-p5 caches 1.28 M tokens, so 150
-// prefixes (0.9 M tokens) would fit one instance. The default 1,000 groups are 6 M tokens,
-// 59% of 8 instances' 10.24 M: they fit with one home each at the lowest rate, and do not
-// once the running requests take their share (8 × 256 running × 2,200 tokens = 4.5 M at
-// max_num_seqs). The rates are scaled the same way: 1,000-token answers make decode the
-// bound, ~3 requests/s an instance at 256 running, so the steps climb from 3 to 27 requests/s
-// for 8 instances, past saturation. `sizing` prints these numbers for the fleet at hand.
+// prefixes (0.9 M tokens) would fit one instance. The default 1,500 groups are 9 M tokens,
+// 88% of 8 instances' 10.24 M. The rates are scaled the same way: 1,000-token answers make
+// decode the bound (a step of a full batch takes ~90 ms: ~3 requests/s an instance), so the
+// steps climb from 3 to 27 requests/s for 8 instances, to saturation. A request is in
+// flight for at least its answer's decode steps (1,000 × 22 ms), so at 3 requests/s ~66 run
+// at once and their own tokens (0.15 M) leave room for every prefix; at 27 requests/s ~600
+// run, their 1.3 M tokens do not. `sizing` prints these numbers for the fleet at hand.
 //
 //   arrivals  Poisson; step k of `steps` (each `step-seconds` long) at rate-start +
 //             k × (rate-end − rate-start) / (steps − 1) requests/s
@@ -33,7 +34,7 @@ export const cachePressure: Workload = {
     { flag: 'rate-end', description: 'requests per second of the last step', default: 27, min: 0.001, max: 100_000, integer: false },
     { flag: 'steps', description: 'rate steps, evenly spaced from rate-start to rate-end', default: 9, min: 1, max: 1000, integer: true },
     { flag: 'step-seconds', description: 'simulated seconds per rate step', default: 60, min: 1, max: 86_400, integer: false },
-    { flag: 'groups', description: 'groups, each with its own shared prefix', default: 1000, min: 1, max: 1_000_000, integer: true },
+    { flag: 'groups', description: 'groups, each with its own shared prefix', default: 1500, min: 1, max: 1_000_000, integer: true },
     { flag: 'users-per-group', description: 'users per group: each pass sends one question per user', default: 5, min: 1, max: 100_000, integer: true },
     { flag: 'prefix-tokens', description: 'tokens per group prefix', default: 6000, min: 1, max: 1_000_000, integer: true },
     { flag: 'question-tokens', description: 'tokens per question', default: 1200, min: 1, max: 1_000_000, integer: true },
@@ -100,31 +101,50 @@ export interface CachePressureSizing {
   /** Every group's prefix once. */
   totalPrefixTokens: number
   fleetKvTokens: number
-  /** The running requests' own tokens (question + answer) when every instance runs max_num_seqs. */
-  runningOwnTokens: number
+  lowRate: number
   topRate: number
+  /**
+   * Requests in flight at the lowest and the top rate, at least (Little's law with each
+   * request taking at least its answer's decode steps at the profile's step floor).
+   */
+  inFlightLow: number
+  inFlightTop: number
+  /** Their own tokens (question + answer), which share the cache with the prefixes. */
+  ownTokensLow: number
+  ownTokensTop: number
 }
 
-/** The workload's tokens against the fleet's KV cache (the default `bytes` tokenizer's counts). */
+/** The workload's tokens against the fleet's KV cache (in the default `bytes` tokenizer's counts). */
 export function cachePressureSizing(p: WorkloadParams, fleet: FleetShape): CachePressureSizing {
+  const rates = Array.from({ length: p.steps! }, (_, k) => rateOf(p, k))
+  const lowRate = Math.min(...rates)
+  const topRate = Math.max(...rates)
+  const own = p['question-tokens']! + p['output-tokens']!
+  const e2eS = (p['output-tokens']! * fleet.decodeStepMs) / 1000
+  const inFlight = (rate: number): number => Math.min(rate * e2eS, fleet.instances * fleet.maxNumSeqs)
   return {
     groups: p.groups!,
     prefixTokens: p['prefix-tokens']!,
     totalPrefixTokens: p.groups! * p['prefix-tokens']!,
     fleetKvTokens: fleet.instances * fleet.kvBlocks * fleet.blockSize,
-    runningOwnTokens: fleet.instances * fleet.maxNumSeqs * (p['question-tokens']! + p['output-tokens']!),
-    topRate: Math.max(rateOf(p, 0), rateOf(p, p.steps! - 1)),
+    lowRate,
+    topRate,
+    inFlightLow: inFlight(lowRate),
+    inFlightTop: inFlight(topRate),
+    ownTokensLow: inFlight(lowRate) * own,
+    ownTokensTop: inFlight(topRate) * own,
   }
 }
 
 function sizingLines(s: CachePressureSizing): string[] {
   const m = (t: number): string => `${(t / 1e6).toFixed(2)} M`
   const share = (t: number): string => `${((100 * t) / s.fleetKvTokens).toFixed(0)}%`
+  const fits = (own: number): string => (s.totalPrefixTokens + own <= s.fleetKvTokens ? 'every prefix fits' : 'the cache cannot hold every prefix')
   return [
     `Sizing: ${s.groups.toLocaleString('en-US')} prefixes × ${s.prefixTokens.toLocaleString('en-US')} tokens = ${m(s.totalPrefixTokens)} tokens, ` +
-      `${share(s.totalPrefixTokens)} of the fleet's KV cache (${m(s.fleetKvTokens)} tokens); the running requests' own tokens at max_num_seqs ` +
-      `take ${m(s.runningOwnTokens)} (${share(s.runningOwnTokens)}), so at the top rates (up to ${fmt(s.topRate)} req/s) ` +
-      `${s.totalPrefixTokens + s.runningOwnTokens > s.fleetKvTokens ? 'the cache cannot hold every prefix' : 'every prefix still fits'}.`,
+      `${share(s.totalPrefixTokens)} of the fleet's KV cache (${m(s.fleetKvTokens)} tokens). ` +
+      `At ${fmt(s.lowRate)} req/s at least ~${Math.round(s.inFlightLow)} requests run, their own tokens ${m(s.ownTokensLow)}: ${fits(s.ownTokensLow)}; ` +
+      `at ${fmt(s.topRate)} req/s ~${Math.round(s.inFlightTop)}, ${m(s.ownTokensTop)}: ${fits(s.ownTokensTop)}.`,
   ]
 }
 
