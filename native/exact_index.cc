@@ -40,55 +40,140 @@ ExactIndex::View& ExactIndex::view(uint32_t slot) {
   return *v;
 }
 
-void ExactIndex::add_ref(uint64_t r, uint32_t slot, ExactTier tier) {
-  if (tier != ExactTier::Pending) drop_pending(r, slot, -1);
-  auto& hs = table_[r];
-  for (Holder& h : hs)
-    if (h.slot == slot && h.tier == tier) {
-      h.refs++;
+size_t ExactIndex::find(uint64_t h) const {
+  if (buckets_.empty()) return kNone;
+  const size_t mask = buckets_.size() - 1;
+  for (size_t b = home(h);; b = (b + 1) & mask) {
+    if (!buckets_[b].used) return kNone;
+    if (buckets_[b].hash == h) return b;
+  }
+}
+
+void ExactIndex::grow() {
+  std::vector<Bucket> old;
+  old.swap(buckets_);
+  buckets_.assign(old.empty() ? 1024 : old.size() * 2, Bucket{});
+  const size_t mask = buckets_.size() - 1;
+  for (const Bucket& b : old) {
+    if (!b.used) continue;
+    size_t i = home(b.hash);
+    while (buckets_[i].used) i = (i + 1) & mask;
+    buckets_[i] = b;
+  }
+}
+
+void ExactIndex::insert(uint64_t h, const Holder& first) {
+  if ((used_ + 1) * 4 > buckets_.size() * 3) grow();
+  const size_t mask = buckets_.size() - 1;
+  size_t b = home(h);
+  while (buckets_[b].used) b = (b + 1) & mask;
+  buckets_[b] = Bucket{h, first, 0, 1};
+  used_++;
+}
+
+// Backward-shift deletion: the buckets after b that probed past it move back, so a lookup's
+// probe never meets a hole before its key.
+void ExactIndex::erase_bucket(size_t b) {
+  const size_t mask = buckets_.size() - 1;
+  size_t hole = b;
+  for (size_t j = (b + 1) & mask; buckets_[j].used; j = (j + 1) & mask) {
+    const size_t k = home(buckets_[j].hash);
+    // j may fill the hole when its home is not in (hole, j] (cyclically).
+    const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
+    if (stays) continue;
+    buckets_[hole] = buckets_[j];
+    hole = j;
+  }
+  buckets_[hole].used = 0;
+  used_--;
+}
+
+ExactIndex::Holder* ExactIndex::holder_of(size_t b, uint32_t slot, ExactTier tier) {
+  Bucket& bk = buckets_[b];
+  if (bk.first.slot == slot && bk.first.kind() == tier) return &bk.first;
+  for (uint32_t m = bk.more; m != 0; m = extras_[m - 1].next)
+    if (extras_[m - 1].h.slot == slot && extras_[m - 1].h.kind() == tier) return &extras_[m - 1].h;
+  return nullptr;
+}
+
+void ExactIndex::push_holder(uint64_t h, const Holder& x) {
+  const size_t b = find(h);
+  if (b == kNone) {
+    insert(h, x);
+    return;
+  }
+  uint32_t e;
+  if (free_extra_ != 0) {
+    e = free_extra_;
+    free_extra_ = extras_[e - 1].next;
+  } else {
+    extras_.push_back(Extra{});
+    e = static_cast<uint32_t>(extras_.size());
+  }
+  extras_[e - 1] = Extra{x, buckets_[b].more};
+  buckets_[b].more = e;
+}
+
+void ExactIndex::remove_holder(size_t b, uint32_t slot, ExactTier tier) {
+  Bucket& bk = buckets_[b];
+  auto release = [&](uint32_t e) {
+    extras_[e - 1].next = free_extra_;
+    free_extra_ = e;
+  };
+  if (bk.first.slot == slot && bk.first.kind() == tier) {
+    if (bk.more == 0) {
+      erase_bucket(b);
       return;
     }
-  const size_t before = hs.capacity();
-  hs.push_back(Holder{slot, tier, 1, 0});
-  track_capacity(before, hs.capacity());
+    const uint32_t e = bk.more;
+    bk.first = extras_[e - 1].h;
+    bk.more = extras_[e - 1].next;
+    release(e);
+    return;
+  }
+  for (uint32_t* link = &bk.more; *link != 0; link = &extras_[*link - 1].next) {
+    const uint32_t e = *link;
+    if (extras_[e - 1].h.slot != slot || extras_[e - 1].h.kind() != tier) continue;
+    *link = extras_[e - 1].next;
+    release(e);
+    return;
+  }
+}
+
+void ExactIndex::add_ref(uint64_t r, uint32_t slot, ExactTier tier) {
+  if (tier != ExactTier::Pending) drop_pending(r, slot, -1);
+  const size_t b = find(r);
+  if (b != kNone) {
+    if (Holder* h = holder_of(b, slot, tier)) {
+      h->refs++;
+      return;
+    }
+  }
+  Holder x{};
+  x.slot = slot;
+  x.refs = 1;
+  x.tier = static_cast<uint32_t>(tier);
+  push_holder(r, x);
 }
 
 void ExactIndex::drop_ref(uint64_t r, uint32_t slot, ExactTier tier) {
-  auto it = table_.find(r);
-  if (it == table_.end()) return;
-  auto& hs = it->second;
-  for (size_t i = 0; i < hs.size(); i++) {
-    if (hs[i].slot != slot || hs[i].tier != tier) continue;
-    if (--hs[i].refs == 0) {
-      hs[i] = hs.back();
-      hs.pop_back();
-    }
-    break;
-  }
-  if (hs.empty()) {
-    holder_slots_ -= hs.capacity();
-    table_.erase(it);
-  }
+  const size_t b = find(r);
+  if (b == kNone) return;
+  Holder* h = holder_of(b, slot, tier);
+  if (h == nullptr) return;
+  if (--h->refs == 0) remove_holder(b, slot, tier);
 }
 
 bool ExactIndex::drop_pending(uint64_t r, uint32_t slot, double at) {
-  auto it = table_.find(r);
-  if (it == table_.end()) return false;
-  auto& hs = it->second;
-  for (size_t i = 0; i < hs.size(); i++) {
-    if (hs[i].slot != slot || hs[i].tier != ExactTier::Pending || (at >= 0 && hs[i].expiry != at)) continue;
-    hs[i] = hs.back();
-    hs.pop_back();
-    if (hs.empty()) {
-      holder_slots_ -= hs.capacity();
-      table_.erase(it);
-    }
-    entries_--;
-    pending_--;
-    views_[slot]->pending--;
-    return true;
-  }
-  return false;
+  const size_t b = find(r);
+  if (b == kNone) return false;
+  const Holder* h = holder_of(b, slot, ExactTier::Pending);
+  if (h == nullptr || (at >= 0 && h->expiry != at)) return false;
+  remove_holder(b, slot, ExactTier::Pending);
+  entries_--;
+  pending_--;
+  views_[slot]->pending--;
+  return true;
 }
 
 void ExactIndex::purge(double now) {
@@ -105,13 +190,9 @@ void ExactIndex::purge(double now) {
   if (expiries_.size() > 2 * pending_ + 1024) {
     std::deque<Expiry> keep;
     for (const Expiry& e : expiries_) {
-      auto it = table_.find(e.hash);
-      if (it == table_.end()) continue;
-      for (const Holder& h : it->second)
-        if (h.slot == e.slot && h.tier == ExactTier::Pending && h.expiry == e.at) {
-          keep.push_back(e);
-          break;
-        }
+      const size_t b = find(e.hash);
+      const Holder* h = b == kNone ? nullptr : holder_of(b, e.slot, ExactTier::Pending);
+      if (h != nullptr && h->expiry == e.at) keep.push_back(e);
     }
     expiries_.swap(keep);
   }
@@ -226,14 +307,20 @@ void ExactIndex::forget(uint32_t slot) {
 
 PR_HOT void ExactIndex::match(const uint64_t* hashes, size_t n, double now, ExactMatch& out) {
   purge(now);
+  if (buckets_.empty()) return;
+  // The blocks' buckets are known up front: asking for those a few blocks ahead overlaps
+  // their cache misses with the work on this one.
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < std::min(n, kAhead); i++) __builtin_prefetch(&buckets_[home(hashes[i])]);
   for (size_t i = 0; i < n; i++) {
-    auto it = table_.find(hashes[i]);
-    if (it == table_.end()) return;
+    if (i + kAhead < n) __builtin_prefetch(&buckets_[home(hashes[i + kAhead])]);
+    const size_t b = find(hashes[i]);
+    if (b == kNone) return;
     bool advanced = false;
-    for (const Holder& h : it->second) {
-      if (h.tier == ExactTier::Pending && h.expiry <= now) continue;
+    for_each_holder(buckets_[b], [&](const Holder& h) {
+      if (h.kind() == ExactTier::Pending && h.expiry <= now) return;
       ExactLead& l = out.by_slot[h.slot];
-      const uint8_t r = rank(h.tier);
+      const uint8_t r = rank(h.kind());
       auto count = [&](uint8_t k) -> uint32_t& { return k == 3 ? l.gpu : k == 2 ? l.pending : l.offloaded; };
       if (l.lead == i) {
         // Chained hashes: block i held means the prefix up to it is the same, but the engine
@@ -248,7 +335,7 @@ PR_HOT void ExactIndex::match(const uint64_t* hashes, size_t n, double now, Exac
         count(r)++;
         l.best = r;
       }
-    }
+    });
     if (!advanced) return;
   }
 }
@@ -259,24 +346,24 @@ void ExactIndex::add_pending(uint32_t slot, const uint64_t* hashes, size_t n, do
   View& v = view(slot);
   const double at = now + pending_ms;
   for (size_t i = 0; i < n; i++) {
-    auto it = table_.find(hashes[i]);
+    const size_t b = find(hashes[i]);
     bool held = false;
-    if (it != table_.end())
-      for (const Holder& h : it->second)
-        if (h.slot == slot && (h.tier != ExactTier::Pending || h.expiry > now)) {
-          held = true;
-          break;
-        }
+    if (b != kNone)
+      for_each_holder(buckets_[b], [&](const Holder& h) {
+        if (h.slot == slot && (h.kind() != ExactTier::Pending || h.expiry > now)) held = true;
+      });
     if (held) continue;
     if (entries_ >= capacity) {
       // Guesses never push out what the engine reported.
       dropped_ += n - i;
       return;
     }
-    auto& hs = it != table_.end() ? it->second : table_[hashes[i]];
-    const size_t before = hs.capacity();
-    hs.push_back(Holder{slot, ExactTier::Pending, 1, at});
-    track_capacity(before, hs.capacity());
+    Holder x{};
+    x.expiry = at;
+    x.slot = slot;
+    x.refs = 1;
+    x.tier = static_cast<uint32_t>(ExactTier::Pending);
+    push_holder(hashes[i], x);
     expiries_.push_back(Expiry{at, slot, hashes[i]});
     entries_++;
     pending_++;
@@ -301,10 +388,10 @@ ExactStats ExactIndex::stats() const {
   s.entries = entries_;
   s.dropped = dropped_;
   s.orphans = orphans_;
-  // Bucket arrays (one pointer each) plus nodes (a next pointer and the value), as allocated.
+  // The table's arrays; the engine maps' bucket arrays (a pointer each) and nodes (a next
+  // pointer and the value, as malloc rounds them).
   size_t bytes = views_.capacity() * sizeof(views_[0]);
-  bytes += table_.bucket_count() * sizeof(void*) + table_.size() * chunk(sizeof(void*) + sizeof(std::pair<const uint64_t, std::vector<Holder>>));
-  bytes += table_.size() * 16 + holder_slots_ * sizeof(Holder);  // each vector's own allocation, with malloc's header
+  bytes += buckets_.capacity() * sizeof(Bucket) + extras_.capacity() * sizeof(Extra);
   for (const auto& v : views_) {
     if (!v) continue;
     bytes += chunk(sizeof(View));

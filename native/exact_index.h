@@ -8,7 +8,9 @@
 // BlockRemoved, which names only engine hashes, can be applied. One table maps a router hash
 // to the (slot, tier) pairs holding it, each with a reference count (two engine hashes may
 // stand for one router hash: the same tokens stored twice), so matching a request costs one
-// lookup per block whatever the fleet size.
+// lookup per block whatever the fleet size. That table is on the pick's path: open addressing
+// with the first holder in the bucket, so a block most often costs one cache miss, and the
+// buckets of blocks ahead can be prefetched (a std::unordered_map of vectors took three).
 //
 // Pending: blocks of a prompt routed to a slot that its engine has not reported yet. They
 // count as held until they expire or the engine's BlockStored of the same router hash turns
@@ -71,6 +73,8 @@ struct ExactStats {
 };
 
 class ExactIndex {
+  struct Holder;
+
  public:
   static constexpr uint32_t kDefaultCapacity = 2097152;
   // Store results below zero (the TS layer names them).
@@ -119,11 +123,24 @@ class ExactIndex {
 
  private:
   struct Holder {
+    double expiry;       // pending only
     uint32_t slot;
-    ExactTier tier;
-    uint32_t refs;   // engine hashes of this slot and tier that map here (1 for pending)
-    double expiry;   // pending only
+    uint32_t refs : 30;  // engine hashes of this slot and tier that map here (1 for pending)
+    uint32_t tier : 2;   // an ExactTier
+    ExactTier kind() const { return static_cast<ExactTier>(tier); }
   };
+  // A router hash and its first holder; the others in extras_, linked from `more`.
+  struct Bucket {
+    uint64_t hash;
+    Holder first;
+    uint32_t more;  // 1 + index into extras_, 0: no more
+    uint32_t used;
+  };
+  struct Extra {
+    Holder h;
+    uint32_t next;  // as Bucket::more; the free list links through it too
+  };
+  static constexpr size_t kNone = SIZE_MAX;
   struct View {
     ExactView view = ExactView::None;
     std::unordered_map<uint64_t, uint64_t> engine[2];  // per tier: engine hash -> router hash
@@ -136,6 +153,22 @@ class ExactIndex {
   };
 
   View& view(uint32_t slot);
+  // The table: the bucket of h or kNone; a new bucket with `first` (h must be absent).
+  size_t home(uint64_t h) const { return static_cast<size_t>((h * 0x9E3779B97F4A7C15ULL) >> 32) & (buckets_.size() - 1); }
+  size_t find(uint64_t h) const;
+  void insert(uint64_t h, const Holder& first);
+  void erase_bucket(size_t b);
+  void grow();
+  // The holder of (slot, tier) in bucket b, or null.
+  Holder* holder_of(size_t b, uint32_t slot, ExactTier tier);
+  void push_holder(uint64_t h, const Holder& x);
+  // Removes the holder of (slot, tier) from h's bucket (the bucket goes with its last one).
+  void remove_holder(size_t b, uint32_t slot, ExactTier tier);
+  template <typename F>
+  void for_each_holder(const Bucket& b, F f) const {
+    f(b.first);
+    for (uint32_t m = b.more; m != 0; m = extras_[m - 1].next) f(extras_[m - 1].h);
+  }
   // One more (or one fewer) engine hash of slot/tier for router hash r. A real holder replaces
   // the slot's pending one.
   void add_ref(uint64_t r, uint32_t slot, ExactTier tier);
@@ -147,15 +180,16 @@ class ExactIndex {
   // The index is full: the oldest pending entry (a guess) makes room for a reported block.
   bool evict_pending();
   void empty_slot(uint32_t slot);
-  void track_capacity(size_t before, size_t after) { holder_slots_ += after - before; }
 
   std::mutex mu_;
   std::vector<std::unique_ptr<View>> views_;  // by slot, made on first use
-  std::unordered_map<uint64_t, std::vector<Holder>> table_;
+  std::vector<Bucket> buckets_;  // a power of two, at most 3/4 used; empty until the first
+  size_t used_ = 0;
+  std::vector<Extra> extras_;
+  uint32_t free_extra_ = 0;  // 1 + index of a free Extra, 0: none
   std::deque<Expiry> expiries_;  // pending entries in the order they were made
   size_t entries_ = 0;           // engine hashes held, plus pending entries
   size_t pending_ = 0;
-  size_t holder_slots_ = 0;      // sum of the holder vectors' capacities (memory estimate)
   size_t fresh_views_ = 0;
   uint64_t dropped_ = 0, orphans_ = 0;
   double last_now_ = 0;

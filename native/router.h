@@ -15,8 +15,14 @@
 // Locking: pick() reads its snapshot under a hazard pointer and updates counters with atomics;
 // for random, least_outstanding_requests and prefix_aware it takes no lock. longest_prefix
 // does take one: the prefix index's mutex, for the match and the insert of each pick (its
-// hash table and LRU lists are not lock-free). Publication (configure, set_instances) and the
-// freeing of a drained slot serialise on a writer mutex.
+// hash table and LRU lists are not lock-free), and, when the request brings token ids, the
+// exact index's mutex inside it. Publication (configure, set_instances) and the freeing of a
+// drained slot serialise on a writer mutex.
+//
+// The exact index (exact_index.h) is this process's own, outside the region: KV events arrive
+// per process. A membership change forgets the views of slots that changed hands after
+// members_version moves, under the exact index's mutex, and every write to a view checks
+// members_version under that mutex, so events never land on a slot another instance took.
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -96,8 +96,11 @@ class LongestPrefixStrategy final : public RoutingStrategy {
 
     // The exact view: equiv[slot] is a fresh member's match in approximate blocks, kNoView for
     // the others (which keep the approximate rules).
-    thread_local std::vector<uint32_t> equiv;
-    if (equiv.size() < ctx.slots.capacity()) equiv.assign(ctx.slots.capacity(), kNoView);
+    thread_local std::vector<uint32_t> equiv, lead;
+    if (equiv.size() < ctx.slots.capacity()) {
+      equiv.assign(ctx.slots.capacity(), kNoView);
+      lead.assign(ctx.slots.capacity(), 0);
+    }
     bool exact = false;
     if (in.nexact > 0 && in.prompt_tokens > 0) {
       thread_local ExactMatch em;
@@ -113,6 +116,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
           const double saved = (static_cast<double>(l.gpu) + static_cast<double>(l.pending) + p.cpu_block_weight * static_cast<double>(l.offloaded)) * bs;
           const double share = std::min(1.0, saved / static_cast<double>(in.prompt_tokens));
           equiv[s] = static_cast<uint32_t>(std::floor(static_cast<double>(in.nblocks) * share));
+          lead[s] = l.lead;
           exact = true;
         }
         em.reset();
@@ -220,8 +224,10 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     if (fresh(c.member)) {
       // The same check under the exact index's lock, which the writer takes to forget a slot.
       std::lock_guard<std::mutex> exact_lock(ctx.exact.mutex());
+      // The lead it holds needs no second look: only the blocks after it can be pending.
+      const uint32_t from = lead[ctx.slot(c.member)];
       if (ctx.current())
-        ctx.exact.add_pending(ctx.slot(c.member), in.exact, in.nexact, in.now, p.pending_ms, p.exact_capacity);
+        ctx.exact.add_pending(ctx.slot(c.member), in.exact + from, in.nexact - from, in.now, p.pending_ms, p.exact_capacity);
     }
     for (uint32_t s : touched) match[s] = 0;
     if (exact)

@@ -35,6 +35,14 @@ step "routing-key unit tests (address,undefined): $OUT/unit_key"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
 "$OUT/unit_key"
 
+step "exact index unit tests (address,undefined): $OUT/unit_exact"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact"
+"$OUT/unit_exact"
+
+step "exact index unit tests (thread): $OUT/unit_exact_tsan"
+"$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit_exact.cc "${CORE[@]}" -o "$OUT/unit_exact_tsan"
+"$OUT/unit_exact_tsan" | tail -n 1
+
 step "unit tests (thread): $OUT/unit_tsan"
 "$CXX" "${FLAGS[@]}" -fsanitize=thread native/test/unit.cc "${CORE[@]}" -o "$OUT/unit_tsan"
 "$OUT/unit_tsan" | tail -n 1
@@ -80,5 +88,15 @@ printf '\x22{"messages":[{"role":"user","content":[{"type":"text","text":"look"}
 printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3, "n": -0}' > "$OUT/corpus/fuzz_key/completions"
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
+
+# Exact-index programs: 5 bytes an operation (store, remove, clear, pending, match); first a
+# fixed run over thousands of blocks (the table grows and deletes), then the fuzzer.
+step "exact index programs over many blocks (address,undefined): $OUT/exact_programs"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined -DPR_FUZZ_MAIN -DPR_EXACT_PROMPTS=64 -DPR_EXACT_BLOCKS=64 native/test/fuzz_exact.cc \
+  native/exact_index.cc native/prefix_index.cc native/xxh3.cc -o "$OUT/exact_programs"
+"$OUT/exact_programs" 20 6000
+seed_corpus "$OUT/corpus/fuzz_exact"
+for i in $(seq 1 16); do head -c $((16 * i)) /dev/urandom > "$OUT/corpus/fuzz_exact/prog-$i"; done
+fuzz fuzz_exact 1024
 
 step "native tests passed"
