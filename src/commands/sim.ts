@@ -1,6 +1,7 @@
 import { OutOfRangeError } from '../core/errors.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { parseFaults } from '../sim/faults.js'
+import type { SimKvEventsOptions } from '../sim/http-worker.js'
 import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
@@ -28,13 +29,22 @@ on ports PORT..PORT+N-1 until SIGINT or SIGTERM. Prints one URL per worker.
   --tokenizer NAME            ${TOKENIZERS.join(' | ')}: how prompt text becomes tokens (default ${DEFAULT_TOKENIZER};
                               bytes = 4 bytes of UTF-8 a token, o200k = OpenAI's o200k_base BPE)
 
-faults (also settable at run time with POST /sim/faults on a worker):
+KV-cache events (vLLM's --kv-events-config: ZeroMQ PUB, msgpack batches; see docs/simulator.md):
+  --kv-events-port P          publish each worker's cache events, worker i on P + i (${describeLimit('port')}; 0 = free ports)
+  --kv-events-replay-port R   answer replay requests (ROUTER), worker i on R + i
+  --kv-events-encoding E      map | array: vLLM's current struct encoding or the older tagged arrays (default map)
+  --kv-events-topic T         topic frame of every message (default empty)
+
+faults (also settable at run time with POST /sim/faults on a worker; POST /sim/restart restarts
+its engine: cache emptied, requests aborted, KV-event sequence back to 0):
   --fault-error-rate R        share of requests answered with an error (0 to 1)
   --fault-error-status S      500 or 503 (default 500)
   --fault-health-fail         /health and /ping answer 503
   --fault-drop-after-tokens K close the connection after K tokens
   --fault-hang-rate R         share of requests never answered (0 to 1)
   --fault-delay-ms MS         simulated milliseconds added before scheduling
+  --fault-kv-drop-rate R      share of KV-event batches not sent live (0 to 1; still replayable)
+  --fault-kv-delay-ms MS      wall milliseconds every KV-event batch is held back
   --fault-seed N              seed of the fault draws
   --fault-instances LIST      comma-separated worker indexes the faults apply to (default all)
 `
@@ -51,7 +61,7 @@ const NUMBER_FLAGS: [flag: string, limit: LimitName][] = [
   ['time-scale', 'timeScale'],
 ]
 
-const FAULT_FLAGS = ['error-rate', 'error-status', 'drop-after-tokens', 'hang-rate', 'delay-ms', 'seed'] as const
+const FAULT_FLAGS = ['error-rate', 'error-status', 'drop-after-tokens', 'hang-rate', 'delay-ms', 'kv-drop-rate', 'kv-delay-ms', 'seed'] as const
 
 function numberFlag(flag: string, limit: LimitName, raw: string): number {
   const v = raw.trim() === '' ? NaN : Number(raw)
@@ -61,6 +71,40 @@ function numberFlag(flag: string, limit: LimitName, raw: string): number {
     if (err instanceof OutOfRangeError) throw new CliError(`--${flag} must be ${describeLimit(limit)}; got '${raw}'`)
     throw err
   }
+}
+
+/** The --kv-events-* flags as the fleet's kvEvents option; undefined without --kv-events-port. */
+function kvEventsFlags(values: Record<string, unknown>, instances: number): SimKvEventsOptions | undefined {
+  const str = (k: string): string | undefined => values[k] as string | undefined
+  const port = str('kv-events-port')
+  if (port === undefined) {
+    for (const k of ['kv-events-replay-port', 'kv-events-encoding', 'kv-events-topic']) {
+      if (str(k) !== undefined) throw new CliError(`--${k} needs --kv-events-port`)
+    }
+    return undefined
+  }
+  const p = numberFlag('kv-events-port', 'port', port)
+  if (p > 0 && p + instances - 1 > 65535) throw new CliError(`--kv-events-port + --instances - 1 must be at most 65535; got ${p + instances - 1}`)
+  const out: SimKvEventsOptions = { port: p }
+  const replay = str('kv-events-replay-port')
+  if (replay !== undefined) {
+    const r = numberFlag('kv-events-replay-port', 'port', replay)
+    if (r > 0 && r + instances - 1 > 65535) {
+      throw new CliError(`--kv-events-replay-port + --instances - 1 must be at most 65535; got ${r + instances - 1}`)
+    }
+    if (r > 0 && p > 0 && r < p + instances && p < r + instances) {
+      throw new CliError(`--kv-events-replay-port ${r} overlaps the publish ports ${p}..${p + instances - 1}`)
+    }
+    out.replayPort = r
+  }
+  const enc = str('kv-events-encoding')
+  if (enc !== undefined) {
+    if (enc !== 'map' && enc !== 'array') throw new CliError(`--kv-events-encoding must be map or array; got '${enc}'`)
+    out.encoding = enc
+  }
+  const topic = str('kv-events-topic')
+  if (topic !== undefined) out.topic = topic
+  return out
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -81,12 +125,18 @@ export async function run(argv: string[]): Promise<number> {
     'output-tokens': str,
     'time-scale': str,
     tokenizer: str,
+    'kv-events-port': str,
+    'kv-events-replay-port': str,
+    'kv-events-encoding': str,
+    'kv-events-topic': str,
     'fault-error-rate': str,
     'fault-error-status': str,
     'fault-health-fail': { type: 'boolean' },
     'fault-drop-after-tokens': str,
     'fault-hang-rate': str,
     'fault-delay-ms': str,
+    'fault-kv-drop-rate': str,
+    'fault-kv-delay-ms': str,
     'fault-seed': str,
     'fault-instances': str,
     help: { type: 'boolean', short: 'h' },
@@ -142,6 +192,13 @@ export async function run(argv: string[]): Promise<number> {
     })
   }
 
+  const kvEvents = kvEventsFlags(values, instances)
+  if (kvEvents === undefined) {
+    for (const f of ['fault-kv-drop-rate', 'fault-kv-delay-ms'] as const) {
+      if (values[f] !== undefined) throw new CliError(`--${f} needs --kv-events-port (there are no KV events to fault)`)
+    }
+  }
+
   const { startSimFleet } = await import('../sim/fleet.js')
   let fleet
   try {
@@ -163,6 +220,7 @@ export async function run(argv: string[]): Promise<number> {
       tokenizer,
       faults,
       ...(faultInstances !== undefined ? { faultInstances } : {}),
+      ...(kvEvents !== undefined ? { kvEvents } : {}),
     })
   } catch (err) {
     if (err instanceof OutOfRangeError) throw new CliError(err.message)
@@ -180,6 +238,13 @@ export async function run(argv: string[]): Promise<number> {
       `${sim.kvBlocks} KV blocks of ${sim.blockSize} tokens, ` +
       `time scale ${nums.timeScale ?? 1}${tokenizer === DEFAULT_TOKENIZER ? '' : `, tokenizer ${tokenizer}`}${values.h2c ? ', h2c' : ''}; Ctrl-C to stop\n`,
   )
+  if (fleet.kvEndpoints !== undefined) {
+    const replay = fleet.kvReplayEndpoints
+    process.stderr.write(
+      `prefix-router sim: KV events (${kvEvents?.encoding ?? 'map'}) on ${fleet.kvEndpoints.join(', ')}` +
+        `${replay !== undefined ? `; replay on ${replay.join(', ')}` : ''}\n`,
+    )
+  }
   process.stdout.write(`${fleet.urls.join('\n')}\n`)
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve)

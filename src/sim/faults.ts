@@ -15,6 +15,10 @@ export interface FaultConfig {
   hangRate: number
   /** Simulated milliseconds added before a request reaches the scheduler. */
   delayMs: number
+  /** Share of KV-event batches not sent live (a gap the subscriber must notice). */
+  kvDropRate: number
+  /** Wall milliseconds KV-event batches are held back. */
+  kvDelayMs: number
   seed: number
 }
 
@@ -25,6 +29,8 @@ export const NO_FAULTS: Readonly<FaultConfig> = {
   dropAfterTokens: null,
   hangRate: 0,
   delayMs: 0,
+  kvDropRate: 0,
+  kvDelayMs: 0,
   seed: 1,
 }
 
@@ -36,7 +42,10 @@ const KEYS = {
   drop_after_tokens: 'an integer from 0 to 1000000, or null',
   hang_rate: 'a number from 0 to 1',
   delay_ms: 'a number from 0 to 3600000',
+  kv_drop_rate: 'a number from 0 to 1',
+  kv_delay_ms: 'a number from 0 to 3600000',
   seed: 'an integer from 0 to 4294967295',
+  restart: 'true (restart the engine: cache emptied, requests aborted, KV-event sequence back to 0)',
   down_ms: 'a number from 1 to 3600000 (wall milliseconds the worker refuses connections)',
 } as const
 
@@ -44,13 +53,13 @@ function rangeErr(key: keyof typeof KEYS, v: unknown): ApiError {
   return new ApiError(400, `${key} must be ${KEYS[key]}; got ${JSON.stringify(v)}`, 'BadRequestError', key)
 }
 
-function rate(key: 'error_rate' | 'hang_rate', v: unknown): number {
+function rate(key: 'error_rate' | 'hang_rate' | 'kv_drop_rate', v: unknown): number {
   if (typeof v !== 'number' || !(v >= 0 && v <= 1)) throw rangeErr(key, v)
   return v
 }
 
-/** Parses a POST /sim/faults body: the new fault set and an optional down time. */
-export function parseFaults(body: unknown): { faults: FaultConfig; downMs: number | undefined } {
+/** Parses a POST /sim/faults body: the new fault set, an optional down time and whether to restart the engine. */
+export function parseFaults(body: unknown): { faults: FaultConfig; downMs: number | undefined; restart: boolean } {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new ApiError(400, 'The request body must be a JSON object.')
   }
@@ -79,6 +88,13 @@ export function parseFaults(body: unknown): { faults: FaultConfig; downMs: numbe
     if (typeof v !== 'number' || !(v >= 0 && v <= 3_600_000)) throw rangeErr('delay_ms', v)
     f.delayMs = v
   }
+  if (b.kv_drop_rate !== undefined) f.kvDropRate = rate('kv_drop_rate', b.kv_drop_rate)
+  if (b.kv_delay_ms !== undefined) {
+    const v = b.kv_delay_ms
+    if (typeof v !== 'number' || !(v >= 0 && v <= 3_600_000)) throw rangeErr('kv_delay_ms', v)
+    f.kvDelayMs = v
+  }
+  if (b.restart !== undefined && b.restart !== true) throw rangeErr('restart', b.restart)
   if (b.seed !== undefined) {
     const v = b.seed
     if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) throw rangeErr('seed', v)
@@ -90,7 +106,7 @@ export function parseFaults(body: unknown): { faults: FaultConfig; downMs: numbe
     if (typeof v !== 'number' || !(v >= 1 && v <= 3_600_000)) throw rangeErr('down_ms', v)
     downMs = v
   }
-  return { faults: f, downMs }
+  return { faults: f, downMs, restart: b.restart === true }
 }
 
 export function faultsJson(f: FaultConfig): object {
@@ -101,6 +117,8 @@ export function faultsJson(f: FaultConfig): object {
     drop_after_tokens: f.dropAfterTokens,
     hang_rate: f.hangRate,
     delay_ms: f.delayMs,
+    kv_drop_rate: f.kvDropRate,
+    kv_delay_ms: f.kvDelayMs,
     seed: f.seed,
   }
 }

@@ -1,7 +1,8 @@
 // A fleet of live workers in this process, on ports port..port+N-1 (or free ports).
+import { OutOfRangeError } from '../core/errors.js'
 import { checkLimit, resolveSim, type SimOptions } from './config.js'
 import { NO_FAULTS, type FaultConfig } from './faults.js'
-import { SimWorker } from './http-worker.js'
+import { SimWorker, type SimKvEventsOptions } from './http-worker.js'
 import { getTokenizer } from './tokenizers/index.js'
 
 export interface SimFleetOptions extends SimOptions {
@@ -15,11 +16,20 @@ export interface SimFleetOptions extends SimOptions {
   faultInstances?: readonly number[]
   /** Instance ids are `${idPrefix}${index}` (default "sim-"). */
   idPrefix?: string
+  /**
+   * Publish every engine's KV events as vLLM does: worker i on port + i (replays on
+   * replayPort + i); port 0 gives every worker free ports.
+   */
+  kvEvents?: SimKvEventsOptions
 }
 
 export interface SimFleet {
   urls: string[]
   workers: SimWorker[]
+  /** Each worker's KV-event PUB endpoint (tcp://host:port); set with kvEvents. */
+  kvEndpoints?: string[]
+  /** Each worker's replay ROUTER endpoint; set with kvEvents.replayPort. */
+  kvReplayEndpoints?: string[]
   close(): Promise<void>
 }
 
@@ -30,6 +40,18 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
   const sim = resolveSim(opts)
   getTokenizer(sim.tokenizer).load() // now, not in the first request's time
   const faults: FaultConfig = { ...NO_FAULTS, ...opts.faults }
+  const kv = opts.kvEvents
+  if (kv !== undefined) {
+    const kvPort = checkLimit('port', kv.port, 'kvEvents.port')
+    if (kvPort > 0) checkLimit('port', kvPort + n - 1, 'kvEvents.port + instances - 1')
+    if (kv.replayPort !== undefined) {
+      const rp = checkLimit('port', kv.replayPort, 'kvEvents.replayPort')
+      if (rp > 0) checkLimit('port', rp + n - 1, 'kvEvents.replayPort + instances - 1')
+    }
+    if (kv.encoding !== undefined && kv.encoding !== 'map' && kv.encoding !== 'array') {
+      throw new OutOfRangeError('kvEvents.encoding', "'map' or 'array'", kv.encoding)
+    }
+  }
   const workers: SimWorker[] = []
   for (let i = 0; i < n; i++) {
     const faulty = opts.faultInstances === undefined || opts.faultInstances.includes(i)
@@ -42,6 +64,7 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
         h2c: opts.h2c ?? false,
         sim,
         faults: faulty ? faults : { ...NO_FAULTS },
+        ...(kv !== undefined ? { kvEvents: kvFor(kv, i) } : {}),
       }),
     )
   }
@@ -54,5 +77,15 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
     await close()
     throw err
   }
-  return { urls: workers.map((w) => w.url), workers, close }
+  const out: SimFleet = { urls: workers.map((w) => w.url), workers, close }
+  if (kv !== undefined) out.kvEndpoints = workers.map((w) => w.kvPublisher!.endpoint)
+  if (kv?.replayPort !== undefined) out.kvReplayEndpoints = workers.map((w) => w.kvPublisher!.replayEndpoint!)
+  return out
+}
+
+/** Worker i's ports: the base + i, or free ports for a base of 0. */
+function kvFor(kv: SimKvEventsOptions, i: number): SimKvEventsOptions {
+  const out: SimKvEventsOptions = { ...kv, port: kv.port === 0 ? 0 : kv.port + i }
+  if (kv.replayPort !== undefined) out.replayPort = kv.replayPort === 0 ? 0 : kv.replayPort + i
+  return out
 }

@@ -17,6 +17,19 @@ import { embeddingsAnswer } from './embeddings.js'
 import { ApiError } from './openai-shapes.js'
 import { responsesAnswer } from './responses.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
+import type { KvEventEncoding } from '../fleet/events/types.js'
+import type { KvEventPublisher, KvPublishFaults } from './kv-publisher.js'
+
+/** Where and how a worker publishes its engine's KV events (vLLM's --kv-events-config). */
+export interface SimKvEventsOptions {
+  /** PUB port; 0 picks a free one (kept across stop/start). */
+  port: number
+  /** ROUTER port answering replay requests; 0 picks a free one; undefined: no replay. */
+  replayPort?: number
+  topic?: string
+  encoding?: KvEventEncoding
+  bufferSteps?: number
+}
 
 export interface SimWorkerOptions {
   id: string
@@ -29,6 +42,7 @@ export interface SimWorkerOptions {
   sim: ResolvedSim
   clock?: Clock
   faults?: FaultConfig
+  kvEvents?: SimKvEventsOptions
 }
 
 const GENERATION: Record<string, Api> = {
@@ -50,6 +64,7 @@ export class SimWorker {
   private readonly sockets = new Set<net.Socket>()
   private readonly ctx: GenerateContext
   private downTimer: NodeJS.Timeout | undefined
+  private publisher: KvEventPublisher | null = null
   private listening = false
   private closed = false
 
@@ -87,10 +102,42 @@ export class SimWorker {
     return this.listening
   }
 
+  /** The KV-event publisher (once started with kvEvents), for its endpoints and counters. */
+  get kvPublisher(): KvEventPublisher | null {
+    return this.publisher
+  }
+
+  /**
+   * The engine process restarts: cache emptied, requests in flight aborted, and KV events
+   * start over at sequence 0 with an empty replay buffer on new sockets (subscribers see
+   * their connection drop), as with a new vLLM process. Resolves once those are bound.
+   */
+  async restart(): Promise<void> {
+    this.engine.restart()
+    await this.publisher?.restart()
+  }
+
   /** Starts (or restarts) listening on the worker's port. */
   async start(): Promise<void> {
     if (this.closed) throw new Error(`worker ${this.id} is closed`)
     if (this.listening) return
+    const kv = this.opts.kvEvents
+    if (kv !== undefined && this.publisher === null) {
+      // Loaded only here: a worker without KV events never loads ZeroMQ's addon.
+      const { KvEventPublisher } = await import('./kv-publisher.js')
+      const pub = await KvEventPublisher.open({
+        host: this.host,
+        port: kv.port,
+        ...(kv.replayPort !== undefined ? { replayPort: kv.replayPort } : {}),
+        ...(kv.topic !== undefined ? { topic: kv.topic } : {}),
+        ...(kv.encoding !== undefined ? { encoding: kv.encoding } : {}),
+        ...(kv.bufferSteps !== undefined ? { bufferSteps: kv.bufferSteps } : {}),
+        faults: kvFaults(this.faults.config),
+      })
+      this.publisher = pub
+      // vLLM stamps a batch with the engine's wall clock (time.time()).
+      this.engine.setKvEventListener((events) => pub.publish(events, Date.now() / 1000))
+    }
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error): void => reject(err)
       this.listener.once('error', onError)
@@ -120,6 +167,8 @@ export class SimWorker {
     await this.stop()
     this.closed = true
     this.engine.close()
+    this.engine.setKvEventListener(null)
+    await this.publisher?.close()
   }
 
   private track(socket: net.Socket): void {
@@ -169,11 +218,15 @@ export class SimWorker {
           return sendJson(res, 200, { version: 'prefix-router-sim' })
         case '/sim/faults':
           allow(method, 'GET', 'POST')
-          if (method === 'POST') return this.setFaults(parseJson(await readBody(req)), res)
+          if (method === 'POST') return await this.setFaults(parseJson(await readBody(req)), res)
           return sendJson(res, 200, faultsJson(this.faults.config))
         case '/sim/state':
           allow(method, 'GET')
           return sendJson(res, 200, this.state())
+        case '/sim/restart':
+          allow(method, 'POST')
+          await this.restart()
+          return sendJson(res, 200, { restarted: true })
         default:
           throw new ApiError(404, `Not Found: ${path}`, 'NotFoundError')
       }
@@ -183,10 +236,16 @@ export class SimWorker {
     }
   }
 
-  private setFaults(body: unknown, res: Res): void {
-    const { faults, downMs } = parseFaults(body)
+  private async setFaults(body: unknown, res: Res): Promise<void> {
+    const { faults, downMs, restart } = parseFaults(body)
     this.faults.set(faults)
-    sendJson(res, 200, { ...faultsJson(faults), ...(downMs !== undefined ? { down_ms: downMs } : {}) })
+    this.publisher?.setFaults(kvFaults(faults))
+    if (restart) await this.restart()
+    sendJson(res, 200, {
+      ...faultsJson(faults),
+      ...(downMs !== undefined ? { down_ms: downMs } : {}),
+      ...(restart ? { restart: true } : {}),
+    })
     if (downMs === undefined) return
     // Answer first, then go down: the caller learns the fault took effect.
     res.once('finish', () => {
@@ -212,7 +271,27 @@ export class SimWorker {
       evictions: e.cache.evictions,
       steps: e.stats.steps,
       sim_time_ms: e.clock.now(),
+      ...(this.publisher !== null ? { kv_events: kvState(this.publisher) } : {}),
     }
+  }
+}
+
+function kvFaults(f: FaultConfig): KvPublishFaults {
+  return { dropRate: f.kvDropRate, delayMs: f.kvDelayMs, seed: f.seed }
+}
+
+function kvState(p: KvEventPublisher): object {
+  return {
+    endpoint: p.endpoint,
+    replay_endpoint: p.replayEndpoint,
+    encoding: p.encoding,
+    topic: p.topic,
+    next_seq: p.nextSeq,
+    sent: p.sent,
+    dropped: p.dropped,
+    replays: p.replays,
+    errors: p.errors,
+    subscribers: p.subscribers,
   }
 }
 

@@ -1,7 +1,8 @@
 // The simulator's public surface: live workers (startSimFleet, SimWorker) and the
 // virtual-time engine (VirtualFleet, or SimEngine on a clock of your own).
 export { startSimFleet, type SimFleet, type SimFleetOptions } from './fleet.js'
-export { SimWorker, type SimWorkerOptions } from './http-worker.js'
+export { SimWorker, type SimWorkerOptions, type SimKvEventsOptions } from './http-worker.js'
+export type { KvEventPublisher, KvEventPublisherOptions, KvPublishFaults } from './kv-publisher.js'
 export {
   VirtualFleet,
   type VirtualFleetOptions,

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest'
 import type { BlockStoredEvent, KvEvent } from '../../src/fleet/events/types.js'
 import { xxh3Blocks } from '../../src/core/hash.js'
 import { blockKey, cacheSeed, encodeTokenIds, tokenIdsOf, VirtualFleet } from '../../src/sim/index.js'
+import { o200kCache } from '../../src/sim/tokenizers/o200k.js'
 import { promptOf } from './helpers.js'
 
 function collect(fleet: VirtualFleet, i = 0): { batches: { events: KvEvent[]; at: number }[]; all: () => KvEvent[] } {
@@ -107,6 +108,18 @@ describe('SimEngine KV events', () => {
     e.restart()
     expect(reason).toBe('abort')
     expect(e.inFlight).toBe(0)
+  })
+
+  it('under o200k the published tokens are the BPE ids', () => {
+    const fleet = new VirtualFleet({ instances: 1, profile: 'tiny', tokenizer: 'o200k', kvEvents: true })
+    const { all } = collect(fleet)
+    const text = 'The quick brown fox jumps over the lazy dog. '.repeat(12)
+    fleet.submit(0, { text, maxTokens: 1 })
+    fleet.run()
+    const ids = [...o200kCache().encode(text)]
+    const published = stored(all()).flatMap((e) => e.tokenIds)
+    expect(published.length).toBe(Math.floor(ids.length / 16) * 16)
+    expect(published).toEqual(ids.slice(0, published.length))
   })
 
   it('without kvEvents no token ids are kept', () => {
