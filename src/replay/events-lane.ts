@@ -21,6 +21,8 @@ export const longestPrefixEvents: RouterFactory = {
 
 /** What the exact view refused, by reason (exactStore's negative results). */
 export interface ExactRefusals {
+  /** Tokens that do not fill the event's blocks: a malformed event, dropped. */
+  malformed: number
   orphan: number
   notMember: number
   blockSize: number
@@ -28,7 +30,7 @@ export interface ExactRefusals {
 }
 
 export class EventsRouter extends NativeRouter {
-  readonly refused: ExactRefusals = { orphan: 0, notMember: 0, blockSize: 0, capacity: 0 }
+  readonly refused: ExactRefusals = { malformed: 0, orphan: 0, notMember: 0, blockSize: 0, capacity: 0 }
   private members: readonly number[]
 
   constructor(ctx: RouterContext) {
@@ -47,6 +49,11 @@ export class EventsRouter extends NativeRouter {
   }
 
   private stored(id: string, ev: BlockStoredEvent): void {
+    // A malformed event is dropped, as a subscriber drops a bad frame, rather than stopping the run.
+    if (!Number.isInteger(ev.blockSize) || ev.blockSize < 1 || ev.tokenIds.length !== ev.blockHashes.length * ev.blockSize) {
+      this.refused.malformed++
+      return
+    }
     // Block 0's extra keys carry the adapter's name and then cache_salt (see the engine's
     // KV event log); the router seeds its chain with the same two names.
     const extra = ev.parentBlockHash === null ? (ev.extraKeys?.[0] ?? null) : null

@@ -65,7 +65,7 @@ describe('longest_prefix:events', () => {
     const r2 = after.router as EventsRouter
     expect(r2.view(holder)!.gpuBlocks).toBe(Math.floor(request(0).prompt.blockKeys.length))
     expect(after.router.route(request(first + DELAY), first + DELAY).instance).toBe(holder)
-    expect(r2.refused).toEqual({ orphan: 0, notMember: 0, blockSize: 0, capacity: 0 })
+    expect(r2.refused).toEqual({ malformed: 0, orphan: 0, notMember: 0, blockSize: 0, capacity: 0 })
 
     // The approximate lane never sees the engine's contents: it keeps its blind choice.
     const approx = lane(nativeFactory('longest_prefix'))
@@ -76,5 +76,19 @@ describe('longest_prefix:events', () => {
       l.drain()
       l.close()
     }
+  })
+
+  it('drops malformed and orphan events without stopping, and follows an instance that joins', () => {
+    const l = lane()
+    const r = l.router as EventsRouter
+    const stored = { type: 'BlockStored' as const, blockHashes: [1n], tokenIds: [1, 2, 3], blockSize: 16, loraId: null, medium: 'GPU', loraName: null, extraKeys: null, groupIdx: null }
+    r.kvEvents(0, [{ ...stored, parentBlockHash: null }, { ...stored, tokenIds: Array.from({ length: 16 }, (_, i) => i), parentBlockHash: 99n }])
+    expect(r.refused).toMatchObject({ malformed: 1, orphan: 1 })
+    expect(r.view(0)!.gpuBlocks).toBe(0)
+    // One instance leaves, then comes back: it starts with no blocks and a fresh view again.
+    r.setInstances([0])
+    r.setInstances([0, 1])
+    expect(r.view(1)).toMatchObject({ view: 'fresh', gpuBlocks: 0 })
+    l.close()
   })
 })

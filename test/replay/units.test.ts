@@ -128,6 +128,20 @@ describe('strategies', () => {
     expect(() => resolveStrategies(['prefix_aware:balanced'])).toThrow(/unknown strategy 'prefix_aware:balanced'/)
   })
 
+  it('gives every router replica every engine’s KV events, when all of them read events', () => {
+    const got: string[] = []
+    const fake = (k: number, events: boolean): ReplayRouter => ({
+      route: (): Placement => ({ instance: k, overflow: false, finish: () => {} }),
+      setInstances: () => {},
+      close: () => {},
+      ...(events && { kvEvents: (i: number, evs: readonly unknown[], at: number) => void got.push(`${k}:${i}:${evs.length}@${at}`) }),
+    })
+    const r = new ReplicatedRouter([fake(0, true), fake(1, true)])
+    r.kvEvents!(3, [{ type: 'AllBlocksCleared' }], 42)
+    expect(got).toEqual(['0:3:1@42', '1:3:1@42'])
+    expect(new ReplicatedRouter([fake(0, true), fake(1, false)]).kvEvents).toBeUndefined()
+  })
+
   it('deals requests round-robin over router replicas', () => {
     const seen: number[] = []
     const fake = (k: number): ReplayRouter => ({
