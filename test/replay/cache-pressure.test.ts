@@ -109,5 +109,15 @@ describe('prefix-router replay --workload cache-pressure', () => {
     ])
     // Every request that arrived in a step is in that step's table.
     for (const s of json.strategies) expect(s.phases!.reduce((n, ph) => n + ph.arrived, 0)).toBe(s.requests)
+    for (const s of json.strategies) expect(s.hitRate, s.strategy).toBeLessThanOrEqual(json.ideal.hitRate + 1e-9)
+    // The peers route by the events: with them delayed past the run's end, their hit rates fall.
+    const late = join(dir, 'late')
+    const lateArgs = args.map((a) => (a === '10ms' ? '1h' : a === out ? late : a))
+    expect(spawnSync(process.execPath, [cli, 'replay', ...lateArgs], { encoding: 'utf8' }).status).toBe(0)
+    const blind = JSON.parse(readFileSync(join(late, 'replay.json'), 'utf8')) as ReplayResult
+    for (const peer of ['llmd_precise', 'dynamo_kv']) {
+      const hit = (r: ReplayResult): number => r.strategies.find((s) => s.strategy === peer)!.hitRate
+      expect(hit(json), peer).toBeGreaterThan(hit(blind) + 0.03)
+    }
   })
 })
