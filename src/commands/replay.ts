@@ -10,11 +10,11 @@ import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
-import type { ScaleEvent } from '../replay/lane.js'
+import { DEFAULT_KV_EVENTS_DELAY_MS, type ScaleEvent } from '../replay/lane.js'
 import { Progress } from '../replay/progress.js'
 import { jsonReport, markdownReport } from '../replay/report.js'
 import { runReplay } from '../replay/run.js'
-import { resolveStrategies, strategyNames } from '../replay/strategies.js'
+import { defaultStrategyNames, resolveStrategies, strategyNames } from '../replay/strategies.js'
 import { MIN_BLOCK_TOKENS } from '../replay/block-text.js'
 import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/trace.js'
 import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
@@ -43,8 +43,12 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
                                engine's blocks do not line up with the router's 64-byte ones
   --trace-block-tokens N       hash-ids: tokens per hash id (${MIN_BLOCK_TOKENS} to ${MAX_TRACE_BLOCK_TOKENS}; default 512)
   --instances N                instances at the start (1 to 256; default 7)
-  --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it)
-  --strategies LIST            comma-separated, default all: ${strategyNames().join(', ')}
+  --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it;
+                               cache-pressure: its steps)
+  --strategies LIST            comma-separated, default: ${defaultStrategyNames().join(', ')};
+                               fed by the engines' KV events, when named: ${strategyNames().filter((n) => !defaultStrategyNames().includes(n)).join(', ')}
+  --kv-events-delay D          simulated delay of the engines' KV events to the event-fed lanes
+                               (default ${DEFAULT_KV_EVENTS_DELAY_MS}ms; 0 delivers them at the end of the step that made them)
   --profile NAME               ${Object.keys(PROFILES).join(' | ')} (default ${DEFAULT_PROFILE})
   --tokenizer NAME             ${TOKENIZERS.join(' | ')}: how the simulator counts and blocks prompt tokens (default ${DEFAULT_TOKENIZER})
   --seed N                     seed of the workload and of the peers' tie-breaks (default 1)
@@ -104,6 +108,7 @@ export async function run(argv: string[]): Promise<number> {
     'add-instance-at': { type: 'string', multiple: true },
     'remove-instance-at': { type: 'string', multiple: true },
     window: str,
+    'kv-events-delay': str,
     quiet: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
     ...knobOptions,
@@ -157,6 +162,7 @@ export async function run(argv: string[]): Promise<number> {
     throw new CliError(`--strategies: ${(err as Error).message}`)
   }
   const windowMs = get('window') === undefined ? 60_000 : durationFlag('window', get('window')!)
+  const kvEventsDelayMs = get('kv-events-delay') === undefined ? DEFAULT_KV_EVENTS_DELAY_MS : durationFlag('kv-events-delay', get('kv-events-delay')!, false)
   const events: ScaleEvent[] = []
   for (const [flag, kind] of [['add-instance-at', 'add'], ['remove-instance-at', 'remove']] as const) {
     const list = v[flag]
@@ -184,6 +190,8 @@ export async function run(argv: string[]): Promise<number> {
   let durationMs: number
   let requests
   let source
+  let phases
+  let notes
   if (tracePath !== undefined) {
     let summary
     try {
@@ -199,7 +207,11 @@ export async function run(argv: string[]): Promise<number> {
     source = { trace: tracePath }
   } else {
     const params = resolveParams(workload!, knobs)
-    durationMs = get('duration') === undefined ? 3_600_000 : durationFlag('duration', get('duration')!)
+    durationMs = get('duration') === undefined ? (workload!.durationMs?.(params) ?? 3_600_000) : durationFlag('duration', get('duration')!)
+    phases = workload!.phases?.(params, durationMs)
+    const rs = resolveSim(sim)
+    const e = rs.engine
+    notes = workload!.sizing?.(params, { instances, kvBlocks: e.kvBlocks, blockSize: e.blockSize, maxNumSeqs: e.maxNumSeqs, decodeStepMs: rs.profile.latency.stepBaseMs })
     // Closed loop draws as many requests as the fastest lane sends: a generator that runs on
     // well past the duration (it is lazy, so only what is drawn is made).
     requests = workload!.generate(params, { seed, durationMs: clients === undefined ? durationMs : durationMs * 1000 })
@@ -225,6 +237,9 @@ export async function run(argv: string[]): Promise<number> {
     seed,
     events,
     windowMs,
+    kvEventsDelayMs,
+    ...(phases !== undefined && { phases }),
+    ...(notes !== undefined && { notes }),
     ...(progress === null ? {} : { onProgress: (t: number, n: number) => progress.update(t, n) }),
   })
   progress?.done()

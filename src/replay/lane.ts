@@ -7,6 +7,7 @@ import { VirtualFleet } from '../sim/virtual-fleet.js'
 import type { SimOptions } from '../sim/config.js'
 import type { PreparedRequest } from './prepare.js'
 import { ReplicatedRouter, type ReplayRouter, type RouterFactory } from './routers.js'
+import { RequestLog } from './phases.js'
 import { KeyTracker, LaneStats } from './stats.js'
 
 export interface ScaleEvent {
@@ -29,7 +30,17 @@ export interface LaneOptions {
   events: readonly ScaleEvent[]
   /** Window for moved-share measurements around scale events. */
   windowMs: number
+  /**
+   * Simulated delay between an engine's step publishing KV events and their arrival at the
+   * lane's router (the ZeroMQ hop and the subscriber's decoding), for routers fed by them.
+   */
+  kvEventsDelayMs: number
+  /** Keep every finished request (for per-phase results). */
+  keepRequests: boolean
 }
+
+/** --kv-events-delay's default: a few ms, what a subscriber on the same network sees. */
+export const DEFAULT_KV_EVENTS_DELAY_MS = 5
 
 export class Lane {
   readonly fleet: VirtualFleet
@@ -62,8 +73,26 @@ export class Lane {
     }
     const replicas = Array.from({ length: o.replicas }, (_, k) => factory.create({ ...ctx, seed: o.seed + k }))
     this.router = replicas.length === 1 ? replicas[0]! : new ReplicatedRouter(replicas)
-    this.stats = new LaneStats(factory.name, o.engines, o.durationMs)
+    if (this.router.kvEvents !== undefined) this.subscribe(this.router.kvEvents, o.kvEventsDelayMs)
+    this.stats = new LaneStats(factory.name, o.engines, o.durationMs, o.keepRequests ? new RequestLog() : null)
     this.tracker = o.events.length === 0 ? null : new KeyTracker(o.events, o.windowMs)
+  }
+
+  /** True when this lane's router reads the engines' KV events (its prompts need token ids). */
+  get wantsKvEvents(): boolean {
+    return this.router.kvEvents !== undefined
+  }
+
+  /** Every engine's KV events reach `deliver` `delayMs` after the step that produced them. */
+  private subscribe(deliver: NonNullable<ReplayRouter['kvEvents']>, delayMs: number): void {
+    const clock = this.fleet.clock
+    this.fleet.engines.forEach((engine, i) => {
+      engine.setKvEventListener((events, atMs) => {
+        const at = atMs + delayMs
+        if (delayMs <= 0) deliver(i, events, at)
+        else clock.schedule(at, () => deliver(i, events, at))
+      })
+    })
   }
 
   /** Open loop: runs the clock up to the request's arrival, then routes and submits it. */

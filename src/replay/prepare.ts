@@ -30,8 +30,10 @@ export interface PreparedRequest {
   tenant: string | undefined
   /** Where the chat's first user message ends in `text` (see openAIRequest). */
   anchor: number | undefined
-  /** The simulator's view of the prompt. */
+  /** The simulator's view of the prompt (with its token ids when prepared `withTokens`). */
   prompt: PreparedPrompt
+  /** The body's cache_salt: event-fed routers seed their block chain with it, as the engine does. */
+  cacheSalt: string | undefined
   /** max_tokens (or max_completion_tokens); undefined: the profile's default output. */
   maxTokens: number | undefined
   /** The routing key prefix_aware hashes (see trackingKey); NaN unless key tracking is on. */
@@ -48,6 +50,8 @@ export interface PrepareOptions {
   tokenizer: TokenizerName
   /** Compute `key` with this prefix length (code points), for scale-event tracking. */
   trackKeys?: number
+  /** Keep the prompt's token ids (PreparedPrompt.tokenIds), for lanes fed by KV events. */
+  withTokens?: boolean
 }
 
 export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptions): PreparedRequest {
@@ -57,19 +61,26 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
   // validation, the chat template, the cache seed of the model and cache_salt.
   const seed = cacheSeed(o.model, undefined)
   const tokenizer = getTokenizer(o.tokenizer)
+  const tokens = o.withTokens === true
   let prompt: PreparedPrompt
   let maxTokens: number | undefined
+  let cacheSalt: string | undefined
   if (req.api === 'chat') {
     const chat = parseChatRequest(req.body)
     maxTokens = chat.maxTokens
+    cacheSalt = chat.cacheSalt
     const s = chat.cacheSalt === undefined ? seed : cacheSeed(o.model, chat.cacheSalt)
     // Same keys as VirtualFleet.prepare: the same rendered text through the same tokenizer.
-    prompt = tokenizer.prepareText(renderChat(chat.messages, chat.addGenerationPrompt), o.blockSize, s)
+    prompt = tokenizer.prepareText(renderChat(chat.messages, chat.addGenerationPrompt), o.blockSize, s, tokens)
   } else {
     const c = parseCompletionRequest(req.body)
     maxTokens = c.maxTokens
+    cacheSalt = c.cacheSalt
     const s = c.cacheSalt === undefined ? seed : cacheSeed(o.model, c.cacheSalt)
-    prompt = c.tokenIds !== undefined ? preparePrompt(encodeTokenIds(c.tokenIds), o.blockSize, s) : tokenizer.prepareText(c.text ?? '', o.blockSize, s)
+    prompt =
+      c.tokenIds !== undefined
+        ? preparePrompt(encodeTokenIds(c.tokenIds), o.blockSize, s, tokens)
+        : tokenizer.prepareText(c.text ?? '', o.blockSize, s, tokens)
   }
   return {
     index,
@@ -80,6 +91,7 @@ export function prepareRequest(req: TimedRequest, index: number, o: PrepareOptio
     tenant,
     anchor,
     prompt,
+    cacheSalt,
     maxTokens,
     key: o.trackKeys === undefined ? NaN : trackingKey(text, tenant, o.trackKeys),
   }

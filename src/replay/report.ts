@@ -24,6 +24,7 @@ export function markdownReport(r: ReplayResult): string {
       `${r.clients === null ? `: ${r.requests.toLocaleString('en-US')} requests; ` : `, closed loop with ${r.clients} clients: up to ${r.requests.toLocaleString('en-US')} requests a lane; `}` +
       `ideal hit rate ${pct(r.ideal.hitRate)}.`,
   )
+  for (const note of r.notes ?? []) lines.push('', note)
   lines.push('')
   const random = r.strategies.find((s) => s.strategy === 'random')
   const vs = (s: StrategyResult, k: 'p50' | 'p90'): string => {
@@ -40,6 +41,11 @@ export function markdownReport(r: ReplayResult): string {
         `${pct(s.shareMin)}–${pct(s.shareMax)} | ${pct(s.overflowRate)} |`,
     )
   }
+  const eventFed = r.strategies.filter((s) => s.kvEvents === true).map((s) => s.strategy)
+  if (eventFed.length > 0) {
+    lines.push('', `${eventFed.join(', ')}: fed by the engines' KV events, ${r.kvEventsDelayMs} ms of simulated time after each engine step.`)
+  }
+  lines.push(...phaseTables(r))
   const rejected = r.strategies[0]?.rejected ?? 0
   if (rejected > 0) lines.push('', `${rejected} request(s) exceeded the model's context and were rejected (counted in no column).`)
   if (r.strategies.some((s) => s.events.length > 0)) {
@@ -54,6 +60,23 @@ export function markdownReport(r: ReplayResult): string {
     }
   }
   return `${lines.join('\n')}\n`
+}
+
+/** One table per phase (cache-pressure's rate steps), strategies as rows. */
+function phaseTables(r: ReplayResult): string[] {
+  const first = r.strategies[0]?.phases
+  if (first === undefined || first.length === 0) return []
+  const lines: string[] = []
+  first.forEach((ph, k) => {
+    lines.push('', `Step ${k + 1}: ${ph.label}, arrivals ${formatDuration(ph.startMs)}–${formatDuration(ph.endMs)}:`, '')
+    lines.push('| strategy | P50 TTFT ms | P90 TTFT ms | hit rate | output tok/s | completed |')
+    lines.push('| --- | ---: | ---: | ---: | ---: | ---: |')
+    for (const s of r.strategies) {
+      const p = s.phases![k]!
+      lines.push(`| ${s.strategy} | ${ms(p.ttftMs.p50)} | ${ms(p.ttftMs.p90)} | ${pct(p.hitRate)} | ${num(p.outputTokensPerSec, 0)} | ${p.completed.toLocaleString('en-US')} |`)
+    }
+  })
+  return lines
 }
 
 /** The JSON file: the whole result, plus the command that produced it. */

@@ -2,6 +2,7 @@
 // holds): percentiles, rates, shares, the hit-rate timeline and the scale events' effect.
 import type { Lane, ScaleEvent } from './lane.js'
 import type { ReplayOptions } from './run.js'
+import { phaseResults, type PhaseResult } from './phases.js'
 import { quantile } from './stats.js'
 import type { TokenizerName } from '../sim/tokenizers/index.js'
 
@@ -24,6 +25,8 @@ export interface EventResult {
 export interface StrategyResult {
   strategy: string
   source: string
+  /** Routed from the engines' KV events (after the run's kvEventsDelayMs). */
+  kvEvents: boolean
   requests: number
   rejected: number
   ttftMs: { p50: number; p90: number; p99: number; mean: number }
@@ -46,6 +49,8 @@ export interface StrategyResult {
   /** TTFT quantiles for the CDF chart: [ms, cumulative share]. */
   cdf: [number, number][]
   events: EventResult[]
+  /** Per phase of the workload (cache-pressure's rate steps); absent when it has none. */
+  phases?: PhaseResult[]
 }
 
 export interface ReplayResult {
@@ -71,6 +76,10 @@ export interface ReplayResult {
    */
   ideal: { hitRate: number; capacityBlocks: number }
   strategies: StrategyResult[]
+  /** The workload's sizing against the fleet, as the report prints it. */
+  notes?: string[]
+  /** Simulated delay of the engines' KV events to the event-fed routers. */
+  kvEventsDelayMs: number
   wallMs: number
 }
 
@@ -87,6 +96,7 @@ export interface SummaryInput {
   wallMs: number
   profile: string
   tokenizer: TokenizerName
+  kvEventsDelayMs: number
 }
 
 // 0.02 steps, then the tail: enough for a CDF chart, small enough to keep the SVG light.
@@ -130,6 +140,7 @@ export function summarize(s: SummaryInput): ReplayResult {
     return {
       strategy: lane.factory.name,
       source: lane.factory.source,
+      kvEvents: lane.wantsKvEvents,
       requests: st.routed,
       rejected: st.rejected,
       ttftMs: {
@@ -149,6 +160,7 @@ export function summarize(s: SummaryInput): ReplayResult {
       timeline,
       cdf: CDF_POINTS.map((q) => [quantile(sorted, q), q]),
       events,
+      ...(st.log !== null && o.phases !== undefined && { phases: phaseResults(st.log, o.phases) }),
     }
   })
   return {
@@ -166,6 +178,8 @@ export function summarize(s: SummaryInput): ReplayResult {
     requests: s.requests,
     ideal: { hitRate: s.idealHitRate, capacityBlocks: s.idealCapacityBlocks },
     strategies,
+    ...(o.notes !== undefined && o.notes.length > 0 && { notes: [...o.notes] }),
+    kvEventsDelayMs: s.kvEventsDelayMs,
     wallMs: s.wallMs,
   }
 }

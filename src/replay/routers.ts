@@ -1,8 +1,9 @@
 // The routers a replay compares, behind one small interface: our native Router (every
 // strategy in STRATEGIES, so a strategy added to the core shows up here by itself) and
 // the TypeScript re-implementations of other routers' policies (src/replay/peers/).
+import type { KvEvent } from '../fleet/events/types.js'
 import type { SimEngine } from '../sim/engine.js'
-import { Router } from '../core/router.js'
+import { Router, type PickOptions } from '../core/router.js'
 import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../core/options.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
@@ -21,6 +22,12 @@ export interface Placement {
 
 export interface ReplayRouter {
   route(req: PreparedRequest, now: number): Placement
+  /**
+   * Routers fed by the engines' KV events: a batch of engine `instance`'s events, delivered
+   * at simulated `atMs` (the lane adds its --kv-events-delay). A lane whose router has this
+   * turns its engines' events on and prepares prompts with their token ids.
+   */
+  kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
   /** The fleet's members changed (scale events); `members` are engine indexes. */
   setInstances(members: readonly number[], now: number): void
   close(): void
@@ -75,11 +82,11 @@ export function nativeFactory(spec: string, params: RoutingParams = {}, label?: 
   }
 }
 
-class NativeRouter implements ReplayRouter {
-  private readonly router: Router
-  private readonly index = new Map<string, number>()
+export class NativeRouter implements ReplayRouter {
+  protected readonly router: Router
+  protected readonly index = new Map<string, number>()
 
-  constructor(strategy: string, placement: KeyPlacement | undefined, private readonly ctx: RouterContext, params: RoutingParams) {
+  constructor(strategy: string, placement: KeyPlacement | undefined, protected readonly ctx: RouterContext, params: RoutingParams) {
     ctx.ids.forEach((id, i) => this.index.set(id, i))
     const options: RouterOptions = {
       ...params,
@@ -92,9 +99,14 @@ class NativeRouter implements ReplayRouter {
     this.router = new Router(options)
   }
 
-  route(req: PreparedRequest): Placement {
-    const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }) })
+  route(req: PreparedRequest, now: number): Placement {
+    const lease = this.router.pick(req.text, { ...(req.tenant !== undefined && { tenant: req.tenant }), ...(req.anchor !== undefined && { anchor: req.anchor }), ...this.pickExtras(req, now) })
     return { instance: this.index.get(lease.instance)!, overflow: lease.overflow, firstToken: () => lease.firstToken(), finish: () => lease.release() }
+  }
+
+  /** More pick options, for subclasses (the events lane passes the prompt's tokens). */
+  protected pickExtras(_req: PreparedRequest, _now: number): PickOptions {
+    return {}
   }
 
   setInstances(members: readonly number[]): void {
@@ -105,7 +117,7 @@ class NativeRouter implements ReplayRouter {
     this.router.close()
   }
 
-  private specs(members: readonly number[]): InstanceSpec[] {
+  protected specs(members: readonly number[]): InstanceSpec[] {
     // What `serve` gives longest_prefix once it has read an instance's
     // vllm:cache_config_info (src/fleet/instance.ts indexCapacity): the KV capacity in
     // tokens at ~4 bytes of routing text each, in blocks of the router's default size.
@@ -125,8 +137,16 @@ class NativeRouter implements ReplayRouter {
 export class ReplicatedRouter implements ReplayRouter {
   private next = 0
 
+  readonly kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
+
   constructor(private readonly replicas: readonly ReplayRouter[]) {
     if (replicas.length < 1) throw new RangeError('at least one replica')
+    // Every replica subscribes to every engine, as each router pod would.
+    if (replicas.every((r) => r.kvEvents !== undefined)) {
+      this.kvEvents = (instance, events, atMs) => {
+        for (const r of replicas) r.kvEvents!(instance, events, atMs)
+      }
+    }
   }
 
   route(req: PreparedRequest, now: number): Placement {

@@ -8,11 +8,11 @@ import { resolveSim } from '../sim/config.js'
 import { outputPlan } from '../sim/request.js'
 import { SharedRequests } from './closed-loop.js'
 import { IdealCache } from './ideal.js'
-import { Lane, type ScaleEvent } from './lane.js'
+import { DEFAULT_KV_EVENTS_DELAY_MS, Lane, type ScaleEvent } from './lane.js'
 import { prepareRequest, type PreparedRequest } from './prepare.js'
 import { summarize, type ReplayResult } from './result.js'
 import type { RouterFactory } from './routers.js'
-import type { TimedRequest } from './types.js'
+import type { Phase, TimedRequest } from './types.js'
 
 export interface ReplayOptions {
   requests: Iterable<TimedRequest> | AsyncIterable<TimedRequest>
@@ -36,6 +36,12 @@ export interface ReplayOptions {
    * out. Needs a synchronous request source (a workload, or readTrace) and no scale events.
    */
   clients?: number
+  /** Simulated delay of the engines' KV events to the routers fed by them (default 5 ms). */
+  kvEventsDelayMs?: number
+  /** Stretches of arrival time to report on their own (a workload's rate steps). */
+  phases?: readonly Phase[]
+  /** Lines the report prints before its tables (a workload's sizing). */
+  notes?: readonly string[]
   /** Called now and then with the simulated time reached. */
   onProgress?: (simMs: number, requests: number) => void
 }
@@ -59,6 +65,8 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         durationMs: o.durationMs,
         events,
         windowMs,
+        kvEventsDelayMs: o.kvEventsDelayMs ?? DEFAULT_KV_EVENTS_DELAY_MS,
+        keepRequests: (o.phases?.length ?? 0) > 0,
       }),
   )
   // Every engine that is ever in the fleet (added ones too) can hold blocks at the same time.
@@ -76,6 +84,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     blockSize: resolved.engine.blockSize,
     tokenizer: resolved.tokenizer,
     ...(events.length > 0 ? { trackKeys: o.prefixLength } : {}),
+    withTokens: lanes.some((l) => l.wantsKvEvents),
   }
   let next = 0
   let index = 0
@@ -109,6 +118,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       wallMs: performance.now() - started,
       profile: resolved.profile.name,
       tokenizer: resolved.tokenizer,
+      kvEventsDelayMs: o.kvEventsDelayMs ?? DEFAULT_KV_EVENTS_DELAY_MS,
     })
   } finally {
     for (const lane of lanes) lane.close()

@@ -3,6 +3,7 @@
 // at a request's first admission over its prompt tokens. Time series are kept per
 // simulated second of arrival, so the report can roll them into any window.
 import type { VirtualResult } from '../sim/virtual-fleet.js'
+import type { RequestLog } from './phases.js'
 
 /** A growable array of doubles. */
 export class Samples {
@@ -16,6 +17,11 @@ export class Samples {
       this.data = next
     }
     this.data[this.length++] = v
+  }
+
+  /** The values, in the order pushed (a view: valid until the next push). */
+  values(): Float64Array {
+    return this.data.subarray(0, this.length)
   }
 
   /** Sorted copy. */
@@ -56,6 +62,8 @@ export class LaneStats {
     readonly name: string,
     engines: number,
     readonly durationMs: number,
+    /** Every finished request, kept when the report breaks results out by phase. */
+    readonly log: RequestLog | null = null,
   ) {
     this.perInstance = new Array<number>(engines).fill(0)
     const secs = Math.max(1, Math.ceil(durationMs / 1000))
@@ -72,6 +80,7 @@ export class LaneStats {
 
   done(r: VirtualResult): void {
     this.finished++
+    this.log?.record(r)
     if (r.ttftMs >= 0) this.ttftMs.push(r.ttftMs)
     this.promptTokens += r.promptTokens
     this.cachedTokens += r.cachedTokens

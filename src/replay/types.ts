@@ -32,12 +32,35 @@ export interface GenerateOptions {
   durationMs: number
 }
 
+/** A stretch of arrival time a workload reports on its own (a rate step), [startMs, endMs). */
+export interface Phase {
+  label: string
+  startMs: number
+  endMs: number
+}
+
+/** What a workload's sizing note is computed against: the fleet a replay simulates. */
+export interface FleetShape {
+  instances: number
+  kvBlocks: number
+  blockSize: number
+  maxNumSeqs: number
+  /** The profile's floor of a decode step (ms): a request is in flight at least this per output token. */
+  decodeStepMs: number
+}
+
 export interface Workload {
   name: string
   summary: string
   params: readonly WorkloadParam[]
   /** Requests in arrival order; deterministic for (params, seed, duration). */
   generate(params: WorkloadParams, opts: GenerateOptions): Iterable<TimedRequest>
+  /** The run's length when `--duration` is not given, for workloads with a schedule of their own. */
+  durationMs?(params: WorkloadParams): number
+  /** Stretches of arrival time the report breaks out (one table each). */
+  phases?(params: WorkloadParams, durationMs: number): Phase[]
+  /** Lines the report prints before its tables: how the workload compares with the fleet. */
+  sizing?(params: WorkloadParams, fleet: FleetShape): string[]
 }
 
 /** The defaults of `w` overridden by `given` (unknown keys are the caller's error to report). */

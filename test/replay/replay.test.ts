@@ -165,7 +165,7 @@ describe('prefix-router replay flags', () => {
     bad(['--instances', '0'], /--instances must be an integer from 1 to 256; got '0'/)
     bad(['--duration', 'soon'], /--duration must be a duration such as 1h, 30m, 90s or 500ms; got 'soon'/)
     bad(['--strategies', 'random,fastest'], /--strategies: unknown strategy 'fastest'/)
-    bad(['--workload', 'chess'], /--workload must be one of long-context, conversations, shared-prefix, tenants; got 'chess'/)
+    bad(['--workload', 'chess'], /--workload must be one of long-context, conversations, shared-prefix, tenants, cache-pressure; got 'chess'/)
     bad(['--workload', 'conversations', '--documents', '10'], /--documents does not apply to --workload conversations/)
     bad(['--zipf', '9'], /--zipf must be a number from 0 to 4; got '9'/)
     bad(['--prefix-length', '10'], /--prefix-length must be an integer from 1024 to 65536/)
@@ -182,6 +182,8 @@ describe('prefix-router replay flags', () => {
     bad(['--trace', 'x.jsonl', '--trace-block-tokens', '512'], /--trace-block-tokens applies to --trace-format hash-ids only/)
     bad(['--trace', 'x.jsonl', '--trace-format', 'hash-ids', '--trace-block-tokens', '4'], /--trace-block-tokens must be an integer from 8 to 65536; got '4'/)
     bad(['--clients', '4', '--add-instance-at', '1m'], /--clients cannot be combined with --add-instance-at or --remove-instance-at/)
+    bad(['--kv-events-delay', 'later'], /--kv-events-delay must be a duration such as 1h, 30m, 90s or 500ms; got 'later'/)
+    bad(['--workload', 'cache-pressure', '--steps', '0'], /--steps must be an integer from 1 to 1000; got '0'/)
   })
 
   it('documents every workload knob in --help', () => {

@@ -109,11 +109,37 @@ describe('Progress', () => {
 
 describe('strategies', () => {
   it('takes every native strategy from the core at run time, then the peers', () => {
-    expect(strategyNames()).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(strategyNames()).toEqual([
+      ...STRATEGIES,
+      'longest_prefix:hash',
+      'longest_prefix:events',
+      'sglang_cache_aware',
+      'llmd_default',
+      'stack_prefixaware',
+      'llmd_precise',
+      'dynamo_kv',
+    ])
+    // The event-fed lanes run when named, not by default.
+    expect(resolveStrategies([]).map((f) => f.name)).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(resolveStrategies(['Longest-Prefix:events', 'LLMD-precise', 'dynamo-kv']).map((f) => f.name)).toEqual(['longest_prefix:events', 'llmd_precise', 'dynamo_kv'])
     expect(resolveStrategies(['PREFIX-AWARE', 'llmd-default', 'prefix_aware']).map((f) => f.name)).toEqual(['prefix_aware', 'llmd_default'])
     expect(resolveStrategies(['Longest-Prefix:hash']).map((f) => f.name)).toEqual(['longest_prefix:hash'])
     expect(() => resolveStrategies(['nope'])).toThrow(/unknown strategy 'nope'/)
     expect(() => resolveStrategies(['prefix_aware:balanced'])).toThrow(/unknown strategy 'prefix_aware:balanced'/)
+  })
+
+  it('gives every router replica every engine’s KV events, when all of them read events', () => {
+    const got: string[] = []
+    const fake = (k: number, events: boolean): ReplayRouter => ({
+      route: (): Placement => ({ instance: k, overflow: false, finish: () => {} }),
+      setInstances: () => {},
+      close: () => {},
+      ...(events && { kvEvents: (i: number, evs: readonly unknown[], at: number) => void got.push(`${k}:${i}:${evs.length}@${at}`) }),
+    })
+    const r = new ReplicatedRouter([fake(0, true), fake(1, true)])
+    r.kvEvents!(3, [{ type: 'AllBlocksCleared' }], 42)
+    expect(got).toEqual(['0:3:1@42', '1:3:1@42'])
+    expect(new ReplicatedRouter([fake(0, true), fake(1, false)]).kvEvents).toBeUndefined()
   })
 
   it('deals requests round-robin over router replicas', () => {
