@@ -38,10 +38,12 @@
 // holds of the prompt's leading engine blocks: saved tokens = (GPU + pending + cpu_block_weight
 // × offloaded blocks of the lead) × exact_block_size, in the approximate units as
 //   match_equiv = floor(nblocks × min(1, saved / prompt tokens)).
-// Its cost counts match_equiv as saved whether or not it "owns" the prompt (it is a real
-// saving, not a guess that a shared prefix would mislead), it is a claimant when
-// match_equiv > 0, and it competes for affinity with it. Instances without a fresh view keep
-// the rules above. The chosen instance's blocks it does not hold become pending there, so the
+// Ownership follows the rule above over these real holdings: the base is what every
+// instance holds (fresh ones by their events; or the common blocks, if more), and an owner holds at least a fifth of what
+// is left beyond it. An owner's cost counts its match_equiv as saved; a fresh non-owner saves
+// only the base, so a shared opening (a system prompt) that the first instances to serve it
+// hold does not draw every later prompt to them. Instances without a fresh view keep the
+// rules above. The chosen instance's blocks it does not hold become pending there, so the
 // next request for the same prompt follows before the engine's events arrive. Without token
 // ids, or with no fresh view, the pick is the approximate one alone.
 #include <algorithm>
@@ -123,8 +125,23 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       }
     }
     auto fresh = [&](uint32_t m) { return exact && equiv[ctx.slot(m)] != kNoView; };
-    // What counts as the member's own: a fresh member's real match; an owner's approximate one.
-    auto owns = [&](uint32_t m) { return fresh(m) ? equiv[ctx.slot(m)] > 0 : owns_approx(m); };
+    // Ownership under the exact view is what the approximate rule says of its estimate, over
+    // the engines' real holdings: blocks every member holds (a fresh one by its events, the
+    // others by the estimate), or that are common to recent requests (a system prompt), own
+    // nothing. Without this, the first instances to serve a shared opening would own every
+    // later prompt and the others never be claimants (measured on the chat traces: two of
+    // eight instances at 0% of requests).
+    uint32_t least_e = UINT32_MAX;
+    if (exact) {
+      for (uint32_t i = 0; i < n; i++)
+        if (ctx.eligible(i)) least_e = std::min(least_e, fresh(i) ? equiv[ctx.slot(i)] : match[ctx.slot(i)]);
+    }
+    const size_t base_e = std::max<size_t>(least_e == UINT32_MAX ? 0 : least_e, common);
+    auto owns_exact = [&](uint32_t m) {
+      const uint32_t h = equiv[ctx.slot(m)];
+      return h > base_e && 5 * (h - base_e) >= in.nblocks - base_e;
+    };
+    auto owns = [&](uint32_t m) { return fresh(m) ? owns_exact(m) : owns_approx(m); };
     auto held = [&](uint32_t m) { return fresh(m) ? equiv[ctx.slot(m)] : match[ctx.slot(m)]; };
     auto full = [&](uint32_t m) {
       const uint32_t busy = ctx.counter(m).in_flight();
@@ -144,7 +161,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     // prompt) is soon cached wherever requests go, so it must neither attract traffic to the
     // instances that hold it nor keep it from one that does not yet.
     auto cost = [&](uint32_t m) {
-      const double compute = static_cast<double>(in.nblocks - (fresh(m) ? equiv[ctx.slot(m)] : owns_approx(m) ? match[ctx.slot(m)] : least));
+      const double compute = static_cast<double>(in.nblocks - (fresh(m) ? (owns_exact(m) ? equiv[ctx.slot(m)] : std::min<size_t>(equiv[ctx.slot(m)], base_e)) : owns_approx(m) ? match[ctx.slot(m)] : least));
       return p.prefill_weight * compute + static_cast<double>(ctx.counter(m).prefill.load(std::memory_order_relaxed));
     };
 
