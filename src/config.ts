@@ -120,7 +120,7 @@ const Tokenizer = z
     timeoutMs: int(1, 60_000).default(50),
   })
   .strict()
-  .refine((t) => t.mode !== 'local' || t.path !== undefined, { message: 'local needs path: the directory holding tokenizer.json and tokenizer_config.json', path: ['path'] })
+  .refine((t) => t.mode !== 'local' || t.path !== undefined, { message: 'local needs path (--tokenizer-path): the directory holding tokenizer.json and tokenizer_config.json', path: ['path'] })
   .refine((t) => t.mode === 'local' || t.path === undefined, { message: 'path is for mode local only', path: ['path'] })
 
 const Listen = (port: number, host: string) =>

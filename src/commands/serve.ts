@@ -2,6 +2,7 @@
 // --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
 import { availableParallelism } from 'node:os'
 import { ConfigError, MAX_WORKERS, type Config } from '../config.js'
+import { TokenizerLoadError } from '../core/errors.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
@@ -97,6 +98,8 @@ export async function run(argv: string[]): Promise<number> {
     server = workers > 1 ? await clustered(config, workers, reloadConfig) : await single(config, reloadConfig)
   } catch (err) {
     await closeSim()
+    // A tokenizer that does not load is the operator's file: one line naming it, not a stack.
+    if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
     throw listenError(err, config) ?? err
   }
   const { proxy } = server
