@@ -66,6 +66,8 @@ export class Endpoint {
   readonly instances = new Map<string, Instance>()
   routing: RoutingConfig
   #config: Config
+  /** This endpoint's own configuration (its instances' KV-event addresses, among others). */
+  #epConfig: EndpointConfig
   #timers: NodeJS.Timeout[] = []
   #returns = new Set<NodeJS.Timeout>()
   #membership = ''
@@ -94,6 +96,7 @@ export class Endpoint {
     this.#config = config
     this.#events = events
     this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
+    this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
     this.#static = events.remote ? [] : ep.instances
     for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
@@ -155,13 +158,17 @@ export class Endpoint {
   /** The exact view follows the instances in rotation: one that leaves drops its view, one that comes back starts over. */
   #syncExact(): void {
     if (this.exact === undefined) return
-    const wanted = this.#wanted()
-    this.exact.sync(this.healthy().map((i) => ({ id: i.id, url: i.id, kvEvents: wanted.get(i.id)?.kvEvents })))
+    // Publisher addresses an instance's own entry in the configuration gives (read here too in
+    // a cluster worker, whose instance list comes from the primary without them).
+    const own = new Map<string, InstanceEntry['kvEvents']>()
+    for (const list of [this.#epConfig.instances, ...this.#discovered.values()]) for (const i of list) if (i.kvEvents !== undefined) own.set(i.url.replace(/\/+$/, ''), i.kvEvents)
+    this.exact.sync(this.healthy().map((i) => ({ id: i.id, url: i.id, kvEvents: own.get(i.id) })))
   }
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
   update(config: Config, ep: EndpointConfig): Instance[] {
     this.#config = config
+    this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
     const remote = this.#events.remote
     const blockSize = this.router.params.exactBlockSize
