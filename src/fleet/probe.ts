@@ -1,16 +1,28 @@
 // Background probes of an instance: health, the models it serves, and its vLLM metrics.
-import { request } from 'undici'
+import { request, type Dispatcher } from 'undici'
 import type { Instance } from './instance.js'
+import { Family, sumSamples } from './load/samples.js'
 
-async function get(inst: Instance, path: string, timeoutMs: number): Promise<{ status: number; text: string }> {
-  const res = await request(`${inst.url.origin}${inst.basePath}${path}`, {
-    dispatcher: inst.probeDispatcher,
-    method: 'GET',
-    headersTimeout: timeoutMs,
-    bodyTimeout: timeoutMs,
-    signal: AbortSignal.timeout(timeoutMs),
-  })
+/**
+ * GET `url` on a probe's connections: the status and, for a 200, the body as text (any other
+ * answer's body is discarded). Bounded by `timeoutMs`, or by `signal` when one is given.
+ */
+export async function probeGet(url: string, dispatcher: Dispatcher, timeoutMs: number, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+  const res = await request(url, { dispatcher, method: 'GET', headersTimeout: timeoutMs, bodyTimeout: timeoutMs, signal: signal ?? AbortSignal.timeout(timeoutMs) })
+  if (res.statusCode !== 200) {
+    await res.body.dump()
+    return { status: res.statusCode, text: '' }
+  }
   return { status: res.statusCode, text: await res.body.text() }
+}
+
+/** An instance's URL for `path` (after its own path prefix). */
+export function instanceUrl(inst: Instance, path: string): string {
+  return `${inst.url.origin}${inst.basePath}${path}`
+}
+
+function get(inst: Instance, path: string, timeoutMs: number): Promise<{ status: number; text: string }> {
+  return probeGet(instanceUrl(inst, path), inst.probeDispatcher, timeoutMs)
 }
 
 /** GET the health path: passed, or why not. */
@@ -43,17 +55,14 @@ export async function probeModels(inst: Instance, timeoutMs: number): Promise<{ 
   }
 }
 
+const HITS = new Family('vllm:prefix_cache_hits_total')
+const QUERIES = new Family('vllm:prefix_cache_queries_total')
+const GPU_HITS = new Family('vllm:gpu_prefix_cache_hits_total')
+const GPU_QUERIES = new Family('vllm:gpu_prefix_cache_queries_total')
+
 /** Sum of a Prometheus counter over all its label sets; undefined when absent. */
 export function sumMetric(text: string, name: string): number | undefined {
-  let sum: number | undefined
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue
-    const rest = line.slice(name.length)
-    if (rest[0] !== ' ' && rest[0] !== '{') continue
-    const v = Number(rest.slice(rest.lastIndexOf(' ') + 1))
-    if (Number.isFinite(v)) sum = (sum ?? 0) + v
-  }
-  return sum
+  return sumSamples(text, new Family(name))
 }
 
 /** vLLM's prefix-cache counters and cache size, from its /metrics. */
@@ -61,8 +70,8 @@ export async function probeMetrics(inst: Instance, timeoutMs: number): Promise<v
   try {
     const r = await get(inst, '/metrics', timeoutMs)
     if (r.status !== 200) return
-    const hits = sumMetric(r.text, 'vllm:prefix_cache_hits_total') ?? sumMetric(r.text, 'vllm:gpu_prefix_cache_hits_total')
-    const queries = sumMetric(r.text, 'vllm:prefix_cache_queries_total') ?? sumMetric(r.text, 'vllm:gpu_prefix_cache_queries_total')
+    const hits = sumSamples(r.text, HITS) ?? sumSamples(r.text, GPU_HITS)
+    const queries = sumSamples(r.text, QUERIES) ?? sumSamples(r.text, GPU_QUERIES)
     if (hits !== undefined && queries !== undefined && queries > 0) inst.kvCacheHitRatio = hits / queries
     const info = /^vllm:cache_config_info\{([^}]*)\}/m.exec(r.text)
     if (info) {

@@ -1,0 +1,42 @@
+// The three gauges of a vLLM engine's /metrics that tell its load: requests running (in the
+// batch) and waiting (queued), and how full its KV cache is. vLLM labels them per engine
+// ({model_name, engine}); a data-parallel deployment exposes one label set per engine: the
+// requests add up, the cache usage is the fullest engine's.
+import { Family, scanSamples } from './samples.js'
+
+const RUNNING = new Family('vllm:num_requests_running')
+const WAITING = new Family('vllm:num_requests_waiting')
+const KV_USAGE = new Family('vllm:kv_cache_usage_perc')
+/** The name before vLLM 0.9 (still exported, deprecated, by later ones). */
+const GPU_USAGE = new Family('vllm:gpu_cache_usage_perc')
+
+export interface EngineGauges {
+  running: number
+  waiting: number
+  /** 0-1; undefined when the engine does not export it. */
+  kvCacheUsage: number | undefined
+}
+
+export type GaugeRead =
+  | { ok: true; gauges: EngineGauges }
+  /** not_vllm: no vllm:num_requests_running at all; failed: a gauge missing or not a number. */
+  | { ok: false; result: 'not_vllm' | 'failed'; reason: string }
+
+function bad(name: string, raw: string): GaugeRead {
+  return { ok: false, result: 'failed', reason: `${name} is not a number: ${JSON.stringify(raw.slice(0, 40))}` }
+}
+
+/** The load gauges from a /metrics body, or why they cannot be had from it. */
+export function readEngineGauges(text: string): GaugeRead {
+  const running = scanSamples(text, RUNNING)
+  if (running.bad !== undefined) return bad(RUNNING.name, running.bad)
+  if (running.count === 0) return { ok: false, result: 'not_vllm', reason: `no ${RUNNING.name} in /metrics (not a vLLM engine?)` }
+  const waiting = scanSamples(text, WAITING)
+  if (waiting.bad !== undefined) return bad(WAITING.name, waiting.bad)
+  if (waiting.count === 0) return { ok: false, result: 'failed', reason: `no ${WAITING.name} in /metrics` }
+  let usage = KV_USAGE
+  let kv = scanSamples(text, usage)
+  if (kv.count === 0 && kv.bad === undefined) kv = scanSamples(text, (usage = GPU_USAGE))
+  if (kv.bad !== undefined) return bad(usage.name, kv.bad)
+  return { ok: true, gauges: { running: running.sum, waiting: waiting.sum, kvCacheUsage: kv.count > 0 ? kv.max : undefined } }
+}

@@ -1,0 +1,75 @@
+// The /metrics reader: only vLLM's three load gauges, found by name at the start of a line,
+// summed (or, for the cache usage, the largest) over their label sets.
+import { describe, expect, it } from 'vitest'
+import { Family, readEngineGauges, scanSamples, sumSamples } from '../../../src/fleet/load/index.js'
+import { sumMetric } from '../../../src/fleet/probe.js'
+import { renderMetrics, resolveSim, SimEngine, RealClock } from '../../../src/sim/index.js'
+
+const vllm = (running: string, waiting: string, kv: string, engine = '0') =>
+  `vllm:num_requests_running{model_name="m",engine="${engine}"} ${running}\n` +
+  `vllm:num_requests_waiting{model_name="m",engine="${engine}"} ${waiting}\n` +
+  `vllm:kv_cache_usage_perc{model_name="m",engine="${engine}"} ${kv}\n`
+
+const HELP = (name: string) => `# HELP ${name} Number of requests.\n# TYPE ${name} gauge\n`
+
+describe('readEngineGauges', () => {
+  it("reads the simulator's /metrics, which uses vLLM's names and labels", () => {
+    const sim = resolveSim({ profile: 'tiny' })
+    const engine = new SimEngine('e', new RealClock(), sim.engine)
+    const r = readEngineGauges(renderMetrics(engine, { modelName: 'sim-tiny' }))
+    expect(r).toEqual({ ok: true, gauges: { running: 0, waiting: 0, kvCacheUsage: 0 } })
+  })
+
+  it('sums running and waiting over data-parallel engines, and takes the fullest cache', () => {
+    const text = HELP('vllm:num_requests_running') + vllm('3.0', '1.0', '0.25', '0') + vllm('4.0', '2.0', '0.75', '1') + vllm('0.0', '5.0', '0.5', '2')
+    expect(readEngineGauges(text)).toEqual({ ok: true, gauges: { running: 7, waiting: 8, kvCacheUsage: 0.75 } })
+  })
+
+  it('finds a sample on the first line, without labels, with a timestamp, CRLF endings', () => {
+    const text = 'vllm:num_requests_running 2\r\nvllm:num_requests_waiting{engine="0"} 3 1700000000000\r\n'
+    expect(readEngineGauges(text)).toEqual({ ok: true, gauges: { running: 2, waiting: 3, kvCacheUsage: undefined } })
+  })
+
+  it('is not misled by comments, longer names, or braces and spaces in label values', () => {
+    const text =
+      '# HELP vllm:num_requests_running 99\n' +
+      'vllm:num_requests_running_total{engine="0"} 1000\n' +
+      'vllm:num_requests_running{model_name="a } b {\\"x\\" 7",engine="0"} 1\n' +
+      'other_vllm:num_requests_waiting 50\n' +
+      'vllm:num_requests_waiting{model_name="m"} 2\n'
+    expect(readEngineGauges(text)).toEqual({ ok: true, gauges: { running: 1, waiting: 2, kvCacheUsage: undefined } })
+  })
+
+  it("falls back to vLLM's earlier name for the cache usage", () => {
+    const text = 'vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc{engine="0"} 0.4\n'
+    expect(readEngineGauges(text)).toMatchObject({ ok: true, gauges: { kvCacheUsage: 0.4 } })
+  })
+
+  it('an answer without vllm:num_requests_running is not vLLM', () => {
+    for (const text of ['', 'http_requests_total 5\n', '<html>not metrics</html>', '# HELP vllm:num_requests_running x\n']) {
+      expect(readEngineGauges(text)).toMatchObject({ ok: false, result: 'not_vllm' })
+    }
+  })
+
+  it('a gauge missing or not a number fails the read, naming it', () => {
+    expect(readEngineGauges('vllm:num_requests_running 1\n')).toMatchObject({ ok: false, result: 'failed', reason: expect.stringContaining('vllm:num_requests_waiting') })
+    expect(readEngineGauges(vllm('banana', '1', '0'))).toMatchObject({ ok: false, result: 'failed', reason: expect.stringContaining('banana') })
+    expect(readEngineGauges(vllm('1', 'NaN', '0'))).toMatchObject({ ok: false, result: 'failed', reason: expect.stringContaining('vllm:num_requests_waiting') })
+    expect(readEngineGauges(vllm('1', '1', '+Inf'))).toMatchObject({ ok: false, result: 'failed', reason: expect.stringContaining('vllm:kv_cache_usage_perc') })
+    expect(readEngineGauges('vllm:num_requests_running{engine="0"\nvllm:num_requests_waiting 1\n')).toMatchObject({ ok: false, result: 'not_vllm' })
+  })
+})
+
+describe('scanSamples', () => {
+  it('counts finite samples and keeps the first bad one', () => {
+    const s = scanSamples('x 1\nx{a="1"} 2\nx{a="2"} oops\nx 4\n', new Family('x'))
+    expect(s).toEqual({ count: 3, sum: 7, max: 4, bad: 'oops' })
+    expect(sumSamples('y 1\n', new Family('x'))).toBeUndefined()
+  })
+
+  it("is probe.ts's counter sum too", () => {
+    const text = 'vllm:prefix_cache_hits_total{engine="0"} 5.0\nvllm:prefix_cache_hits_total{engine="1"} 7.0\nvllm:prefix_cache_hits_total_created 1.7e9\n'
+    expect(sumMetric(text, 'vllm:prefix_cache_hits_total')).toBe(12)
+    expect(sumMetric(text, 'vllm:prefix_cache_queries_total')).toBeUndefined()
+  })
+})
