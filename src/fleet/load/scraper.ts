@@ -9,7 +9,8 @@
 // or is late puts the instance back on this router's own counts (external 0) until one
 // answers again; each change of state is logged once.
 import type { Logger } from 'pino'
-import { request, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
+import { probeGet } from '../probe.js'
 import { readEngineGauges, type GaugeRead } from './gauges.js'
 import { NOT_VLLM_INTERVAL_MS } from './config.js'
 import type { EngineLoadSink, ScrapeResult } from './sink.js'
@@ -162,11 +163,8 @@ export class EngineLoadScraper {
     late.unref()
     let outcome: Outcome
     try {
-      const res = await request(t.url, { dispatcher: t.dispatcher, method: 'GET', signal: ac.signal, headersTimeout: staleAfterMs, bodyTimeout: staleAfterMs })
-      if (res.statusCode !== 200) {
-        await res.body.dump()
-        outcome = { ok: false, result: 'failed', reason: `/metrics answered ${res.statusCode}` }
-      } else outcome = readEngineGauges(await res.body.text())
+      const r = await probeGet(t.url, t.dispatcher, staleAfterMs, ac.signal)
+      outcome = r.status === 200 ? readEngineGauges(r.text) : { ok: false, result: 'failed', reason: `/metrics answered ${r.status}` }
     } catch (err) {
       if (ac.signal.reason === GONE || this.#closed) return
       outcome =
