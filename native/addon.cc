@@ -422,14 +422,15 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
 
 // router_configure(h, strategy: string, prefixLength, threshold, blockBytes, indexBlocks,
 //                  placementChoices, loadFactor, prefillWeight, matchLength, exactBlockSize, exactCapacity,
-//                  cpuBlockWeight, pendingMs): publishes the whole set.
+//                  cpuBlockWeight, pendingMs, engineLoadAll): publishes the whole set.
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
   if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator configures it");
   if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
-  // The exact view's four (10-13) may be left out: their defaults then.
+  // The exact view's four (10-13) and engineLoadAll (14) may be left out: their defaults then.
+  if (!info[14].IsUndefined() && !info[14].IsBoolean()) return Throw(env, "ERR_INVALID_ARG_TYPE", "engineLoadAll must be a boolean", true);
   for (size_t i = 2; i <= 13; i++)
     if (!info[i].IsNumber() && !(i >= 10 && info[i].IsUndefined()))
       return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
@@ -460,6 +461,7 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   p.exact_capacity = static_cast<uint32_t>(exact_cap);
   p.cpu_block_weight = cpu_weight;
   p.pending_ms = pending;
+  p.engine_load_all = info[14].IsBoolean() && info[14].As<Napi::Boolean>().Value();
   h->state->configure(p);
   return env.Undefined();
 }
@@ -487,6 +489,7 @@ Napi::Value RouterParams(const Napi::CallbackInfo& info) {
   o.Set("exactCapacity", p.exact_capacity);
   o.Set("cpuBlockWeight", p.cpu_block_weight);
   o.Set("pendingMs", p.pending_ms);
+  o.Set("engineLoadAll", p.engine_load_all);
   return o;
 }
 
@@ -819,6 +822,19 @@ Napi::Value RouterInFlight(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(h->state->in_flight(h->reader, info[1].As<Napi::String>())));
 }
 
+// router_set_engine_load(h, id, inFlight, prefillBlocks) -> bool: the load at `id` beyond this
+// router's own leases (Slot::ext_in_flight); false if no member has that id.
+Napi::Value RouterSetEngineLoad(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "id must be a string", true);
+  if (!info[2].IsNumber() || !info[3].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "inFlight and prefillBlocks must be numbers", true);
+  const double n = info[2].As<Napi::Number>().DoubleValue(), q = info[3].As<Napi::Number>().DoubleValue();
+  if (!(n >= 0 && n <= 4294967295.0 && q >= 0 && q <= 9007199254740991.0)) return Throw(env, "ERR_OUT_OF_RANGE", "engine load out of range");
+  return Napi::Boolean::New(env, h->state->set_engine_load(h->reader, info[1].As<Napi::String>(), static_cast<uint32_t>(n), static_cast<uint64_t>(q)));
+}
+
 Napi::Value RouterInstances(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
@@ -831,6 +847,8 @@ Napi::Value RouterInstances(const Napi::CallbackInfo& info) {
     o.Set("weight", list[i].weight);
     o.Set("inFlight", list[i].in_flight);
     o.Set("queuedPrefillBlocks", static_cast<double>(list[i].prefill));
+    o.Set("engineInFlight", list[i].ext_in_flight);
+    o.Set("engineQueuedPrefillBlocks", static_cast<double>(list[i].ext_prefill));
     Napi::Array groups = Napi::Array::New(env, list[i].groups.size());
     for (uint32_t j = 0; j < list[i].groups.size(); j++) groups.Set(j, list[i].groups[j]);
     o.Set("groups", groups);
@@ -1022,6 +1040,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("strategy_names", Napi::Function::New(env, StrategyNames, "strategy_names"));
   exports.Set("router_slot_id", Napi::Function::New(env, RouterSlotId, "router_slot_id"));
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
+  exports.Set("router_set_engine_load", Napi::Function::New(env, RouterSetEngineLoad, "router_set_engine_load"));
   exports.Set("router_instances", Napi::Function::New(env, RouterInstances, "router_instances"));
   exports.Set("router_stats", Napi::Function::New(env, RouterStats, "router_stats"));
   exports.Set("router_exact_store", Napi::Function::New(env, RouterExactStore, "router_exact_store"));

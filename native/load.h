@@ -25,8 +25,21 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
   // longest_prefix: blocks of prompt routed here whose prefill has not finished (the first
   // token has not come back): the queue a new request would wait behind.
   std::atomic<uint64_t> prefill{0};
+  // What the engine reports beyond this router's own leases (requests in flight there from
+  // other clients: router replicas, direct traffic), and their queued prefill in blocks, as
+  // the last scrape of its metrics put it. Written off the request path; zero without one.
+  std::atomic<uint32_t> ext_in_flight{0};
+  std::atomic<uint64_t> ext_prefill{0};
 
   uint32_t in_flight() const { return static_cast<uint32_t>(word.load(std::memory_order_relaxed) & kCountMask); }
+  uint32_t external() const { return ext_in_flight.load(std::memory_order_relaxed); }
+  // In flight at the instance from every client: own leases plus the engine's excess.
+  uint32_t load() const {
+    const uint64_t v = uint64_t{in_flight()} + external();
+    return v > kCountMask ? static_cast<uint32_t>(kCountMask) : static_cast<uint32_t>(v);
+  }
+  // Queued prefill at the instance: own routed blocks plus the shared or reported excess.
+  uint64_t queued() const { return prefill.load(std::memory_order_relaxed) + ext_prefill.load(std::memory_order_relaxed); }
 
   // Take a lease only while in_flight < limit; false if the slot is at the limit.
   bool try_acquire(uint32_t limit) {
@@ -34,6 +47,11 @@ struct alignas(64) Slot {  // one cache line each: counters of different instanc
     while ((w & kCountMask) < limit)
       if (word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return true;
     return false;
+  }
+  // try_acquire with the limit counting the engine's excess too.
+  bool try_acquire_load(uint32_t limit) {
+    const uint32_t e = external();
+    return e < limit && try_acquire(limit - e);
   }
   void acquire() { word.fetch_add(1, std::memory_order_acq_rel); }
 

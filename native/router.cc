@@ -477,6 +477,8 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       }
       slots_.set_id(slot, m.id);
       slots_[slot].prefill.store(0, std::memory_order_relaxed);
+      slots_[slot].ext_in_flight.store(0, std::memory_order_relaxed);
+      slots_[slot].ext_prefill.store(0, std::memory_order_relaxed);
       slots_[slot].generation.fetch_add(1, std::memory_order_relaxed);
     }
     snap->slot_of[i] = slot;
@@ -640,6 +642,17 @@ int64_t RouterState::in_flight(int reader, const std::string& id) {
   return -1;
 }
 
+bool RouterState::set_engine_load(int reader, const std::string& id, uint32_t in_flight, uint64_t prefill) {
+  SnapshotGuard g(*this, reader);
+  const int idx = g.snap().ring->index_of(id);
+  if (idx < 0) return false;
+  // The pinned slot stays this member's while the guard holds the snapshot.
+  Slot& slot = slots_[g.snap().slot_of[idx]];
+  slot.ext_in_flight.store(in_flight, std::memory_order_relaxed);
+  slot.ext_prefill.store(prefill, std::memory_order_relaxed);
+  return true;
+}
+
 std::string RouterState::slot_id(uint32_t slot) {
   return slot < slots_.capacity() && slots_[slot].word.load(std::memory_order_acquire) != 0 ? slots_.id(slot) : std::string();
 }
@@ -651,7 +664,8 @@ std::vector<InstanceInfo> RouterState::instances(int reader) {
   for (size_t i = 0; i < s.ring->member_count(); i++) {
     const RingMember& m = s.ring->member(i);
     const Slot& slot = slots_[s.slot_of[i]];
-    out.push_back({m.id, m.weight, slot.in_flight(), m.groups, slot.prefill.load(std::memory_order_relaxed)});
+    out.push_back({m.id, m.weight, slot.in_flight(), m.groups, slot.prefill.load(std::memory_order_relaxed), slot.external(),
+                   slot.ext_prefill.load(std::memory_order_relaxed)});
   }
   return out;
 }

@@ -68,7 +68,10 @@ struct ExactMatchRow {
   ExactLead lead;
 };
 
-struct InstanceInfo { std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; uint64_t prefill; };
+struct InstanceInfo {
+  std::string id; double weight; uint32_t in_flight; std::vector<std::string> groups; uint64_t prefill;
+  uint32_t ext_in_flight; uint64_t ext_prefill;
+};
 
 class RouterState;
 
@@ -159,6 +162,10 @@ class RouterState {
 
   // In-flight count of an instance, including one removed but still draining; -1 if unknown.
   int64_t in_flight(int reader, const std::string& id);
+  // The load at member `id` beyond this router's leases, as its engine reports it (see
+  // Slot::ext_in_flight); false if the current membership does not list it. Any process may
+  // write it (the slots are shared); the last write wins.
+  bool set_engine_load(int reader, const std::string& id, uint32_t in_flight, uint64_t prefill);
   std::string slot_id(uint32_t slot);
   std::vector<InstanceInfo> instances(int reader);
   uint32_t slots_in_use();

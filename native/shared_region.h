@@ -40,7 +40,7 @@
 namespace pr {
 
 constexpr uint64_t kRegionMagic = 0x32657461'74732d72ULL;  // "r-state2" little-endian (RoutingParams grew)
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: slots carry the engines' reported load
 constexpr uint32_t kMaxProcesses = 64;
 // The serialised membership (ids, weights, groups, slots, index capacities) of up to 4096
 // instances with ids of up to 3 KiB.

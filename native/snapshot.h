@@ -35,6 +35,9 @@ struct RoutingParams {
   uint32_t exact_capacity = 2097152;    // entries the exact index holds across all instances
   double cpu_block_weight = 0.5;        // prefill an offloaded block saves, against a GPU block
   double pending_ms = 10000;            // how long a routed prompt's blocks count as held before events
+  // The engines' reported load (Slot::ext_in_flight) in least_outstanding_requests and
+  // prefix_aware's threshold too; longest_prefix always counts it.
+  bool engine_load_all = false;
 };
 
 struct Snapshot {

@@ -38,6 +38,7 @@ const routingFields = {
   exactCapacity: int(LIMITS.exactCapacity.min, LIMITS.exactCapacity.max),
   cpuBlockWeight: z.number().min(LIMITS.cpuBlockWeight.min).max(LIMITS.cpuBlockWeight.max),
   pendingMs: int(LIMITS.pendingMs.min, LIMITS.pendingMs.max),
+  engineLoadAll: z.boolean(),
 }
 const Routing = z
   .object({
@@ -60,6 +61,8 @@ const Routing = z
     cpuBlockWeight: routingFields.cpuBlockWeight.default(LIMITS.cpuBlockWeight.default),
     /** How long blocks routed to an instance count as held there before its events confirm them. */
     pendingMs: routingFields.pendingMs.default(LIMITS.pendingMs.default),
+    /** The engines' reported load in least_outstanding_requests and prefix_aware's threshold too (longest_prefix always counts it). */
+    engineLoadAll: routingFields.engineLoadAll.default(false),
   })
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()

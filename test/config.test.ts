@@ -36,6 +36,7 @@ describe('configuration schema', () => {
       exactCapacity: 2097152,
       cpuBlockWeight: 0.5,
       pendingMs: 10000,
+      engineLoadAll: false,
     })
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })

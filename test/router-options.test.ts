@@ -109,6 +109,7 @@ describe('Router options', () => {
       exactCapacity: 2097152,
       cpuBlockWeight: 0.5,
       pendingMs: 10000,
+      engineLoadAll: false,
     })
     r.configure({ concurrencyThreshold: 4 })
     expect(r.params.concurrencyThreshold).toBe(4)

@@ -23,34 +23,34 @@ PR_HOT size_t home_position(const Ring& ring, uint64_t key, const Eligible& elig
   return pos;
 }
 
-PR_HOT Choice place_with_overflow(const PickContext& ctx, size_t pos) {
+PR_HOT Choice place_with_overflow(const PickContext& ctx, size_t pos, bool engine) {
   const Ring& ring = *ctx.snap.ring;
   const uint32_t limit = ctx.snap.params.threshold;
   const uint32_t target = ring.owner(pos);
   Choice c;
   c.member = target;
-  bool placed = ctx.counter(target).try_acquire(limit);
+  bool placed = try_take(ctx.counter(target), limit, engine);
   if (!placed && ctx.eligible.count > 1) {
     // The next distinct member below the threshold, so a hot prefix spills to the same
     // second home every time rather than anywhere.
     walk_distinct(ring, pos, ctx.eligible.count, ctx.eligible, [&](uint32_t m, size_t) {
-      if (!ctx.counter(m).try_acquire(limit)) return false;
+      if (!try_take(ctx.counter(m), limit, engine)) return false;
       c.member = m;
       placed = true;
       return true;
     });
   }
-  if (!placed) c.member = acquire_fewest(ctx, target);
+  if (!placed) c.member = acquire_fewest(ctx, target, engine);
   c.overflow = c.member != target;
   return c;
 }
 
-PR_HOT uint32_t acquire_fewest(const PickContext& ctx, uint32_t first) {
+PR_HOT uint32_t acquire_fewest(const PickContext& ctx, uint32_t first, bool engine) {
   uint32_t chosen = first;
-  uint32_t best = ctx.counter(first).in_flight();
+  uint32_t best = busy(ctx.counter(first), engine);
   for (uint32_t i = 0; i < ctx.snap.ring->member_count(); i++) {
     if (!ctx.eligible(i)) continue;
-    const uint32_t n = ctx.counter(i).in_flight();
+    const uint32_t n = busy(ctx.counter(i), engine);
     if (n < best) { best = n; chosen = i; }
   }
   ctx.counter(chosen).acquire();

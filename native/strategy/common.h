@@ -35,13 +35,19 @@ void walk_distinct(const Ring& ring, size_t from, size_t wanted, const Eligible&
 // Position of the key's target: the first eligible member clockwise from the key.
 size_t home_position(const Ring& ring, uint64_t key, const Eligible& eligible);
 
+// In flight at a member's instance: this router's leases, and with `engine` also the excess
+// its engine reports (other clients' requests), and a lease taken against a limit on that.
+inline uint32_t busy(const Slot& s, bool engine) { return engine ? s.load() : s.in_flight(); }
+inline bool try_take(Slot& s, uint32_t limit, bool engine) { return engine ? s.try_acquire_load(limit) : s.try_acquire(limit); }
+
 // SageMaker's placement from a ring position: its owner if below the threshold, else the next
 // distinct eligible member clockwise below it, else (all at the threshold) the fewest in flight,
 // the position's owner on a tie. Takes the lease; overflow when the owner was passed over.
-Choice place_with_overflow(const PickContext& ctx, size_t pos);
+// `engine`: in flight counts the engines' reported load (RoutingParams::engine_load_all).
+Choice place_with_overflow(const PickContext& ctx, size_t pos, bool engine);
 
 // Takes a lease on the eligible member with the fewest requests in flight, `first` on a tie
 // (the all-full fallback: every candidate is at its limit, so the least loaded takes it).
-uint32_t acquire_fewest(const PickContext& ctx, uint32_t first);
+uint32_t acquire_fewest(const PickContext& ctx, uint32_t first, bool engine);
 
 }  // namespace pr

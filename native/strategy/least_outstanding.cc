@@ -1,4 +1,5 @@
-// least_outstanding_requests: fewest in flight per unit of weight, ties broken at random.
+// least_outstanding_requests: fewest in flight per unit of weight, ties broken at random; with
+// engine_load_all, in flight at the instance from every client (the engines' reported load).
 #include "common.h"
 
 namespace pr {
@@ -9,11 +10,12 @@ class LeastOutstandingStrategy final : public RoutingStrategy {
   PR_HOT Choice pick(const PickContext& ctx) const override {
     const Ring& ring = *ctx.snap.ring;
     Choice c;
+    const bool engine = ctx.snap.params.engine_load_all;
     double best = 0;
     uint32_t ties = 0;
     for (uint32_t i = 0; i < ring.member_count(); i++) {
       if (!ctx.eligible(i)) continue;
-      const double load = ctx.counter(i).in_flight() / ring.member(i).weight;
+      const double load = busy(ctx.counter(i), engine) / ring.member(i).weight;
       if (ties == 0 || load < best) { best = load; c.member = i; ties = 1; }
       else if (load == best && next_random() % ++ties == 0) c.member = i;
     }

@@ -64,7 +64,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     const PickInput& in = ctx.in;
     const Ring& ring = *ctx.snap.ring;
     const RoutingParams& p = ctx.snap.params;
-    if (in.nblocks == 0) return place_with_overflow(ctx, home_position(ring, in.key, ctx.eligible));
+    if (in.nblocks == 0) return place_with_overflow(ctx, home_position(ring, in.key, ctx.eligible), true);
 
     std::lock_guard<IndexMutex> lock(ctx.index.mutex());
     // Per-thread scratch indexed by slot, reset after use through `touched`.
@@ -85,7 +85,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     uint32_t least = UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
       if (!ctx.eligible(i)) continue;
-      total_in_flight += ctx.counter(i).in_flight();
+      total_in_flight += ctx.counter(i).load();
       total_weight += ring.member(i).weight;
       least = std::min(least, match[ctx.slot(i)]);
     }
@@ -144,7 +144,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     auto owns = [&](uint32_t m) { return fresh(m) ? owns_exact(m) : owns_approx(m); };
     auto held = [&](uint32_t m) { return fresh(m) ? equiv[ctx.slot(m)] : match[ctx.slot(m)]; };
     auto full = [&](uint32_t m) {
-      const uint32_t busy = ctx.counter(m).in_flight();
+      const uint32_t busy = ctx.counter(m).load();
       if (busy >= p.threshold) return true;
       // Over 1.5 × its fair share of recent requests (by weight), by more than a few: at low
       // concurrency the bound below never bites, yet ties broken by churn could still send one
@@ -162,7 +162,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     // instances that hold it nor keep it from one that does not yet.
     auto cost = [&](uint32_t m) {
       const double compute = static_cast<double>(in.nblocks - (fresh(m) ? (owns_exact(m) ? equiv[ctx.slot(m)] : std::min<size_t>(equiv[ctx.slot(m)], base_e)) : owns_approx(m) ? match[ctx.slot(m)] : least));
-      return p.prefill_weight * compute + static_cast<double>(ctx.counter(m).prefill.load(std::memory_order_relaxed));
+      return p.prefill_weight * compute + static_cast<double>(ctx.counter(m).queued());
     };
 
     // Claimants in a fixed order: the home, its ring successors and the least queued member
@@ -183,7 +183,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       uint64_t idle_queue = 0;
       for (uint32_t i = 0; i < n; i++) {
         if (!ctx.eligible(i)) continue;
-        const uint64_t q = ctx.counter(i).prefill.load(std::memory_order_relaxed);
+        const uint64_t q = ctx.counter(i).queued();
         if (idle < 0 || q < idle_queue) { idle = i; idle_queue = q; }
       }
       if (std::find(claim.begin(), claim.end(), static_cast<uint32_t>(idle)) == claim.end()) claim.push_back(static_cast<uint32_t>(idle));
@@ -225,10 +225,10 @@ class LongestPrefixStrategy final : public RoutingStrategy {
         return false;
       });
     }
-    bool placed = found && ctx.counter(c.member).try_acquire(p.threshold);
+    bool placed = found && ctx.counter(c.member).try_acquire_load(p.threshold);
     if (!placed) {
       // All full (or the chosen one filled up under another thread): the fewest in flight.
-      c.member = acquire_fewest(ctx, home);
+      c.member = acquire_fewest(ctx, home, true);
     }
     c.overflow = affinity >= 0 ? c.member != static_cast<uint32_t>(affinity)
                                : std::find(claim.begin(), claim.begin() + static_cast<long>(placements), c.member) == claim.begin() + static_cast<long>(placements);

@@ -1,6 +1,7 @@
 // prefix_aware: SageMaker's PREFIX_AWARE semantics, kept exactly. The key's owner on the
 // consistent-hash ring, unless it has `threshold` requests in flight: then the next distinct
-// instance clockwise below the threshold; all at the threshold: the fewest in flight.
+// instance clockwise below the threshold; all at the threshold: the fewest in flight. With
+// engine_load_all, "in flight" is at the instance from every client, as the engines report it.
 #include "common.h"
 
 namespace pr {
@@ -9,7 +10,7 @@ namespace {
 class PrefixAwareStrategy final : public RoutingStrategy {
  public:
   PR_HOT Choice pick(const PickContext& ctx) const override {
-    return place_with_overflow(ctx, home_position(*ctx.snap.ring, ctx.in.key, ctx.eligible));
+    return place_with_overflow(ctx, home_position(*ctx.snap.ring, ctx.in.key, ctx.eligible), ctx.snap.params.engine_load_all);
   }
 };
 

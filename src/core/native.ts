@@ -11,7 +11,16 @@ export interface NativeBuildInfo {
   compiler?: string
 }
 
-export interface NativeInstance { id: string; weight: number; inFlight: number; groups: string[]; queuedPrefillBlocks: number }
+export interface NativeInstance {
+  id: string
+  weight: number
+  inFlight: number
+  groups: string[]
+  queuedPrefillBlocks: number
+  /** The load its engine reports beyond this router's leases (Router.setEngineLoad); 0 without a report. */
+  engineInFlight: number
+  engineQueuedPrefillBlocks: number
+}
 export interface NativeStats {
   slotsInUse: number
   ringPoints: number
@@ -48,6 +57,7 @@ export interface NativeParams {
   exactCapacity: number
   cpuBlockWeight: number
   pendingMs: number
+  engineLoadAll: boolean
 }
 
 declare const handleBrand: unique symbol
@@ -81,6 +91,7 @@ export interface NativeBinding {
     exactCapacity?: number,
     cpuBlockWeight?: number,
     pendingMs?: number,
+    engineLoadAll?: boolean,
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
@@ -101,6 +112,8 @@ export interface NativeBinding {
   strategy_names(): string[]
   router_slot_id(h: NativeHandle, slot: number): string
   router_in_flight(h: NativeHandle, id: string): number
+  /** The load at `id` beyond the router's own leases (its engine's report); false for an id no member has. */
+  router_set_engine_load(h: NativeHandle, id: string, inFlight: number, prefillBlocks: number): boolean
   router_instances(h: NativeHandle): NativeInstance[]
   router_stats(h: NativeHandle): NativeStats
   /** Blocks recorded; -1 unknown parent, -2 not a member, -3 another block size, -4 capacity reached. */

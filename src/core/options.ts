@@ -88,6 +88,11 @@ export interface RoutingParams {
   cpuBlockWeight?: number
   /** Exact view: ms a routed prompt's blocks count as held on its instance before its events arrive (0–600000, default 10000). */
   pendingMs?: number
+  /**
+   * Count the engines' reported load (Router.setEngineLoad) in least_outstanding_requests and
+   * prefix_aware's concurrency threshold too (default false); longest_prefix always counts it.
+   */
+  engineLoadAll?: boolean
 }
 
 export interface RouterOptions extends RoutingParams {
@@ -114,6 +119,7 @@ export interface ResolvedParams {
   exactCapacity: number
   cpuBlockWeight: number
   pendingMs: number
+  engineLoadAll: boolean
 }
 
 /** Accepts any case and `-` or `_`: `PREFIX_AWARE`, `prefix-aware` and `prefix_aware` are one strategy. */
@@ -149,6 +155,11 @@ export function checkInt(key: string, value: unknown, min: number, max: number):
  */
 export function defaultThreshold(strategy: Strategy): number {
   return strategy === 'longest_prefix' ? LIMITS.concurrencyThreshold.max : LIMITS.concurrencyThreshold.default
+}
+
+export function checkBoolean(key: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new InvalidArgTypeError(key, 'a boolean', value)
+  return value
 }
 
 export function checkNumber(key: string, value: unknown, min: number, max: number): number {
@@ -209,6 +220,7 @@ export function resolveParams(opts: RoutingParams, base?: ResolvedParams): Resol
       opts.pendingMs === undefined
         ? (base?.pendingMs ?? LIMITS.pendingMs.default)
         : checkNumber('pendingMs', opts.pendingMs, LIMITS.pendingMs.min, LIMITS.pendingMs.max),
+    engineLoadAll: opts.engineLoadAll === undefined ? (base?.engineLoadAll ?? false) : checkBoolean('engineLoadAll', opts.engineLoadAll),
   }
 }
 

@@ -203,6 +203,7 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
     p.exactCapacity,
     p.cpuBlockWeight,
     p.pendingMs,
+    p.engineLoadAll,
   )
 }
 
@@ -242,6 +243,7 @@ function resolvedFromNative(p: NativeParams): ResolvedParams {
     exactCapacity: p.exactCapacity,
     cpuBlockWeight: p.cpuBlockWeight,
     pendingMs: p.pendingMs,
+    engineLoadAll: p.engineLoadAll,
   }
 }
 
@@ -487,6 +489,22 @@ export class Router {
   inFlight(id: string): number {
     if (typeof id !== 'string') throw new InvalidArgTypeError('id', 'a string', id)
     return Math.max(0, native.router_in_flight(this.#h(), id))
+  }
+
+  /**
+   * The load at instance `id` that this router's own leases do not count, as its engine
+   * reports it: requests in flight there from other clients (other router replicas, traffic
+   * sent past the router) and their queued prefill in the router's blocks. Strategies then
+   * weigh in flight as own + `inFlight` (longest_prefix always; least_outstanding_requests and
+   * prefix_aware with `engineLoadAll`), and longest_prefix queued prefill as own +
+   * `prefillBlocks`. (0, 0) is no report: own counts only. False for an id no member has.
+   * Any process of a shared router may write it; the last write wins.
+   */
+  setEngineLoad(id: string, inFlight: number, prefillBlocks = 0): boolean {
+    if (typeof id !== 'string') throw new InvalidArgTypeError('id', 'a string', id)
+    checkInt('inFlight', inFlight, 0, 0xffffffff)
+    checkInt('prefillBlocks', prefillBlocks, 0, Number.MAX_SAFE_INTEGER)
+    return native.router_set_engine_load(this.#h(), id, inFlight, prefillBlocks)
   }
 
   instances(): NativeInstance[] {
