@@ -10,6 +10,7 @@ import { upstreamUrlProblem } from './upstream-url.js'
 import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
 import { PrefixRouterError } from './core/errors.js'
 import { InstanceKvEventsSchema, KvEventsSchema } from './fleet/events/config.js'
+import { EngineLoadSchema } from './fleet/load/config.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -230,6 +231,8 @@ export const ConfigSchema = z
       .prefault({}),
     /** The instances' KV-cache events (vLLM's ZeroMQ publisher): the exact cache view. */
     kvEvents: KvEventsSchema.optional(),
+    /** Load from the engines: each instance's /metrics (requests running and waiting) read into the router. */
+    engineLoad: EngineLoadSchema.prefault({}),
     /** How a request's token ids are had for the exact view. */
     tokenizer: Tokenizer.optional(),
     debugHeaders: z.boolean().default(false),

@@ -4,6 +4,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import { BoundCounter, BoundHistogram } from './bound-metrics.js'
 import type { Endpoint } from './fleet/endpoint.js'
 import { registerKvEventMetrics } from './fleet/events/metrics.js'
+import { registerEngineLoadMetrics } from './fleet/load/metrics.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()
@@ -87,6 +88,8 @@ export class ProxyMetrics {
       registers,
     })
     registerKvEventMetrics(endpoints, registers)
+    // The primary reads the engines for the host: its figures are the fleet's.
+    registerEngineLoadMetrics(endpoints, fleetRegisters)
     new Gauge({
       name: 'prefix_router_front_connections',
       help: 'Client connections open on the front port (limits.maxConnections caps them).',

@@ -1,6 +1,7 @@
 // Every `serve` setting in one table: its flag, its environment twin, the configuration key it
 // sets and its help line. The parseArgs options, the environment mapping, the configuration
 // built from them (serve-config.ts) and `--help` all come from here, so they cannot disagree.
+import { ENGINE_LOAD_INTERVAL, ENGINE_LOAD_INTERVAL_MS, STALE_INTERVALS } from '../fleet/load/config.js'
 
 export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list'
 
@@ -76,6 +77,22 @@ export const FLAGS: readonly FlagSpec[] = [
   },
   { name: 'tokenizer-path', env: 'PREFIX_ROUTER_TOKENIZER_PATH', kind: 'string', key: ['tokenizer', 'path'], arg: 'DIR', help: "with --tokenizer local: the model's directory holding tokenizer.json and tokenizer_config.json (or a tokenizer.json file)" },
   { name: 'tokenizer-timeout-ms', env: 'PREFIX_ROUTER_TOKENIZER_TIMEOUT_MS', kind: 'int', key: ['tokenizer', 'timeoutMs'], arg: 'N', help: 'with --tokenizer remote: longest wait for /tokenize, plus 0.5 ms per KiB of body, before the request is routed on the approximate view (default 50)' },
+  {
+    name: 'engine-load',
+    env: 'PREFIX_ROUTER_ENGINE_LOAD',
+    kind: 'string',
+    key: ['engineLoad', 'mode'],
+    arg: 'MODE',
+    help: "load from the engines: auto (default) reads each instance's vLLM /metrics (requests running and waiting) for longest_prefix; on: also least_outstanding_requests and prefix_aware's threshold count every client's requests; off",
+  },
+  {
+    name: 'engine-load-interval-ms',
+    env: 'PREFIX_ROUTER_ENGINE_LOAD_INTERVAL_MS',
+    kind: 'int',
+    key: ['engineLoad', 'intervalMs'],
+    arg: 'N',
+    help: `with --engine-load auto or on: how often each instance's /metrics is read, ${ENGINE_LOAD_INTERVAL.min}-${ENGINE_LOAD_INTERVAL.max} (default ${ENGINE_LOAD_INTERVAL_MS}); unanswered for ${STALE_INTERVALS} intervals, the router goes by its own counts`,
+  },
   { name: 'host', env: 'PREFIX_ROUTER_HOST', kind: 'string', key: ['listen', 'host'], arg: 'H', help: 'front address (default 0.0.0.0)' },
   { name: 'port', env: 'PREFIX_ROUTER_PORT', kind: 'int', key: ['listen', 'port'], arg: 'N', help: 'front port (default 8080; 0: any free port)' },
   { name: 'admin-host', env: 'PREFIX_ROUTER_ADMIN_HOST', kind: 'string', key: ['admin', 'host'], arg: 'H', help: 'admin address: /metrics, /admin/instances, /admin/reload (default 127.0.0.1)' },

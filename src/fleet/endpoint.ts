@@ -13,6 +13,9 @@ import { Instance } from './instance.js'
 import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
 import { ExactView } from './events/exact-view.js'
+import { EngineLoadScraper } from './load/scraper.js'
+import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
+import { instanceUrl } from './probe.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
 
@@ -88,6 +91,11 @@ export class Endpoint {
   #groups = new Map<string, RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
   /** The exact cache view (kvEvents configured): the instances' own KV-cache events. */
   exact: ExactView | undefined
+  /**
+   * Load from the engines (engineLoad, in the process that probes): each instance's /metrics
+   * read for its requests running and waiting, handed to the router.
+   */
+  load: EngineLoadScraper | undefined
   /** Next instance asked for a remote tokenization, in rotation. */
   #tokenizeNext = 0
 
@@ -104,11 +112,50 @@ export class Endpoint {
     // starts with a stand-in, never picked (pick() needs a healthy instance) and replaced by
     // the first sync().
     const members = this.#members()
-    const options = { ...routerParams(this.routing), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
+    const options = { ...routerParams(this.routing, config.engineLoad), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
     this.router = events.router?.(ep.name, options) ?? new Router(options)
     this.exact = this.#exactView(config, ep)
+    this.load = this.#engineLoad(config)
     events.remote?.attached(this)
     this.#syncExact()
+    this.#syncLoad()
+  }
+
+  /**
+   * The scraper, when this endpoint reads its engines: not in a cluster worker (the primary
+   * reads them once for the host: the counters it writes to are shared), not with mode off,
+   * and with auto only for a strategy that weighs the figure (longest_prefix).
+   */
+  #engineLoad(config: Config): EngineLoadScraper | undefined {
+    const c = config.engineLoad
+    if (this.#events.remote !== undefined || !scrapes(c, this.routing.strategy)) return undefined
+    const router = this.router
+    return new EngineLoadScraper({
+      sink: { setEngineLoad: (id, inFlight, prefill) => router.setEngineLoad(id, inFlight, prefill), inFlight: (id) => router.inFlight(id) },
+      intervalMs: c.intervalMs,
+      staleAfterMs: staleAfter(c),
+      log: this.#log,
+    })
+  }
+
+  /** A reload: the scraper starts, stops or takes the new interval. */
+  #reloadLoad(config: Config): void {
+    const wanted = this.#events.remote === undefined && scrapes(config.engineLoad, this.routing.strategy)
+    if (!wanted) {
+      const old = this.load
+      this.load = undefined
+      if (old !== undefined) void old.close()
+      return
+    }
+    if (this.load === undefined) {
+      this.load = this.#engineLoad(config)
+      this.#syncLoad()
+    } else this.load.configure({ intervalMs: config.engineLoad.intervalMs, staleAfterMs: staleAfter(config.engineLoad) })
+  }
+
+  /** The scraper follows the instances in rotation: one that leaves stops being read (its figure back to 0). */
+  #syncLoad(): void {
+    this.load?.sync(this.healthy().map((i) => ({ id: i.id, url: instanceUrl(i, '/metrics'), dispatcher: i.probeDispatcher })))
   }
 
   #exactView(config: Config, ep: EndpointConfig): ExactView | undefined {
@@ -177,8 +224,9 @@ export class Endpoint {
       this.#reloadExact(config, ep, blockSize)
       return []
     }
-    this.router.configure(routerParams(this.routing))
+    this.router.configure(routerParams(this.routing, config.engineLoad))
     this.#reloadExact(config, ep, blockSize)
+    this.#reloadLoad(config)
     this.#static = ep.instances
     const { removed } = this.#setInstances(false)
     if (this.#timers.length > 0) this.startProbes()
@@ -300,10 +348,12 @@ export class Endpoint {
     if (this.#events.remote) return this.#syncExact()
     const members = this.#members()
     const key = JSON.stringify(members)
-    if (key === this.#membership || members.length === 0) return
+    // The scraper follows rotation even when the router keeps its members (none left in rotation).
+    if (key === this.#membership || members.length === 0) return this.#syncLoad()
     this.#membership = key
     this.router.setInstances(members, this.routing.vnodes)
     this.#syncExact()
+    this.#syncLoad()
   }
 
   /** Traffic proved the instance unreachable: out of rotation now, back when probes pass. */
@@ -451,14 +501,19 @@ export class Endpoint {
     this.stopProbes()
     for (const t of this.#returns) clearTimeout(t)
     this.#returns.clear()
+    await this.load?.close()
     await this.exact?.close()
     await Promise.all([...this.instances.values(), ...this.#joining.values(), ...this.#retiring].map((i) => i.close()))
     this.router.close()
   }
 }
 
-/** The router's parameters from an endpoint's routing config: an unset threshold is the strategy's default, on reload too. */
-function routerParams(r: RoutingConfig): RoutingParams {
+/**
+ * The router's parameters from an endpoint's routing config: an unset threshold is the
+ * strategy's default, on reload too; `engineLoad.mode` on counts the engines' load in every
+ * strategy (engineLoadAll).
+ */
+function routerParams(r: RoutingConfig, engineLoad: EngineLoadConfig): RoutingParams {
   const { concurrencyThreshold, ...rest } = r
-  return { ...rest, concurrencyThreshold: concurrencyThreshold ?? defaultThreshold(r.strategy) }
+  return { ...rest, concurrencyThreshold: concurrencyThreshold ?? defaultThreshold(r.strategy), engineLoadAll: r.engineLoadAll || engineLoad.mode === 'on' }
 }

@@ -6,6 +6,7 @@ import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
 import type { ProxyServer } from './proxy.js'
 import { h1Options } from './server.js'
 import { adminRoute } from './admin-route.js'
+import type { EngineLoadStatus } from '../fleet/load/scraper.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -17,11 +18,17 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body, null, 2))
 }
 
+function engineLoadReport(s: EngineLoadStatus | undefined) {
+  if (s === undefined) return null
+  return { ...s, at: s.at === null ? null : new Date(s.at).toISOString() }
+}
+
 export function instancesReport(p: ProxyServer) {
   return [...p.endpoints()].map((ep) => {
     const live = ep.router.instances()
     const counts = new Map(live.map((i) => [i.id, i.inFlight]))
     const queued = new Map(live.map((i) => [i.id, i.queuedPrefillBlocks]))
+    const engine = new Map(live.map((i) => [i.id, i.engineInFlight]))
     const total = [...ep.instances.values()].reduce((n, i) => n + i.requests, 0)
     return {
       name: ep.name,
@@ -46,6 +53,10 @@ export function instancesReport(p: ProxyServer) {
         lastError: i.lastError ?? null,
         // The exact view: the instance's event stream and the blocks it reports holding.
         kvEvents: ep.exact?.status(i.id) ?? null,
+        // Load from the engines: what the router adds to inFlight for it (requests of other
+        // clients, as its engine reported them), and the last scrape of its /metrics.
+        engineInFlight: engine.get(i.id) ?? 0,
+        engineLoad: engineLoadReport(ep.load?.status(i.id)),
       })),
     }
   })

@@ -160,6 +160,8 @@ function warmConfig(config: Config, sinkPort: number): Config {
     // the same forward code over HTTP/1.1 here.
     upstream: { ...config.upstream, protocol: config.upstream.protocol === 'h2c' ? 'h2c' : 'http1' },
     warmup: { ...config.warmup, requests: 0, connections: 0 },
+    // The sink is no engine: nothing to read there, and the warm copy's timers stay its own.
+    engineLoad: { ...config.engineLoad, mode: 'off' },
     log: { ...config.log, prompts: false },
     endpoints: endpoints.map((ep) => ({
       name: ep.name,

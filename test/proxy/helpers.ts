@@ -16,6 +16,8 @@ export function testConfig(endpoints: unknown[], overrides: Record<string, unkno
     admin: { host: '127.0.0.1', port: 0 },
     health: { intervalMs: 0, timeoutMs: 2000 },
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
+    // The stubs are no engines; tests of load from the engines turn it on (test/fleet/load).
+    engineLoad: { mode: 'off' },
     debugHeaders: true,
     // Tests start many routers; the warm-up has tests of its own (warm.test.ts).
     warmup: { requests: 0, connections: 0 },

@@ -164,7 +164,11 @@ export class EngineLoadScraper {
     let outcome: Outcome
     try {
       const r = await probeGet(t.url, t.dispatcher, staleAfterMs, ac.signal)
-      outcome = r.status === 200 ? readEngineGauges(r.text) : { ok: false, result: 'failed', reason: `/metrics answered ${r.status}` }
+      outcome =
+        r.status === 200
+          ? readEngineGauges(r.text)
+          : // No /metrics page at all: a server that is not vLLM (vLLM always has one).
+            { ok: false, result: r.status === 404 ? 'not_vllm' : 'failed', reason: `/metrics answered ${r.status}` }
     } catch (err) {
       if (ac.signal.reason === GONE || this.#closed) return
       outcome =

@@ -4,7 +4,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { EngineLoadSink } from '../../../src/fleet/load/index.js'
 
-export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm'
+export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404'
 
 export interface MetricsServer {
   url: string
@@ -52,6 +52,9 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
       case 'garbage':
         res.writeHead(200)
         return res.end('vllm:num_requests_running{engine="0"} lots\nvllm:num_requests_waiting 1\n')
+      case '404':
+        res.writeHead(404)
+        return res.end('no such page')
       case 'not_vllm':
         res.writeHead(200)
         return res.end('# a server that is not vLLM\nhttp_requests_total 5\n')

@@ -144,6 +144,14 @@ describe('EngineLoadScraper', () => {
     expect(scraper!.status('other')).toMatchObject({ state: 'not_vllm', fallback: true })
   })
 
+  it('an instance without a /metrics page (404) is not vLLM either', async () => {
+    const m = await metricsServer('404')
+    servers.push(m)
+    const { count } = start([{ id: 'x', url: m.url }], { notVllmIntervalMs: 60_000 })
+    await until(() => count('x', 'not_vllm') === 1, 10_000, 'the not_vllm scrape')
+    expect(scraper!.status('x')).toMatchObject({ state: 'not_vllm', reason: '/metrics answered 404' })
+  })
+
   it('follows instances leaving and joining; a removed one is scraped no more and its figure goes to 0', async () => {
     const a = await metricsServer('ok')
     const b = await metricsServer('ok')
