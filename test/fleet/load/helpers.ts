@@ -2,7 +2,54 @@
 // sink that keeps what the scraper hands the router.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { openAIRequest } from '../../../src/core/key/openai-key.js'
+import { Router } from '../../../src/core/router.js'
 import type { EngineLoadSink } from '../../../src/fleet/load/index.js'
+
+export const MODEL = 'sim-tiny'
+
+/** A chat request for the simulator's tiny model. */
+export const chatBody = (content: string, maxTokens: number, stream = false) => JSON.stringify({ model: MODEL, max_tokens: maxTokens, stream, messages: [{ role: 'user', content }] })
+
+/** `n` prompts whose home on the ring (a dry run of `strategy` with the same instances, hash placement) is `home`. */
+export function homedAt(urls: string[], home: string, n: number, strategy: string, tag: string): string[] {
+  const dry = new Router({ instances: urls.map((id) => ({ id })), strategy, placement: 'hash' })
+  const out: string[] = []
+  for (let d = 0; out.length < n && d < 100_000; d++) {
+    const content = `${tag} document ${d}: ${'a paragraph of its own text. '.repeat(10)}${d}`
+    const { text, anchor } = openAIRequest('chat', Buffer.from(chatBody(content, 1)), 65_536)
+    const lease = dry.pick(text, anchor === undefined ? {} : { anchor })
+    lease.release()
+    if (lease.instance === home) out.push(content)
+  }
+  dry.close()
+  return out
+}
+
+/**
+ * Opens `n` streaming chats straight to a simulated worker, past any router (as another
+ * replica's or client's would be), that do not end by themselves; `held` gets their aborts.
+ */
+export async function direct(url: string, n: number, held: AbortController[]): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const ac = new AbortController()
+    held.push(ac)
+    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: chatBody(`another client's request ${i}`, 20_000, true) })
+    if (res.status !== 200) throw new Error(`the worker answered ${res.status}`)
+  }
+}
+
+/** Sends each prompt to `base`, one after another; the instances that answered (debug headers). */
+export async function route(base: string, contents: string[]): Promise<string[]> {
+  const out: string[] = []
+  for (const c of contents) {
+    const res = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody(c, 1) })
+    await res.text()
+    if (res.status !== 200) throw new Error(`the router answered ${res.status}`)
+    out.push(res.headers.get('x-prefix-router-instance')!)
+  }
+  return out
+}
 
 export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404'
 
@@ -11,8 +58,9 @@ export interface MetricsServer {
   mode: Mode
   running: number
   waiting: number
-  /** Requests received, and connections open now. */
+  /** Requests received (any path, and GET /metrics alone), and connections open now. */
   requests: number
+  metricsRequests: number
   open(): number
   /** Requests held open by 'hang', and how many of them the client has given up on. */
   hung: http.ServerResponse[]
@@ -28,6 +76,7 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
     running: 0,
     waiting: 0,
     requests: 0,
+    metricsRequests: 0,
     open: () => sockets.size,
     hung: [],
     abandoned: 0,
@@ -35,6 +84,7 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
   }
   const server = http.createServer((req, res) => {
     m.requests++
+    if (req.url === '/metrics') m.metricsRequests++
     switch (m.mode) {
       case 'ok':
         res.writeHead(200, { 'content-type': 'text/plain' })

@@ -2,18 +2,18 @@
 // requests sent straight to one of them (past the router, as another replica's would be),
 // and the router steering around it once a scrape has shown them.
 import { afterEach, describe, expect, it } from 'vitest'
-import { openAIRequest } from '../../../src/core/key/openai-key.js'
-import { Router } from '../../../src/core/router.js'
 import type { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { startRouter, startStub, testConfig, totalInFlight, until, type Stub } from '../../proxy/helpers.js'
 import { metricSum } from '../../cluster/helpers.js'
+import { direct as directTo, homedAt, route as routeTo } from './helpers.js'
 
-const MODEL = 'sim-tiny'
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 let stubs: Stub[] = []
 const held: AbortController[] = []
+const direct = (url: string, n: number) => directTo(url, n, held)
+const route = (contents: string[]) => routeTo(router!.url, contents)
 
 afterEach(async () => {
   for (const a of held.splice(0)) a.abort()
@@ -24,45 +24,6 @@ afterEach(async () => {
   router = fleet = undefined
   stubs = []
 })
-
-const body = (content: string, maxTokens: number, stream = false) => JSON.stringify({ model: MODEL, max_tokens: maxTokens, stream, messages: [{ role: 'user', content }] })
-
-/** Opens a streaming chat straight to a worker, that will not end before the test does. */
-async function direct(url: string, n: number): Promise<void> {
-  for (let i = 0; i < n; i++) {
-    const ac = new AbortController()
-    held.push(ac)
-    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: body(`another client's request ${i}`, 20_000, true) })
-    expect(res.status).toBe(200)
-  }
-}
-
-/** `n` prompts whose home on the ring (a dry run of `strategy` with the same instances) is `home`. */
-function homedAt(urls: string[], home: string, n: number, strategy: string, tag: string): string[] {
-  const dry = new Router({ instances: urls.map((id) => ({ id })), strategy, placement: 'hash' })
-  const out: string[] = []
-  for (let d = 0; out.length < n && d < 100_000; d++) {
-    const content = `${tag} document ${d}: ${'a paragraph of its own text. '.repeat(10)}${d}`
-    const { text, anchor } = openAIRequest('chat', Buffer.from(body(content, 1)), 65_536)
-    const lease = dry.pick(text, anchor === undefined ? {} : { anchor })
-    lease.release()
-    if (lease.instance === home) out.push(content)
-  }
-  dry.close()
-  return out
-}
-
-/** Sends each prompt through the router, one after another; the instances that answered. */
-async function route(contents: string[]): Promise<string[]> {
-  const out: string[] = []
-  for (const c of contents) {
-    const res = await fetch(`${router!.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(c, 1) })
-    expect(res.status).toBe(200)
-    await res.text()
-    out.push(res.headers.get('x-prefix-router-instance')!)
-  }
-  return out
-}
 
 const engineRow = (id: string) => router!.endpoint(undefined)!.router.instances().find((i) => i.id === id)!
 
