@@ -62,7 +62,7 @@ const GPU_QUERIES = new Family('vllm:gpu_prefix_cache_queries_total')
 
 /** Sum of a Prometheus counter over all its label sets; undefined when absent. */
 export function sumMetric(text: string, name: string): number | undefined {
-  return sumSamples(text, new Family(name))
+  return sumSamples(Buffer.from(text), new Family(name))
 }
 
 /** vLLM's prefix-cache counters and cache size, from its /metrics. */
@@ -70,8 +70,9 @@ export async function probeMetrics(inst: Instance, timeoutMs: number): Promise<v
   try {
     const r = await get(inst, '/metrics', timeoutMs)
     if (r.status !== 200) return
-    const hits = sumSamples(r.text, HITS) ?? sumSamples(r.text, GPU_HITS)
-    const queries = sumSamples(r.text, QUERIES) ?? sumSamples(r.text, GPU_QUERIES)
+    const body = Buffer.from(r.text)
+    const hits = sumSamples(body, HITS) ?? sumSamples(body, GPU_HITS)
+    const queries = sumSamples(body, QUERIES) ?? sumSamples(body, GPU_QUERIES)
     if (hits !== undefined && queries !== undefined && queries > 0) inst.kvCacheHitRatio = hits / queries
     const info = /^vllm:cache_config_info\{([^}]*)\}/m.exec(r.text)
     if (info) {

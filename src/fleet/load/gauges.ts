@@ -1,7 +1,8 @@
 // The three gauges of a vLLM engine's /metrics that tell its load: requests running (in the
 // batch) and waiting (queued), and how full its KV cache is. vLLM labels them per engine
 // ({model_name, engine}); a data-parallel deployment exposes one label set per engine: the
-// requests add up, the cache usage is the fullest engine's.
+// requests add up, the cache usage is the fullest engine's. vLLM writes them near the top of
+// its page, so the start of the body usually tells them all.
 import { Family, scanSamples } from './samples.js'
 
 const RUNNING = new Family('vllm:num_requests_running')
@@ -26,17 +27,24 @@ function bad(name: string, raw: string): GaugeRead {
   return { ok: false, result: 'failed', reason: `${name} is not a number: ${JSON.stringify(raw.slice(0, 40))}` }
 }
 
-/** The load gauges from a /metrics body, or why they cannot be had from it. */
-export function readEngineGauges(text: string): GaugeRead {
-  const running = scanSamples(text, RUNNING)
+/**
+ * The load gauges from a /metrics body, or why they cannot be had from it. `final` false:
+ * `body` is the start of one still arriving, and undefined means more is needed to tell.
+ */
+export function readEngineGauges(body: Buffer | string, final = true): GaugeRead | undefined {
+  const buf = typeof body === 'string' ? Buffer.from(body) : body
+  const running = scanSamples(buf, RUNNING, final)
+  if (!running.complete) return undefined
   if (running.bad !== undefined) return bad(RUNNING.name, running.bad)
   if (running.count === 0) return { ok: false, result: 'not_vllm', reason: `no ${RUNNING.name} in /metrics (not a vLLM engine?)` }
-  const waiting = scanSamples(text, WAITING)
+  const waiting = scanSamples(buf, WAITING, final)
+  if (!waiting.complete) return undefined
   if (waiting.bad !== undefined) return bad(WAITING.name, waiting.bad)
   if (waiting.count === 0) return { ok: false, result: 'failed', reason: `no ${WAITING.name} in /metrics` }
   let usage = KV_USAGE
-  let kv = scanSamples(text, usage)
-  if (kv.count === 0 && kv.bad === undefined) kv = scanSamples(text, (usage = GPU_USAGE))
+  let kv = scanSamples(buf, usage, final)
+  if (!kv.complete) return undefined
+  if (kv.count === 0 && kv.bad === undefined) kv = scanSamples(buf, (usage = GPU_USAGE), final)
   if (kv.bad !== undefined) return bad(usage.name, kv.bad)
   return { ok: true, gauges: { running: running.sum, waiting: waiting.sum, kvCacheUsage: kv.count > 0 ? kv.max : undefined } }
 }

@@ -8,11 +8,15 @@
 // last scrape plus what this router sent (and minus what finished) since. A scrape that fails
 // or is late puts the instance back on this router's own counts (external 0) until one
 // answers again; each change of state is logged once.
+//
+// One timer per scraper, not per instance: every interval, each instance not still being read
+// is scraped, and a read older than staleAfterMs is abandoned as late. The scrapes of a tick
+// share the event loop's wake-ups.
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
-import { probeGet } from '../probe.js'
-import { readEngineGauges, type GaugeRead } from './gauges.js'
 import { NOT_VLLM_INTERVAL_MS } from './config.js'
+import type { GaugeRead } from './gauges.js'
+import { MetricsRead, type ReadEnd, type ReadOwner } from './read.js'
 import type { EngineLoadSink, ScrapeResult } from './sink.js'
 
 export interface ScrapeTarget {
@@ -31,7 +35,7 @@ export interface ScraperOptions {
   /** Time between scrapes of an instance whose /metrics is not vLLM's (default NOT_VLLM_INTERVAL_MS). */
   notVllmIntervalMs?: number
   log?: Logger
-  /** Called after every scrape has been applied (tests, metrics). */
+  /** Called after every scrape has been applied (tests, benchmarks). */
   onScrape?(id: string, result: ScrapeResult): void
 }
 
@@ -66,9 +70,12 @@ interface Target {
   id: string
   url: string
   dispatcher: Dispatcher
-  timer: NodeJS.Timeout | undefined
-  /** The scrape in flight, to abandon on removal or close. */
-  abort: AbortController | undefined
+  /** The dispatch options of its GET, made once. */
+  request: Dispatcher.DispatchOptions
+  /** The read in flight (until the exchange is over), to abandon when late, removed or closing. */
+  read: MetricsRead<Target> | undefined
+  /** Not scraped again before this time (performance.now()): a not-vLLM instance waits long. */
+  nextAt: number
   state: LoadState
   reason: string | null
   running: number | null
@@ -81,25 +88,51 @@ interface Target {
   removed: boolean
 }
 
-/** The abort reason of a scrape past its time. */
-const LATE = Symbol('late')
-const GONE = Symbol('gone')
+/** Why a read was abandoned: late (counted), or not wanted any more (not counted). */
+class Late extends Error {}
+class Gone extends Error {}
 
 type Outcome = GaugeRead | { ok: false; result: 'late'; reason: string }
 
+/** undici's own time bounds, a backstop for the tick's: at least this, so they use its coarse timers. */
+const MIN_UNDICI_TIMEOUT_MS = 1000
+
 export class EngineLoadScraper {
   readonly #targets = new Map<string, Target>()
-  readonly #running = new Set<Promise<void>>()
+  /** Reads whose exchange is not over, and close() waiting for them. */
+  #open = 0
+  #drained: (() => void) | undefined
   #opts: ScraperOptions
+  #ticker: NodeJS.Timeout | undefined
   #closed = false
+  readonly #owner: ReadOwner<Target>
 
   constructor(opts: ScraperOptions) {
     this.#opts = opts
+    this.#owner = {
+      ended: (t, end) => this.#ended(t, end),
+      over: (t, read) => {
+        if (t.read === read) t.read = undefined
+        if (--this.#open === 0) this.#drained?.()
+      },
+    }
   }
 
   /** A reload: the interval and time bound for the next scrapes. */
   configure(o: Pick<ScraperOptions, 'intervalMs' | 'staleAfterMs'>): void {
+    const changed = o.intervalMs !== this.#opts.intervalMs
     this.#opts = { ...this.#opts, intervalMs: o.intervalMs, staleAfterMs: o.staleAfterMs }
+    for (const t of this.#targets.values()) t.request = this.#request(t.url)
+    if (changed && this.#ticker !== undefined) {
+      this.#stopTicker()
+      this.#startTicker()
+    }
+  }
+
+  #request(url: string): Dispatcher.DispatchOptions {
+    const u = new URL(url)
+    const bound = Math.max(MIN_UNDICI_TIMEOUT_MS, this.#opts.staleAfterMs)
+    return { origin: u.origin, path: `${u.pathname}${u.search}`, method: 'GET', headersTimeout: bound, bodyTimeout: bound }
   }
 
   /** The instances to read: new ones are scraped at once, removed ones stop (their figure goes back to 0). */
@@ -111,12 +144,16 @@ export class EngineLoadScraper {
       // The same id on new connections (an instance that left and came back) starts over.
       if (w === undefined || w.url !== t.url || w.dispatcher !== t.dispatcher) this.#remove(t)
     }
+    const now = performance.now()
     for (const w of targets) {
       if (this.#targets.has(w.id)) continue
       const t: Target = {
-        ...w,
-        timer: undefined,
-        abort: undefined,
+        id: w.id,
+        url: w.url,
+        dispatcher: w.dispatcher,
+        request: this.#request(w.url),
+        read: undefined,
+        nextAt: 0,
         state: 'pending',
         reason: 'waiting for the first scrape',
         running: null,
@@ -130,59 +167,62 @@ export class EngineLoadScraper {
       }
       this.#targets.set(w.id, t)
       this.#opts.sink.setEngineLoad(t.id, 0, 0)
-      this.#schedule(t, 0)
+      this.#scrape(t, now)
+    }
+    if (this.#targets.size === 0) this.#stopTicker()
+    else if (this.#ticker === undefined) this.#startTicker()
+  }
+
+  #startTicker(): void {
+    this.#ticker = setInterval(() => this.#tick(), this.#opts.intervalMs)
+    this.#ticker.unref()
+  }
+
+  #stopTicker(): void {
+    if (this.#ticker !== undefined) clearInterval(this.#ticker)
+    this.#ticker = undefined
+  }
+
+  #tick(): void {
+    const now = performance.now()
+    const { staleAfterMs } = this.#opts
+    for (const t of this.#targets.values()) {
+      const read = t.read
+      if (read !== undefined) {
+        // Past its time: unanswered, it is late; answered (the gauges were at the top) but the
+        // rest of the body still coming, it is cut off so that the next scrape can go.
+        if (now - read.sentAt >= staleAfterMs) read.abort(read.settled ? new Gone('the rest of the body came too slowly') : new Late(`no answer from /metrics within ${staleAfterMs} ms`))
+        continue
+      }
+      if (now >= t.nextAt) this.#scrape(t, now)
     }
   }
 
   #remove(t: Target): void {
     t.removed = true
     this.#targets.delete(t.id)
-    if (t.timer !== undefined) clearTimeout(t.timer)
-    t.timer = undefined
-    t.abort?.abort(GONE)
+    t.read?.abort(new Gone('no longer scraped'))
     this.#opts.sink.setEngineLoad(t.id, 0, 0)
   }
 
-  #schedule(t: Target, delayMs: number): void {
-    t.timer = setTimeout(() => {
-      t.timer = undefined
-      const p = this.#scrape(t)
-      this.#running.add(p)
-      void p.finally(() => this.#running.delete(p))
-    }, delayMs)
-    t.timer.unref()
+  #scrape(t: Target, now: number): void {
+    this.#open++
+    const read = new MetricsRead(t.dispatcher, t.request, now, t, this.#owner)
+    // Unless the exchange is over already (a dispatcher that refused it at once).
+    if (!read.over) t.read = read
   }
 
-  async #scrape(t: Target): Promise<void> {
+  #ended(t: Target, end: ReadEnd): void {
     if (this.#closed || t.removed) return
-    const { staleAfterMs } = this.#opts
-    const sentAt = performance.now()
-    const ac = new AbortController()
-    t.abort = ac
-    const late = setTimeout(() => ac.abort(LATE), staleAfterMs)
-    late.unref()
     let outcome: Outcome
-    try {
-      const r = await probeGet(t.url, t.dispatcher, staleAfterMs, ac.signal)
-      outcome =
-        r.status === 200
-          ? readEngineGauges(r.text)
-          : // No /metrics page at all: a server that is not vLLM (vLLM always has one).
-            { ok: false, result: r.status === 404 ? 'not_vllm' : 'failed', reason: `/metrics answered ${r.status}` }
-    } catch (err) {
-      if (ac.signal.reason === GONE || this.#closed) return
-      outcome =
-        ac.signal.reason === LATE
-          ? { ok: false, result: 'late', reason: `no answer from /metrics within ${staleAfterMs} ms` }
-          : { ok: false, result: 'failed', reason: `/metrics failed: ${(err as Error).message}` }
-    } finally {
-      clearTimeout(late)
-      t.abort = undefined
-    }
-    if (this.#closed || t.removed) return
+    if (end.kind === 'gauges') outcome = end.read
+    // No /metrics page at all: a server that is not vLLM (vLLM always has one).
+    else if (end.kind === 'status') outcome = { ok: false, result: end.status === 404 ? 'not_vllm' : 'failed', reason: `/metrics answered ${end.status}` }
+    else if (end.error instanceof Gone) return
+    else if (end.error instanceof Late || isTimeout(end.error)) outcome = { ok: false, result: 'late', reason: end.error instanceof Late ? end.error.message : `no answer from /metrics in time (${end.error.message})` }
+    else outcome = { ok: false, result: 'failed', reason: `/metrics failed: ${end.error.message}` }
     this.#apply(t, outcome)
-    const every = outcome.ok || outcome.result !== 'not_vllm' ? this.#opts.intervalMs : (this.#opts.notVllmIntervalMs ?? NOT_VLLM_INTERVAL_MS)
-    this.#schedule(t, Math.max(0, sentAt + every - performance.now()))
+    if (!outcome.ok && outcome.result === 'not_vllm') t.nextAt = performance.now() + (this.#opts.notVllmIntervalMs ?? NOT_VLLM_INTERVAL_MS)
   }
 
   #apply(t: Target, o: Outcome): void {
@@ -246,10 +286,17 @@ export class EngineLoadScraper {
     return [...this.#targets.keys()]
   }
 
-  /** Stops every timer, abandons the scrapes in flight and waits for them to end. */
+  /** Stops the timer, abandons the scrapes in flight and waits for their exchanges to end. */
   async close(): Promise<void> {
     this.#closed = true
+    this.#stopTicker()
     for (const t of [...this.#targets.values()]) this.#remove(t)
-    await Promise.all([...this.#running])
+    if (this.#open > 0) await new Promise<void>((r) => (this.#drained = r))
   }
+}
+
+/** undici's own bounds (the backstop) gave up on it. */
+function isTimeout(err: Error): boolean {
+  const code = (err as { code?: unknown }).code
+  return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
 }

@@ -21,8 +21,15 @@ describe('readEngineGauges', () => {
   })
 
   it('sums running and waiting over data-parallel engines, and takes the fullest cache', () => {
-    const text = HELP('vllm:num_requests_running') + vllm('3.0', '1.0', '0.25', '0') + vllm('4.0', '2.0', '0.75', '1') + vllm('0.0', '5.0', '0.5', '2')
+    // As prometheus_client renders one family with a label set per engine: its lines together.
+    const family = (name: string, values: string[]) => HELP(name) + values.map((v, e) => `${name}{model_name="m",engine="${e}"} ${v}\n`).join('')
+    const text = family('vllm:num_requests_running', ['3.0', '4.0', '0.0']) + family('vllm:num_requests_waiting', ['1.0', '2.0', '5.0']) + family('vllm:kv_cache_usage_perc', ['0.25', '0.75', '0.5'])
     expect(readEngineGauges(text)).toEqual({ ok: true, gauges: { running: 7, waiting: 8, kvCacheUsage: 0.75 } })
+  })
+
+  it("reads a family's group of lines and stops there, as the text format groups them", () => {
+    const text = 'vllm:num_requests_running{engine="0"} 1\nvllm:num_requests_running{engine="1"} 2\nvllm:num_requests_running_x 9\nvllm:num_requests_waiting 0\nvllm:num_requests_running{engine="2"} 100\n'
+    expect(readEngineGauges(text)).toMatchObject({ ok: true, gauges: { running: 3 } })
   })
 
   it('finds a sample on the first line, without labels, with a timestamp, CRLF endings', () => {
@@ -60,11 +67,34 @@ describe('readEngineGauges', () => {
   })
 })
 
+describe('the start of a body still arriving', () => {
+  const text = HELP('vllm:num_requests_running') + vllm('12.0', '3.0', '0.5') + 'vllm:prefix_cache_hits_total 1\n' + '# lots more\n'.repeat(50)
+
+  it('tells nothing until every gauge\'s group of lines has ended, and never reads a line cut short', () => {
+    const whole = readEngineGauges(text)
+    expect(whole).toEqual({ ok: true, gauges: { running: 12, waiting: 3, kvCacheUsage: 0.5 } })
+    // The usage line's group ends where the next line's name parts from it: at its 'p'.
+    const decided = text.indexOf('vllm:prefix_cache_hits_total') + 'vllm:p'.length
+    for (let cut = 0; cut < text.length; cut++) {
+      const r = readEngineGauges(Buffer.from(text.slice(0, cut)), false)
+      if (cut < decided) expect(r, `cut at ${cut}`).toBeUndefined()
+      else expect(r, `cut at ${cut}`).toEqual(whole)
+    }
+  })
+
+  it('a gauge that is not there is known only at the end of the body', () => {
+    const noKv = 'vllm:num_requests_running 1\nvllm:num_requests_waiting 2\nhttp_requests_total 5\n'
+    expect(readEngineGauges(Buffer.from(noKv), false)).toBeUndefined()
+    expect(readEngineGauges(Buffer.from(noKv), true)).toEqual({ ok: true, gauges: { running: 1, waiting: 2, kvCacheUsage: undefined } })
+    expect(readEngineGauges(Buffer.from('http_requests_total 5\n'), false)).toBeUndefined()
+  })
+})
+
 describe('scanSamples', () => {
   it('counts finite samples and keeps the first bad one', () => {
-    const s = scanSamples('x 1\nx{a="1"} 2\nx{a="2"} oops\nx 4\n', new Family('x'))
-    expect(s).toEqual({ count: 3, sum: 7, max: 4, bad: 'oops' })
-    expect(sumSamples('y 1\n', new Family('x'))).toBeUndefined()
+    const s = scanSamples(Buffer.from('x 1\nx{a="1"} 2\nx{a="2"} oops\nx 4\n'), new Family('x'))
+    expect(s).toEqual({ count: 3, sum: 7, max: 4, bad: 'oops', complete: true })
+    expect(sumSamples(Buffer.from('y 1\n'), new Family('x'))).toBeUndefined()
   })
 
   it("is probe.ts's counter sum too", () => {

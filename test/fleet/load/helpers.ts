@@ -51,7 +51,7 @@ export async function route(base: string, contents: string[]): Promise<string[]>
   return out
 }
 
-export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404'
+export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404' | 'slow-tail'
 
 export interface MetricsServer {
   url: string
@@ -102,6 +102,13 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
       case 'garbage':
         res.writeHead(200)
         return res.end('vllm:num_requests_running{engine="0"} lots\nvllm:num_requests_waiting 1\n')
+      case 'slow-tail':
+        // The gauges at once, then the rest of the page never comes.
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        res.write(`vllm:num_requests_running{engine="0"} ${m.running}.0\nvllm:num_requests_waiting{engine="0"} ${m.waiting}.0\nvllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:prefix_cache_hits_total 1.0\n`)
+        m.hung.push(res)
+        req.socket.once('close', () => m.abandoned++)
+        return
       case '404':
         res.writeHead(404)
         return res.end('no such page')

@@ -121,6 +121,20 @@ describe('EngineLoadScraper', () => {
     await until(() => m.abandoned === m.hung.length, 10_000, 'hung scrapes abandoned')
   })
 
+  it('takes the gauges from the top of the page; a rest that never comes is cut off, and counted as nothing', async () => {
+    const m = await metricsServer('slow-tail')
+    servers.push(m)
+    m.running = 2
+    m.waiting = 1
+    const { sink, count } = start([{ id: 't', url: m.url }], { intervalMs: 10, staleAfterMs: 100 })
+    await until(() => count('t', 'ok') >= 3, 10_000, 'three scrapes')
+    expect(sink.external.get('t')).toBe(3)
+    expect(count('t')).toBe(count('t', 'ok'))
+    // One at a time: each was cut off before the next went.
+    await until(() => m.abandoned >= 2, 10_000, 'the tails cut off')
+    expect(m.hung.length - m.abandoned).toBeLessThanOrEqual(1)
+  })
+
   it('a connection refused falls back too', async () => {
     const m = await metricsServer('ok')
     const url = m.url
@@ -180,7 +194,7 @@ describe('EngineLoadScraper', () => {
     const { count } = await withRefTimers(async () => {
       const r = start([{ id: 'h', url: hang.url }, { id: 'o', url: ok.url }], { intervalMs: 10, staleAfterMs: 600_000 })
       await until(() => hang.hung.length === 1 && r.count('o') >= 3, 10_000, 'a scrape hanging, others answering')
-      // The next scrape of o, the hanging one's time bound.
+      // The ticker, and undici's time bounds.
       expect(activeTimers()).toBeGreaterThanOrEqual(timers + 2)
       await scraper!.close()
       return r
