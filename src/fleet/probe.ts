@@ -5,10 +5,10 @@ import { Family, sumSamples } from './load/samples.js'
 
 /**
  * GET `url` on a probe's connections: the status and, for a 200, the body as text (any other
- * answer's body is discarded). Bounded by `timeoutMs`, or by `signal` when one is given.
+ * answer's body is discarded), within `timeoutMs`.
  */
-export async function probeGet(url: string, dispatcher: Dispatcher, timeoutMs: number, signal?: AbortSignal): Promise<{ status: number; text: string }> {
-  const res = await request(url, { dispatcher, method: 'GET', headersTimeout: timeoutMs, bodyTimeout: timeoutMs, signal: signal ?? AbortSignal.timeout(timeoutMs) })
+async function probeGet(url: string, dispatcher: Dispatcher, timeoutMs: number): Promise<{ status: number; text: string }> {
+  const res = await request(url, { dispatcher, method: 'GET', headersTimeout: timeoutMs, bodyTimeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) })
   if (res.statusCode !== 200) {
     await res.body.dump()
     return { status: res.statusCode, text: '' }
