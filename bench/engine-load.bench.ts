@@ -8,6 +8,7 @@
 // Target: under 2% of one core for 16 instances at the default interval.
 //
 // Run: npm run bench:engine-load   (ROUNDS=3, WINDOW_S=10, WARMUP_S=2, INTERVALS=50,100,250, ENGINES=16, DP_ENGINES=1)
+import { PerformanceObserver } from 'node:perf_hooks'
 import { ConfigSchema } from '../src/config.js'
 import { Router } from '../src/core/router.js'
 import { Instance } from '../src/fleet/instance.js'
@@ -25,15 +26,23 @@ const TARGET = 0.02
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+/** Main-thread GC pauses (ms), as node:perf_hooks reports them. */
+let gcMs = 0
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) gcMs += e.duration
+}).observe({ entryTypes: ['gc'] })
 
-/** Share of one core this process used over `seconds` (user + system). */
-async function cpu(seconds: number): Promise<number> {
+/** Share of one core this process used over `seconds` (user + system), and the system part of it. */
+async function cpuSplit(seconds: number): Promise<{ total: number; system: number; gc: number }> {
   const c0 = process.cpuUsage()
+  const g0 = gcMs
   const t0 = performance.now()
   await sleep(seconds * 1000)
   const c = process.cpuUsage(c0)
-  return (c.user + c.system) / 1000 / (performance.now() - t0)
+  const ms = performance.now() - t0
+  return { total: (c.user + c.system) / 1000 / ms, system: c.system / 1000 / ms, gc: (gcMs - g0) / ms }
 }
+const cpu = async (seconds: number) => (await cpuSplit(seconds)).total
 
 console.log(`machine: ${machine()}`)
 const body = Buffer.from(vllmMetricsBody({ engines: DP_ENGINES }))
@@ -57,7 +66,7 @@ const instances = ports.map((p) => new Instance(`http://127.0.0.1:${p}`, 1, [], 
 const router = new Router({ instances: instances.map((i) => ({ id: i.id })), strategy: 'longest_prefix' })
 
 /** One interval's run: the share of a core over the window, the scrapes in it, those that failed. */
-async function run(intervalMs: number): Promise<{ busy: number; scrapes: number; bad: number }> {
+async function run(intervalMs: number): Promise<{ busy: number; system: number; gc: number; scrapes: number; bad: number }> {
   let scrapes = 0
   let bad = 0
   const scraper = new EngineLoadScraper({
@@ -73,29 +82,31 @@ async function run(intervalMs: number): Promise<{ busy: number; scrapes: number;
   await sleep(WARMUP_S * 1000)
   const s0 = scrapes
   const b0 = bad
-  const busy = await cpu(WINDOW_S)
+  const { total: busy, system, gc } = await cpuSplit(WINDOW_S)
   const n = scrapes - s0
   await scraper.close()
-  return { busy, scrapes: n, bad: bad - b0 }
+  return { busy, system, gc, scrapes: n, bad: bad - b0 }
 }
 
 const idle: number[] = []
-const runs = new Map<number, { busy: number; scrapes: number; bad: number }[]>(INTERVALS.map((i) => [i, []]))
+const runs = new Map<number, { busy: number; system: number; gc: number; scrapes: number; bad: number }[]>(INTERVALS.map((i) => [i, []]))
 for (let round = 0; round < ROUNDS; round++) {
   idle.push(await cpu(WINDOW_S))
   for (const intervalMs of INTERVALS) runs.get(intervalMs)!.push(await run(intervalMs))
 }
 const base = median(idle)!
 console.log(`\n${ENGINES} instances; CPU of this process over ${WINDOW_S} s windows after ${WARMUP_S} s of warm-up, median of ${ROUNDS} rounds, less ${(base * 100).toFixed(2)}% with nothing scraped (idle: ${idle.map((v) => `${(v * 100).toFixed(2)}%`).join(', ')})`)
-console.log(`${pad('interval', 12)}${pad('scrapes/s', 12)}${pad('CPU', 10)}${pad('rounds', 26)}${pad('per scrape', 14)}${pad('failed', 8)}target (< ${TARGET * 100}% at ${ENGINE_LOAD_INTERVAL_MS} ms)`)
+console.log(`${pad('interval', 12)}${pad('scrapes/s', 12)}${pad('CPU', 10)}${pad('rounds', 26)}${pad('system', 9)}${pad('GC', 8)}${pad('per scrape', 14)}${pad('failed', 8)}target (< ${TARGET * 100}% at ${ENGINE_LOAD_INTERVAL_MS} ms)`)
 for (const [intervalMs, rs] of runs) {
   const nets = rs.map((r) => r.busy - base)
   const net = median(nets)!
   const scrapes = median(rs.map((r) => r.scrapes))!
+  const system = median(rs.map((r) => r.system))!
+  const gc = median(rs.map((r) => r.gc))!
   const perScrape = (net * WINDOW_S * 1e6) / Math.max(1, scrapes)
   const verdict = intervalMs === ENGINE_LOAD_INTERVAL_MS ? (net < TARGET ? 'PASS' : 'FAIL') : ''
   console.log(
-    `${pad(`${intervalMs} ms`, 12)}${pad((scrapes / WINDOW_S).toFixed(0), 12)}${pad(`${(net * 100).toFixed(2)}%`, 10)}${pad(nets.map((v) => `${(v * 100).toFixed(2)}%`).join(', '), 26)}${pad(`${perScrape.toFixed(0)} µs`, 14)}${pad(String(rs.reduce((n, r) => n + r.bad, 0)), 8)}${verdict}`,
+    `${pad(`${intervalMs} ms`, 12)}${pad((scrapes / WINDOW_S).toFixed(0), 12)}${pad(`${(net * 100).toFixed(2)}%`, 10)}${pad(nets.map((v) => `${(v * 100).toFixed(2)}%`).join(', '), 26)}${pad(`${(system * 100).toFixed(2)}%`, 9)}${pad(`${(gc * 100).toFixed(2)}%`, 8)}${pad(`${perScrape.toFixed(0)} µs`, 14)}${pad(String(rs.reduce((n, r) => n + r.bad, 0)), 8)}${verdict}`,
   )
 }
 await Promise.all(instances.map((i) => i.close()))
