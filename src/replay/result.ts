@@ -27,6 +27,10 @@ export interface StrategyResult {
   source: string
   /** Routed from the engines' KV events (after the run's kvEventsDelayMs). */
   kvEvents: boolean
+  /** Weighed the engines' reported load (read every engineLoadIntervalMs). */
+  engineLoad: boolean
+  /** Its replicas shared their queued prefill (every shareLoadIntervalMs). */
+  sharedLoad: boolean
   requests: number
   rejected: number
   ttftMs: { p50: number; p90: number; p99: number; mean: number }
@@ -80,12 +84,21 @@ export interface ReplayResult {
   notes?: string[]
   /** Simulated delay of the engines' KV events to the event-fed routers. */
   kvEventsDelayMs: number
+  /** How often each replica of the routers that weigh the engines' load read it; 0: never. */
+  engineLoadIntervalMs: number
+  /** How often replicas of the routers that share load published their queued prefill, and its delay. */
+  shareLoadIntervalMs: number
+  shareLoadDelayMs: number
+  /** With router replicas: every strategy again with one router, on the same requests. */
+  oneRouter?: StrategyResult[]
   wallMs: number
 }
 
 export interface SummaryInput {
   options: ReplayOptions
   lanes: readonly Lane[]
+  /** The same strategies with one router (laneIdealHitRates continue over them). */
+  oneRouterLanes?: readonly Lane[]
   events: readonly ScaleEvent[]
   windowMs: number
   idealHitRate: number
@@ -97,6 +110,9 @@ export interface SummaryInput {
   profile: string
   tokenizer: TokenizerName
   kvEventsDelayMs: number
+  engineLoadIntervalMs: number
+  shareLoadIntervalMs: number
+  shareLoadDelayMs: number
 }
 
 // 0.02 steps, then the tail: enough for a CDF chart, small enough to keep the SVG light.
@@ -106,7 +122,8 @@ export function summarize(s: SummaryInput): ReplayResult {
   const o = s.options
   const durS = o.durationMs / 1000
   const bucketS = Math.max(1, Math.round(durS / 60))
-  const strategies = s.lanes.map((lane, li): StrategyResult => {
+  const one = s.oneRouterLanes ?? []
+  const strategies = [...s.lanes, ...one].map((lane, li): StrategyResult => {
     const st = lane.stats
     const sorted = st.ttftMs.sorted()
     let sum = 0
@@ -141,6 +158,8 @@ export function summarize(s: SummaryInput): ReplayResult {
       strategy: lane.factory.name,
       source: lane.factory.source,
       kvEvents: lane.wantsKvEvents,
+      engineLoad: lane.readsEngineLoad,
+      sharedLoad: lane.sharesLoad,
       requests: st.routed,
       rejected: st.rejected,
       ttftMs: {
@@ -177,9 +196,13 @@ export function summarize(s: SummaryInput): ReplayResult {
     windowMs: s.windowMs,
     requests: s.requests,
     ideal: { hitRate: s.idealHitRate, capacityBlocks: s.idealCapacityBlocks },
-    strategies,
+    strategies: strategies.slice(0, s.lanes.length),
+    ...(one.length > 0 && { oneRouter: strategies.slice(s.lanes.length) }),
     ...(o.notes !== undefined && o.notes.length > 0 && { notes: [...o.notes] }),
     kvEventsDelayMs: s.kvEventsDelayMs,
+    engineLoadIntervalMs: s.engineLoadIntervalMs,
+    shareLoadIntervalMs: s.shareLoadIntervalMs,
+    shareLoadDelayMs: s.shareLoadDelayMs,
     wallMs: s.wallMs,
   }
 }
