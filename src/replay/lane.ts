@@ -215,13 +215,17 @@ export class Lane {
   /** Applies a scale event at its time (the clock is first run up to it). */
   scale(ev: ScaleEvent): void {
     this.fleet.run(ev.atMs)
-    this.tracker?.freeze(ev.atMs)
     if (ev.kind === 'add') {
       this.members = [...this.members, this.nextEngine++]
       this.everMembers.add(this.members[this.members.length - 1]!)
+      this.tracker?.freeze(ev.atMs, this.members[this.members.length - 1]!, this.members.length)
     } else if (this.members.length > 1) {
       // The most recently added instance goes first (the highest-numbered member).
+      const gone = this.members[this.members.length - 1]!
       this.members = this.members.slice(0, -1)
+      this.tracker?.freeze(ev.atMs, gone, this.members.length)
+    } else {
+      this.tracker?.freeze(ev.atMs)
     }
     this.router.setInstances(this.members, ev.atMs)
   }

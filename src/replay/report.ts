@@ -59,12 +59,14 @@ export function markdownReport(r: ReplayResult): string {
   if (rejected > 0) lines.push('', `${rejected} request(s) exceeded the model's context and were rejected (counted in no column).`)
   if (r.strategies.some((s) => s.events.length > 0)) {
     lines.push('', `Scale events (window ${formatDuration(r.windowMs)}):`, '')
-    lines.push('| strategy | event | moved | churn before | hit rate before | recovery |')
-    lines.push('| --- | --- | ---: | ---: | ---: | ---: |')
+    lines.push('| strategy | event | moved | churn before | hit rate before | recovery | its share after (fair) | its keys went to |')
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
     for (const s of r.strategies) {
       for (const e of s.events) {
         const rec = e.recoveryMs === null ? 'not within the run' : formatDuration(e.recoveryMs)
-        lines.push(`| ${s.strategy} | ${e.kind} at ${formatDuration(e.atMs)} | ${pct(e.moved)} | ${pct(e.churn)} | ${pct(e.hitBefore)} | ${rec} |`)
+        const share = e.kind === 'add' ? `${pct(e.joinedShare)} (${pct(e.fairShare)})` : '—'
+        const spread = e.kind === 'remove' ? `${e.spreadTo} instances, at most ${pct(e.spreadMax)}` : '—'
+        lines.push(`| ${s.strategy} | ${e.kind} at ${formatDuration(e.atMs)} | ${pct(e.moved)} | ${pct(e.churn)} | ${pct(e.hitBefore)} | ${rec} | ${share} | ${spread} |`)
       }
     }
   }

@@ -20,6 +20,13 @@ export interface EventResult {
   hitBefore: number
   /** Time from the event to the first window-long stretch whose hit rate is within 2 points of hitBefore; null if none before the next event or the end. */
   recoveryMs: number | null
+  /** Of the requests in the window after the event, the share sent to the instance that joined (NaN for a removal). */
+  joinedShare: number
+  /** 1 / the fleet's size after the event. */
+  fairShare: number
+  /** A removal: the instances that the removed one's keys went to in the window after, and the largest share of them one took. */
+  spreadTo: number
+  spreadMax: number
 }
 
 export interface StrategyResult {
@@ -152,7 +159,19 @@ export function summarize(s: SummaryInput): ReplayResult {
           break
         }
       }
-      return { atMs: ev.atMs, kind: ev.kind, moved: moved[k]?.moved ?? NaN, churn: moved[k]?.churn ?? NaN, hitBefore, recoveryMs }
+      const m = moved[k]
+      return {
+        atMs: ev.atMs,
+        kind: ev.kind,
+        moved: m?.moved ?? NaN,
+        churn: m?.churn ?? NaN,
+        hitBefore,
+        recoveryMs,
+        joinedShare: ev.kind === 'add' ? (m?.share ?? NaN) : NaN,
+        fairShare: m?.fairShare ?? NaN,
+        spreadTo: ev.kind === 'remove' ? (m?.spreadTo ?? 0) : 0,
+        spreadMax: ev.kind === 'remove' ? (m?.spreadMax ?? NaN) : NaN,
+      }
     })
     return {
       strategy: lane.factory.name,
