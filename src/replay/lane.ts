@@ -89,6 +89,7 @@ export class Lane {
       model: this.fleet.sim.model,
       kvBlocks: this.fleet.sim.engine.kvBlocks,
       blockSize: this.fleet.sim.engine.blockSize,
+      replicaGroup: {},
     }
     const replicas = Array.from({ length: o.replicas }, (_, k) => factory.create({ ...ctx, seed: o.seed + k }))
     this.router = replicas.length === 1 ? replicas[0]! : new ReplicatedRouter(replicas)

@@ -62,6 +62,8 @@ export interface RouterContext {
   kvBlocks: number
   blockSize: number
   seed: number
+  /** The same object for every replica of one lane: for peers whose replicas sync state. */
+  replicaGroup: object
 }
 
 export interface RouterFactory {

@@ -1,7 +1,7 @@
 // Strategy names a replay accepts: every native strategy the core lists (STRATEGIES in
 // src/router-options.ts, read at run time) and the peers' re-implementations.
 import { longestPrefixEvents, longestPrefixShared } from './events-lane.js'
-import { dynamoKv } from './peers/dynamo-kv.js'
+import { dynamoKv, dynamoKvSync } from './peers/dynamo-kv.js'
 import { llmdDefault } from './peers/llmd-default.js'
 import { llmdPrecise } from './peers/llmd-precise.js'
 import { sglangCacheAware } from './peers/sglang-cache-aware.js'
@@ -13,7 +13,7 @@ export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, s
 
 /** Our lanes fed by the engines' KV events, and the peers that are. */
 const OURS_EVENT_FED: readonly RouterFactory[] = [longestPrefixEvents, longestPrefixShared]
-const PEERS_EVENT_FED: readonly RouterFactory[] = [llmdPrecise, dynamoKv]
+const PEERS_EVENT_FED: readonly RouterFactory[] = [llmdPrecise, dynamoKv, dynamoKvSync]
 
 /**
  * Routers fed by the engines' KV events: each needs every prompt's token ids and an event

@@ -119,6 +119,7 @@ describe('strategies', () => {
       'stack_prefixaware',
       'llmd_precise',
       'dynamo_kv',
+      'dynamo_kv:sync',
     ])
     // The event-fed lanes run when named, not by default; with router replicas, by default too.
     expect(resolveStrategies([]).map((f) => f.name)).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
