@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config.js'
 import { buildConfig } from '../../src/commands/serve-config.js'
 import { Router } from '../../src/core/router.js'
-import { decodeLoad, redactRedisUrl, redisUrlProblem, routerSink, ShareLoad, type SharedLoadSink } from '../../src/fleet/share/index.js'
+import { decodeLoad, defaultReplicaId, redactRedisUrl, redisUrlProblem, routerSink, ShareLoad, type SharedLoadSink } from '../../src/fleet/share/index.js'
 import { until } from '../proxy/helpers.js'
 import { startRedis, type RedisServer } from './redis-server.js'
 
@@ -235,6 +235,23 @@ describe('share-load between replicas', () => {
     expect(b.share.peerCount()).toBe(1)
     expect(other.share.peerCount()).toBe(0)
     expect(other.share.counts.dropped).toBe(0)
+  })
+})
+
+describe('share-load ids', () => {
+  it('warns when two processes publish under one id, and refuses an id with spaces', async () => {
+    const a = await replica('dup')
+    const b = await replica('dup')
+    await until(() => logged(a, /another process publishes under this replica's id/) && logged(b, /another process publishes under this replica's id/), 5000, 'both warned')
+    expect(a.share.peerCount()).toBe(0)
+    await expect(ShareLoad.start({ url: redis.url, replicaId: 'has space', endpoints: () => [] })).rejects.toThrow(/replicaId/)
+    await expect(ShareLoad.start({ url: redis.url, replicaId: 'r', endpoints: () => [], intervalMs: 10, heartbeatMs: 1000, expireMs: 500 })).rejects.toThrow(/expireMs/)
+  })
+
+  it('makes a default id of the host, the pid and random bytes', () => {
+    const id = defaultReplicaId()
+    expect(id).toMatch(new RegExp(`-${process.pid}-[0-9a-f]{6}$`))
+    expect(defaultReplicaId()).not.toBe(id)
   })
 })
 

@@ -8,7 +8,7 @@
 // the others' figures expiring after expireMs; the connections come back by themselves.
 import { pino, type Logger } from 'pino'
 import type { Router } from '../../core/router.js'
-import { SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
+import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
 import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'
 import { PeerTable, type PeerReport } from './peers.js'
@@ -72,6 +72,8 @@ const CHANNEL_SUFFIX = ':load'
  * figures do not wait for it: they expire after expireMs whatever the state.
  */
 const ANSWER_TIMEOUT_MS = 5000
+/** Messages remembered to recognise our own (10 s of them at 10 ms). */
+const SENT_RING = 1024
 
 export class ShareLoad {
   readonly replica: string
@@ -94,10 +96,14 @@ export class ShareLoad {
   #everUp = false
   #downSince = 0
   #warned = new Set<string>()
+  /** The `ts` of each of the last SENT_RING messages sent, by seq: what comes back under our id and is not among them is another process's. */
+  readonly #sentTs = new Float64Array(SENT_RING)
   /** Instance ids as JSON strings, reused from one interval to the next. */
   #quoted = new Map<string, string>()
 
   private constructor(opts: ShareLoadOptions) {
+    // It travels in every message and names the connections (CLIENT SETNAME takes no spaces).
+    if (!replicaIdSchema.safeParse(opts.replicaId).success) throw new RangeError(`share-load: replicaId must be 1-128 printable ASCII characters without spaces; got ${JSON.stringify(opts.replicaId)}`)
     this.replica = opts.replicaId
     this.#url = opts.url
     this.channel = `${opts.prefix ?? SHARE_PREFIX_DEFAULT}${CHANNEL_SUFFIX}`
@@ -170,8 +176,10 @@ export class ShareLoad {
   tick(now = performance.now()): void {
     const [load, inFlight] = this.#readOwn()
     if (load !== this.#lastLoad || inFlight !== this.#lastInFlight || now - this.#lastSentAt >= this.#heartbeatMs) {
-      const sent = this.#link.publish(encodeLoad(this.replica, this.#seq, Date.now(), load, inFlight), now)
+      const ts = Date.now()
+      const sent = this.#link.publish(encodeLoad(this.replica, this.#seq, ts, load, inFlight), now)
       if (sent !== undefined) {
+        this.#sentTs[this.#seq % SENT_RING] = ts
         this.#seq++
         this.#lastLoad = load
         this.#lastInFlight = inFlight
@@ -245,8 +253,9 @@ export class ShareLoad {
     }
     const r = this.#peers.accept(m, performance.now())
     if (r === 'own') {
-      // Ours have seq below the next one we send: a higher one is another process with our id.
-      if (m.seq >= this.#seq) this.#once('same-id', 'warn', { replica: this.replica }, 'share-load: another process publishes under this replica\'s id; give each replica its own --replica-id')
+      // Ours come back as they were sent; another process given our id sends others.
+      const ours = m.seq < this.#seq && m.seq >= this.#seq - SENT_RING && this.#sentTs[m.seq % SENT_RING] === m.ts
+      if (!ours && !m.bye) this.#once('same-id', 'warn', { replica: this.replica }, 'share-load: another process publishes under this replica\'s id; give each replica its own --replica-id')
       return
     }
     this.#counts.received++
