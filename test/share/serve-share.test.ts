@@ -124,7 +124,7 @@ describe('serve --share-load, as processes', () => {
     )
   })
 
-  function serve(args: string[]): Promise<{ url: string; admin: string }> {
+  function serve(args: string[]): Promise<{ url: string; admin: string; stderr: () => string }> {
     const c = spawn(process.execPath, [cli, 'serve', '--port', '0', '--admin-port', '0', '--log-level', 'warn', '--drain-delay-ms', '0', '--warmup-requests', '0', '--strategy', 'longest_prefix', ...fleet.urls.flatMap((u) => ['--upstream', u]), ...args])
     children.push(c)
     let err = ''
@@ -135,7 +135,7 @@ describe('serve --share-load, as processes', () => {
         const m = /on (http:\/\/\S+) \(admin (http:\/\/\S+)\)/.exec(err)
         if (m) {
           clearTimeout(timer)
-          resolve({ url: m[1]!, admin: m[2]! })
+          resolve({ url: m[1]!, admin: m[2]!, stderr: () => err })
         }
       })
       c.once('exit', (code) => reject(new Error(`serve exited ${code}:\n${err}`)))
@@ -145,6 +145,7 @@ describe('serve --share-load, as processes', () => {
   it('shares between two serve processes, one of them with --workers 2 (its primary speaks for it)', async () => {
     const a = await serve(['--share-load', redis.url, '--replica-id', 'proc-a'])
     const b = await serve(['--share-load', redis.url, '--replica-id', 'proc-b', '--workers', '2'])
+    expect(b.stderr()).toContain(`sharing queued prefill with the other replicas through ${redis.url} (channel prefix-router:load) as replica proc-b`)
     await until(async () => (await replicas(a.admin)).peers.length === 1 && (await replicas(b.admin)).peers.length === 1, 10_000, 'each to hear the other')
     // Requests through b's workers: b's primary publishes what they queue on the shared state.
     const answers = [post(`${b.url}/v1/chat/completions`, body(3)), post(`${b.url}/v1/chat/completions`, body(4))]
