@@ -55,6 +55,9 @@ export async function startRedis(): Promise<RedisServer> {
   const port = await freePort()
   let child = await launch(port)
   await answers(port, 10_000)
+  // A test process that ends before its afterAll (a timeout, a crash) leaves no server behind.
+  const orphan = () => child.kill('SIGKILL')
+  process.once('exit', orphan)
   const exited = (c: ChildProcess) => (c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once('exit', () => r())))
   const end = async (signal: NodeJS.Signals) => {
     const gone = exited(child)
@@ -69,6 +72,9 @@ export async function startRedis(): Promise<RedisServer> {
       child = await launch(port)
       await answers(port, 10_000)
     },
-    stop: () => end('SIGTERM'),
+    async stop() {
+      process.off('exit', orphan)
+      await end('SIGTERM')
+    },
   }
 }

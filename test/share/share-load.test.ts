@@ -198,19 +198,20 @@ describe('share-load between replicas', () => {
   it('starts without Redis, says it cannot reach it, and shares once it answers', async () => {
     const lost = await startRedis()
     await lost.kill()
-    const a = await replica('a', { url: lost.url })
-    const b = await replica('b', { url: lost.url })
-    await until(() => logged(a, /cannot reach Redis/), 5000, 'the start-up warning')
-    expect(a.share.connected).toBe(false)
-    expect(a.share.counts.connectionFailures).toBe(1)
-    a.router.pick(prompt(9)).release()
-    await lost.restart()
-    await until(() => a.share.peerCount() === 1 && b.share.peerCount() === 1, 15_000, 'A and B to hear each other')
-    expect(logged(a, /connected to Redis/)).toBe(true)
-    expect(a.share.counts.connectionFailures).toBe(1)
-    await a.share.close({ goodbye: false })
-    await b.share.close({ goodbye: false })
-    await lost.stop()
+    try {
+      const a = await replica('a', { url: lost.url })
+      const b = await replica('b', { url: lost.url })
+      await until(() => logged(a, /cannot reach Redis/), 5000, 'the start-up warning')
+      expect(a.share.connected).toBe(false)
+      expect(a.share.counts.connectionFailures).toBe(1)
+      a.router.pick(prompt(9)).release()
+      await lost.restart()
+      await until(() => a.share.peerCount() === 1 && b.share.peerCount() === 1, 15_000, 'A and B to hear each other')
+      expect(logged(a, /connected to Redis/)).toBe(true)
+      expect(a.share.counts.connectionFailures).toBe(1)
+    } finally {
+      await lost.stop()
+    }
   })
 
   it('counts and drops what is not a replica\'s message, and hears nothing from another prefix', async () => {
