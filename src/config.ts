@@ -11,6 +11,7 @@ import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
 import { PrefixRouterError } from './core/errors.js'
 import { InstanceKvEventsSchema, KvEventsSchema } from './fleet/events/config.js'
 import { EngineLoadSchema } from './fleet/load/config.js'
+import { replicaIdSchema, ShareLoadSchema } from './fleet/share/config.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -235,6 +236,10 @@ export const ConfigSchema = z
     engineLoad: EngineLoadSchema.prefault({}),
     /** How a request's token ids are had for the exact view. */
     tokenizer: Tokenizer.optional(),
+    /** Router replicas sharing their queued prefill through Redis (--share-load). */
+    shareLoad: ShareLoadSchema.optional(),
+    /** This replica's id among the others (default: host, pid and random bytes). */
+    replicaId: replicaIdSchema.optional(),
     debugHeaders: z.boolean().default(false),
     workers: workers.default(1),
     log: z

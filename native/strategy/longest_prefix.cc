@@ -21,6 +21,9 @@
 //   full       at the operator's threshold; above load_factor × the fleet's mean in flight per
 //              unit of weight, plus 2 (consistent hashing with bounded loads); or sent more
 //              than 1.5 × its fair share of recent requests (decayed over ~4,000), plus 8.
+//   joining    the home, when another instance owns the prompt and the home has had under half
+//              its fair share of recent requests (it joined lately): it takes the keys the ring
+//              gives it, if not full.
 //   choice     the cheapest claimant that is not full; on equal cost the one given the least new
 //              content lately (blocks it had to compute, decayed over ~8,000 requests), then the
 //              earliest in claim order;
@@ -202,6 +205,22 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     bool found = false;
     double best = 0;
     double best_churn = 0;
+    // Scale-out: a member with under half its fair share of recent requests (one that just
+    // joined, or came back empty) takes the prompts whose consistent-hash home it is, even
+    // those another instance holds, while it is not full. Otherwise an instance added to a
+    // fleet whose prompts all have owners would get only new ones (measured: 0% of requests
+    // for its first minute on the shared-prefix workload), capacity bought and left idle. Only
+    // the keys the ring gives it move, about 1/n of them, as consistent hashing would move them,
+    // and once it holds them it is their owner. Not before the index has seen a few requests
+    // per member, so that shares mean something.
+    const double sent_all = ctx.index.sent_all();
+    const bool joining = affinity >= 0 && static_cast<uint32_t>(affinity) != home && sent_all >= 16.0 * static_cast<double>(ctx.eligible.count) &&
+                         ctx.index.sent(ctx.slot(home)) < 0.5 * (ring.member(home).weight / total_weight) * sent_all &&
+                         static_cast<double>(ctx.counter(home).load()) < static_cast<double>(total_in_flight) * ring.member(home).weight / total_weight;
+    if (joining && !full(home)) {
+      c.member = home;
+      found = true;
+    }
     // On equal cost (idle queues, nothing owned) the one given the least new content lately
     // (its churn), then claim order: conversations placed there will find their history still
     // cached, and will queue behind fewer prefills of others.
@@ -214,6 +233,7 @@ class LongestPrefixStrategy final : public RoutingStrategy {
       found = true;
     };
     for (uint32_t m : claim) {
+      if (found && joining) break;
       if (full(m)) continue;
       better(m, cost(m));
     }

@@ -10,7 +10,7 @@ import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
-import { DEFAULT_KV_EVENTS_DELAY_MS, type ScaleEvent } from '../replay/lane.js'
+import { DEFAULT_ENGINE_LOAD_INTERVAL_MS, DEFAULT_KV_EVENTS_DELAY_MS, DEFAULT_SHARE_LOAD_DELAY_MS, DEFAULT_SHARE_LOAD_INTERVAL_MS, type ScaleEvent } from '../replay/lane.js'
 import { Progress } from '../replay/progress.js'
 import { jsonReport, markdownReport } from '../replay/report.js'
 import { runReplay } from '../replay/run.js'
@@ -46,14 +46,22 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --duration D                 simulated time: 1h, 30m, 90s, 500ms (default 1h; a trace: all of it;
                                cache-pressure: its steps)
   --strategies LIST            comma-separated, default: ${defaultStrategyNames().join(', ')};
-                               fed by the engines' KV events, when named: ${strategyNames().filter((n) => !defaultStrategyNames().includes(n)).join(', ')}
+                               fed by the engines' KV events, when named (and by default with
+                               --router-replicas): ${strategyNames().filter((n) => !defaultStrategyNames().includes(n)).join(', ')}
   --kv-events-delay D          simulated delay of the engines' KV events to the event-fed lanes
                                (default ${DEFAULT_KV_EVENTS_DELAY_MS}ms; 0 delivers them at the end of the step that made them)
+  --engine-load-interval D     how often each router replica reads the engines' running and waiting
+                               requests, for our strategies (serve scrapes /metrics so; default
+                               ${DEFAULT_ENGINE_LOAD_INTERVAL_MS}ms; 0: never, each router counts only its own requests)
   --profile NAME               ${Object.keys(PROFILES).join(' | ')} (default ${DEFAULT_PROFILE})
   --tokenizer NAME             ${TOKENIZERS.join(' | ')}: how the simulator counts and blocks prompt tokens (default ${DEFAULT_TOKENIZER})
   --seed N                     seed of the workload and of the peers' tie-breaks (default 1)
   --out DIR                    where replay.json and the charts go (default replay-results)
-  --router-replicas K          K independent routers per strategy, requests dealt round-robin (1 to 64; default 1)
+  --router-replicas K          K router replicas per strategy, requests dealt round-robin (1 to 64;
+                               default 1); each strategy also runs with one router, side by side
+  --share-load-interval D      with replicas: how often longest_prefix:shared's replicas publish their
+                               queued prefill to each other (serve --share-load; default ${DEFAULT_SHARE_LOAD_INTERVAL_MS}ms; 0: never)
+  --share-load-delay D         how long a publication takes to reach the other replicas (default ${DEFAULT_SHARE_LOAD_DELAY_MS}ms)
   --clients N                  closed loop: N clients, each sending the next request when its last one
                                has finished (timestamps ignored; 1 to 100000; no scale events; a trace's
                                clients stop when it runs out)
@@ -109,6 +117,9 @@ export async function run(argv: string[]): Promise<number> {
     'remove-instance-at': { type: 'string', multiple: true },
     window: str,
     'kv-events-delay': str,
+    'engine-load-interval': str,
+    'share-load-interval': str,
+    'share-load-delay': str,
     quiet: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
     ...knobOptions,
@@ -157,12 +168,15 @@ export async function run(argv: string[]): Promise<number> {
   if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
   let strategies
   try {
-    strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''))
+    strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''), replicas)
   } catch (err) {
     throw new CliError(`--strategies: ${(err as Error).message}`)
   }
   const windowMs = get('window') === undefined ? 60_000 : durationFlag('window', get('window')!)
   const kvEventsDelayMs = get('kv-events-delay') === undefined ? DEFAULT_KV_EVENTS_DELAY_MS : durationFlag('kv-events-delay', get('kv-events-delay')!, false)
+  const engineLoadIntervalMs = get('engine-load-interval') === undefined ? DEFAULT_ENGINE_LOAD_INTERVAL_MS : durationFlag('engine-load-interval', get('engine-load-interval')!, false)
+  const shareLoadIntervalMs = get('share-load-interval') === undefined ? DEFAULT_SHARE_LOAD_INTERVAL_MS : durationFlag('share-load-interval', get('share-load-interval')!, false)
+  const shareLoadDelayMs = get('share-load-delay') === undefined ? DEFAULT_SHARE_LOAD_DELAY_MS : durationFlag('share-load-delay', get('share-load-delay')!, false)
   const events: ScaleEvent[] = []
   for (const [flag, kind] of [['add-instance-at', 'add'], ['remove-instance-at', 'remove']] as const) {
     const list = v[flag]
@@ -238,6 +252,9 @@ export async function run(argv: string[]): Promise<number> {
     events,
     windowMs,
     kvEventsDelayMs,
+    engineLoadIntervalMs,
+    shareLoadIntervalMs,
+    shareLoadDelayMs,
     ...(phases !== undefined && { phases }),
     ...(notes !== undefined && { notes }),
     ...(progress === null ? {} : { onProgress: (t: number, n: number) => progress.update(t, n) }),

@@ -130,6 +130,12 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     set(r, spec.key, convert(spec, g))
     origins.set(spec.key.join('.'), g.from)
   }
+  // The sharing's settings without its address would share nothing: say so, naming both.
+  const shareUrl = (r.shareLoad as { url?: unknown } | undefined)?.url
+  const shareOpt = given.get('share-load-interval-ms') ?? given.get('share-load-prefix')
+  if (shareOpt !== undefined && shareUrl === undefined) {
+    throw new CliError(`${shareOpt.from} goes with --share-load (the Redis URL: redis://HOST:PORT); got only ${shareOpt.from} '${String(shareOpt.value)}'`)
+  }
   const cert = given.get('tls-cert')
   const key = given.get('tls-key')
   if ((cert === undefined) !== (key === undefined) && !fileHasTls) throw new CliError(`${cert?.from ?? '--tls-cert'} and ${key?.from ?? '--tls-key'} go together`)

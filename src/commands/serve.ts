@@ -107,6 +107,9 @@ export async function run(argv: string[]): Promise<number> {
   const processes = workers > 1 ? ` in ${workers} worker processes` : ''
   process.stderr.write(
     `prefix-router: routing ${[...proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}${processes} on ${server.url} (admin ${proxy.adminUrl})\n` +
+      (proxy.shareLoad === undefined
+        ? ''
+        : `prefix-router: sharing queued prefill with the other replicas through ${proxy.shareLoad.report().url} (channel ${proxy.shareLoad.channel}) as replica ${proxy.shareLoad.replica}; see /admin/replicas\n`) +
       healthReport(proxy, config) +
       tryIt({ url: server.url, endpoint: (name) => proxy.endpoint(name) }) +
       (built.demoFrom === undefined

@@ -72,6 +72,10 @@ export async function listenAdmin(p: ProxyServer, at: Config['admin'], exclusive
         res.end(text)
       } else if (req.method === 'GET' && path === '/admin/instances') {
         json(res, 200, { endpoints: instancesReport(p) })
+      } else if (req.method === 'GET' && path === '/admin/replicas') {
+        const share = p.shareLoad
+        if (share === undefined) json(res, 409, { error: { message: `replica ${p.replicaId} shares no load: give --share-load redis://HOST:PORT`, type: 'invalid_request_error', code: 'share_load_off' } })
+        else json(res, 200, share.report())
       } else if (req.method === 'POST' && path === '/admin/route') {
         const r = await adminRoute(p, req)
         json(res, r.status, r.body)

@@ -9,6 +9,10 @@ import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
+import { defaultReplicaId } from '../fleet/share/replica-id.js'
+import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
+import type { ShareLoad } from '../fleet/share/share-load.js'
+import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { listenAdmin, type AdminServer } from './admin.js'
 import { logDestination } from './access-log.js'
 import { SHUTDOWN, type ClientState } from './forward.js'
@@ -42,6 +46,11 @@ export interface ProxyOptions {
   onReload?(config: Config): void
   /** What GET /metrics answers (default: this process's registry). */
   metricsText?(): Promise<string>
+  /**
+   * With shareLoad: where the other replicas' queued prefill goes, per endpoint and instance
+   * (default: nowhere; /admin/replicas shows it).
+   */
+  shareLoadSink?: SharedLoadSink
 }
 
 export interface ReloadResult {
@@ -68,6 +77,10 @@ export class ProxyServer implements ProxyCore {
   #opts: ProxyOptions
   /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
   readonly #tokenizer: RequestTokenizer | undefined
+  /** This replica's id (config.replicaId, or one made at start). */
+  readonly replicaId: string
+  /** Queued prefill shared with the other replicas (config.shareLoad), in the process that owns the fleet. */
+  #share: ShareLoad | undefined
 
   private constructor(config: Config, opts: ProxyOptions, tokenizer: RequestTokenizer | undefined) {
     this.config = config
@@ -80,7 +93,23 @@ export class ProxyServer implements ProxyCore {
       () => this.#front,
       { processMetrics: opts.processMetrics, fleet: opts.role !== 'worker' },
     )
+    this.replicaId = config.replicaId ?? defaultReplicaId()
+    if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
+  }
+
+  /**
+   * Whether this process publishes and hears the replicas' queued prefill: one process, or a
+   * cluster's primary, which reads every worker's leases on the shared routing state (workers
+   * never do: one process per host speaks for all of them).
+   */
+  #shares(): boolean {
+    return this.config.shareLoad !== undefined && this.#opts.role !== 'worker'
+  }
+
+  /** The sharing of queued prefill between replicas, when configured (in a cluster, the primary's). */
+  get shareLoad(): ShareLoad | undefined {
+    return this.#share
   }
 
   #endpointEvents() {
@@ -99,6 +128,8 @@ export class ProxyServer implements ProxyCore {
     try {
       if (probes && opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
       if (probes) for (const ep of p.#endpoints.values()) ep.startProbes()
+      // Never waits for Redis: its connections are made in the background, and made again.
+      if (p.#shares()) p.#share = await p.#startShare(config)
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = p.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
@@ -112,6 +143,21 @@ export class ProxyServer implements ProxyCore {
       throw err
     }
     return p
+  }
+
+  async #startShare(config: Config): Promise<ShareLoad> {
+    const s = config.shareLoad!
+    const { ShareLoad } = await import('../fleet/share/share-load.js')
+    return ShareLoad.start({
+      url: s.url,
+      replicaId: this.replicaId,
+      intervalMs: s.intervalMs,
+      prefix: s.prefix,
+      expireMs: s.expireMs,
+      endpoints: () => this.#endpoints.values(),
+      log: this.log,
+      ...(this.#opts.shareLoadSink !== undefined && { sink: this.#opts.shareLoadSink }),
+    })
   }
 
   #frontHandler(): Parameters<typeof listenFront>[1] {
@@ -177,7 +223,7 @@ export class ProxyServer implements ProxyCore {
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
       throw err
     }
-    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers'] as const).filter(
+    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId'] as const).filter(
       (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
     )
     const retired: Promise<void>[] = []
@@ -203,7 +249,17 @@ export class ProxyServer implements ProxyCore {
         }
       }
     }
-    this.config = { ...config, listen: this.config.listen, admin: this.config.admin, tls: this.config.tls, limits: this.config.limits, upstream: this.config.upstream, workers: this.config.workers }
+    this.config = {
+      ...config,
+      listen: this.config.listen,
+      admin: this.config.admin,
+      tls: this.config.tls,
+      limits: this.config.limits,
+      upstream: this.config.upstream,
+      workers: this.config.workers,
+      shareLoad: this.config.shareLoad,
+      replicaId: this.config.replicaId,
+    }
     this.log.level = config.log.level
     void this.#applyDiscovery(config)
     this.log.info({ endpoints: [...names], restartRequired }, 'configuration reloaded')
@@ -278,6 +334,8 @@ export class ProxyServer implements ProxyCore {
     this.#wake?.()
     await this.#front?.close()
     await this.#admin?.close()
+    // Before the routers close: the goodbye tells the others to drop this replica's figures now.
+    await this.#share?.close()
     await Promise.all([...this.#discovery.values()].map((d) => d.stop()))
     this.#discovery.clear()
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))

@@ -151,7 +151,8 @@ function h2cClient(url: string): { send: Send; close(): Promise<void> } {
 function warmConfig(config: Config, sinkPort: number): Config {
   // The exact view reaches out too (event publishers, a tokenizer): the warm copy routes on the
   // approximate view, whose code the exact one falls back to.
-  const { tls: _tls, endpoints, kvEvents: _kvEvents, tokenizer: _tokenizer, ...rest } = config
+  // So does the sharing of queued prefill (Redis): the warm copy is no replica.
+  const { tls: _tls, endpoints, kvEvents: _kvEvents, tokenizer: _tokenizer, shareLoad: _shareLoad, ...rest } = config
   return ConfigSchema.parse({
     ...rest,
     listen: { host: '127.0.0.1', port: 0 },

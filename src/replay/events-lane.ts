@@ -19,6 +19,20 @@ export const longestPrefixEvents: RouterFactory = {
   create: (ctx) => new EventsRouter(ctx),
 }
 
+export const SHARED_LANE = 'longest_prefix:shared'
+
+/**
+ * `longest_prefix:shared`: the events lane whose replicas also share their queued prefill
+ * (`serve --share-load redis://…`), every --share-load-interval, reaching the others after
+ * --share-load-delay. The recommended deployment of several replicas; one router alone is the
+ * events lane.
+ */
+export const longestPrefixShared: RouterFactory = {
+  name: SHARED_LANE,
+  source: "prefix-router (native core), exact view from the engines' KV events, queued prefill shared between replicas",
+  create: (ctx) => new EventsRouter(ctx, true),
+}
+
 /** What the exact view refused, by reason (exactStore's negative results). */
 export interface ExactRefusals {
   /** Tokens that do not fill the event's blocks: a malformed event, dropped. */
@@ -33,8 +47,11 @@ export class EventsRouter extends NativeRouter {
   readonly refused: ExactRefusals = { malformed: 0, orphan: 0, notMember: 0, blockSize: 0, capacity: 0 }
   private members: readonly number[]
 
-  constructor(ctx: RouterContext) {
+  override readonly sharesLoad: boolean
+
+  constructor(ctx: RouterContext, shares = false) {
     super('longest_prefix', undefined, ctx, { exactBlockSize: ctx.blockSize })
+    this.sharesLoad = shares
     this.members = ctx.members
     for (const m of ctx.members) this.router.exactSetView(ctx.ids[m]!, 'fresh')
   }

@@ -37,10 +37,25 @@ export interface LaneOptions {
   kvEventsDelayMs: number
   /** Keep every finished request (for per-phase results). */
   keepRequests: boolean
+  /**
+   * How often each router replica reads its engines' load (vLLM's running and waiting
+   * gauges), for routers that weigh it; 0: never (own counts only).
+   */
+  engineLoadIntervalMs: number
+  /** Replicas of routers that share load publish their queued prefill this often (0: never)… */
+  shareLoadIntervalMs: number
+  /** …and it reaches the others this much later. */
+  shareLoadDelayMs: number
 }
 
 /** --kv-events-delay's default: a few ms, what a subscriber on the same network sees. */
 export const DEFAULT_KV_EVENTS_DELAY_MS = 5
+
+/** --engine-load-interval's default: serve's --engine-load-interval-ms default. */
+export const DEFAULT_ENGINE_LOAD_INTERVAL_MS = 100
+/** --share-load-interval's and --share-load-delay's defaults: serve's share interval, and a Redis round trip in one zone. */
+export const DEFAULT_SHARE_LOAD_INTERVAL_MS = 10
+export const DEFAULT_SHARE_LOAD_DELAY_MS = 1
 
 export class Lane {
   readonly fleet: VirtualFleet
@@ -51,12 +66,16 @@ export class Lane {
   readonly everMembers = new Set<number>()
   private members: number[]
   private nextEngine: number
+  private readonly engineLoadIntervalMs: number
+  private readonly shareLoadIntervalMs: number
 
   constructor(
     readonly factory: RouterFactory,
     o: LaneOptions,
   ) {
     this.fleet = new VirtualFleet({ ...o.sim, instances: o.engines })
+    this.engineLoadIntervalMs = o.engineLoadIntervalMs
+    this.shareLoadIntervalMs = o.shareLoadIntervalMs
     const ids = this.fleet.engines.map((e) => e.id)
     this.members = Array.from({ length: o.instances }, (_, i) => i)
     this.nextEngine = o.instances
@@ -70,12 +89,26 @@ export class Lane {
       model: this.fleet.sim.model,
       kvBlocks: this.fleet.sim.engine.kvBlocks,
       blockSize: this.fleet.sim.engine.blockSize,
+      replicaGroup: {},
     }
     const replicas = Array.from({ length: o.replicas }, (_, k) => factory.create({ ...ctx, seed: o.seed + k }))
     this.router = replicas.length === 1 ? replicas[0]! : new ReplicatedRouter(replicas)
     if (this.router.kvEvents !== undefined) this.subscribe(this.router.kvEvents, o.kvEventsDelayMs)
+    if (this.router.scrapeEngines !== undefined && o.engineLoadIntervalMs > 0) this.scrape(this.router.scrapeEngines, o.engineLoadIntervalMs / o.replicas, o.durationMs)
+    const share = this.router instanceof ReplicatedRouter ? this.router.shareLoad : undefined
+    if (share !== undefined && o.shareLoadIntervalMs > 0) this.share(share, o.shareLoadIntervalMs, o.shareLoadDelayMs, o.durationMs)
     this.stats = new LaneStats(factory.name, o.engines, o.durationMs, o.keepRequests ? new RequestLog() : null)
     this.tracker = o.events.length === 0 ? null : new KeyTracker(o.events, o.windowMs)
+  }
+
+  /** True when this lane's replicas share their queued prefill. */
+  get sharesLoad(): boolean {
+    return this.shareLoadIntervalMs > 0 && this.router instanceof ReplicatedRouter && this.router.shareLoad !== undefined
+  }
+
+  /** True when this lane's router weighs the engines' reported load. */
+  get readsEngineLoad(): boolean {
+    return this.router.scrapeEngines !== undefined && this.engineLoadIntervalMs > 0
   }
 
   /** True when this lane's router reads the engines' KV events (its prompts need token ids). */
@@ -93,6 +126,32 @@ export class Lane {
         else clock.schedule(at, () => deliver(i, events, at))
       })
     })
+  }
+
+  /** Scrapes of the members' engines every `everyMs` of simulated time, until `untilMs`. */
+  private scrape(scrape: NonNullable<ReplayRouter['scrapeEngines']>, everyMs: number, untilMs: number): void {
+    const clock = this.fleet.clock
+    const engines = this.fleet.engines
+    const read = (i: number) => ({ running: engines[i]!.numRunning, waiting: engines[i]!.numWaiting })
+    const tick = (at: number): void => {
+      scrape(read, this.members, at)
+      if (at + everyMs < untilMs) clock.schedule(at + everyMs, tick)
+    }
+    clock.schedule(everyMs, tick)
+  }
+
+  /**
+   * Replicas publishing their queued prefill every `everyMs` (each its own timer, modelled as
+   * one), each publication reaching the others `delayMs` later (the Redis round trip).
+   */
+  private share(share: () => () => void, everyMs: number, delayMs: number, untilMs: number): void {
+    const clock = this.fleet.clock
+    const tick = (at: number): void => {
+      const deliver = share()
+      clock.schedule(at + delayMs, () => deliver())
+      if (at + everyMs < untilMs) clock.schedule(at + everyMs, tick)
+    }
+    clock.schedule(everyMs, tick)
   }
 
   /** Open loop: runs the clock up to the request's arrival, then routes and submits it. */
@@ -157,13 +216,17 @@ export class Lane {
   /** Applies a scale event at its time (the clock is first run up to it). */
   scale(ev: ScaleEvent): void {
     this.fleet.run(ev.atMs)
-    this.tracker?.freeze(ev.atMs)
     if (ev.kind === 'add') {
       this.members = [...this.members, this.nextEngine++]
       this.everMembers.add(this.members[this.members.length - 1]!)
+      this.tracker?.freeze(ev.atMs, this.members[this.members.length - 1]!, this.members.length)
     } else if (this.members.length > 1) {
       // The most recently added instance goes first (the highest-numbered member).
+      const gone = this.members[this.members.length - 1]!
       this.members = this.members.slice(0, -1)
+      this.tracker?.freeze(ev.atMs, gone, this.members.length)
+    } else {
+      this.tracker?.freeze(ev.atMs)
     }
     this.router.setInstances(this.members, ev.atMs)
   }

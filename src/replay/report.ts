@@ -45,21 +45,54 @@ export function markdownReport(r: ReplayResult): string {
   if (eventFed.length > 0) {
     lines.push('', `${eventFed.join(', ')}: fed by the engines' KV events, ${r.kvEventsDelayMs} ms of simulated time after each engine step.`)
   }
+  const engineFed = r.strategies.filter((s) => s.engineLoad === true).map((s) => s.strategy)
+  if (engineFed.length > 0 && r.engineLoadIntervalMs > 0) {
+    lines.push('', `${engineFed.join(', ')}: ${r.routerReplicas > 1 ? 'each replica reads' : 'reads'} the engines' running and waiting requests every ${r.engineLoadIntervalMs} ms (--engine-load-interval), as serve scrapes /metrics.`)
+  }
+  const sharing = r.strategies.filter((s) => s.sharedLoad).map((s) => s.strategy)
+  if (sharing.length > 0) {
+    lines.push('', `${sharing.join(', ')}: the replicas share their queued prefill every ${r.shareLoadIntervalMs} ms, reaching the others ${r.shareLoadDelayMs} ms later (--share-load-interval, --share-load-delay), as serve --share-load does through Redis.`)
+  }
+  lines.push(...oneRouterTable(r))
   lines.push(...phaseTables(r))
   const rejected = r.strategies[0]?.rejected ?? 0
   if (rejected > 0) lines.push('', `${rejected} request(s) exceeded the model's context and were rejected (counted in no column).`)
   if (r.strategies.some((s) => s.events.length > 0)) {
     lines.push('', `Scale events (window ${formatDuration(r.windowMs)}):`, '')
-    lines.push('| strategy | event | moved | churn before | hit rate before | recovery |')
-    lines.push('| --- | --- | ---: | ---: | ---: | ---: |')
+    lines.push('| strategy | event | moved | churn before | hit rate before | recovery | its share after (fair) | its keys went to |')
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
     for (const s of r.strategies) {
       for (const e of s.events) {
         const rec = e.recoveryMs === null ? 'not within the run' : formatDuration(e.recoveryMs)
-        lines.push(`| ${s.strategy} | ${e.kind} at ${formatDuration(e.atMs)} | ${pct(e.moved)} | ${pct(e.churn)} | ${pct(e.hitBefore)} | ${rec} |`)
+        const share = e.kind === 'add' ? `${pct(e.joinedShare)} (${pct(e.fairShare)})` : '—'
+        const spread = e.kind === 'remove' ? `${e.spreadTo} instances, at most ${pct(e.spreadMax)}` : '—'
+        lines.push(`| ${s.strategy} | ${e.kind} at ${formatDuration(e.atMs)} | ${pct(e.moved)} | ${pct(e.churn)} | ${pct(e.hitBefore)} | ${rec} | ${share} | ${spread} |`)
       }
     }
   }
   return `${lines.join('\n')}\n`
+}
+
+/** With replicas: each strategy with one router and with K, side by side, and what K cost. */
+function oneRouterTable(r: ReplayResult): string[] {
+  if (r.oneRouter === undefined) return []
+  const k = r.routerReplicas
+  const change = (a: number, b: number): string => {
+    const d = b / a - 1
+    return Number.isFinite(d) ? `${d > 0 ? '+' : ''}${(d * 100).toFixed(1)}%` : 'n/a'
+  }
+  const lines = ['', `One router against ${k} replicas, on the same requests:`, '']
+  lines.push(`| strategy | 1 router: hit · P50 / P90 ms | ${k} replicas: hit · P50 / P90 ms | hit rate | P50 | P90 |`)
+  lines.push('| --- | --- | --- | ---: | ---: | ---: |')
+  r.strategies.forEach((s, i) => {
+    const one = r.oneRouter![i]!
+    const pts = (s.hitRate - one.hitRate) * 100
+    lines.push(
+      `| ${s.strategy} | ${pct(one.hitRate)} · ${ms(one.ttftMs.p50)} / ${ms(one.ttftMs.p90)} | ${pct(s.hitRate)} · ${ms(s.ttftMs.p50)} / ${ms(s.ttftMs.p90)} | ` +
+        `${pts >= 0 ? '+' : ''}${pts.toFixed(1)} pts | ${change(one.ttftMs.p50, s.ttftMs.p50)} | ${change(one.ttftMs.p90, s.ttftMs.p90)} |`,
+    )
+  })
+  return lines
 }
 
 /** One table per phase (cache-pressure's rate steps), strategies as rows. */

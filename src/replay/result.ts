@@ -20,6 +20,13 @@ export interface EventResult {
   hitBefore: number
   /** Time from the event to the first window-long stretch whose hit rate is within 2 points of hitBefore; null if none before the next event or the end. */
   recoveryMs: number | null
+  /** Of the requests in the window after the event, the share sent to the instance that joined (NaN for a removal). */
+  joinedShare: number
+  /** 1 / the fleet's size after the event. */
+  fairShare: number
+  /** A removal: the instances that the removed one's keys went to in the window after, and the largest share of them one took. */
+  spreadTo: number
+  spreadMax: number
 }
 
 export interface StrategyResult {
@@ -27,6 +34,10 @@ export interface StrategyResult {
   source: string
   /** Routed from the engines' KV events (after the run's kvEventsDelayMs). */
   kvEvents: boolean
+  /** Weighed the engines' reported load (read every engineLoadIntervalMs). */
+  engineLoad: boolean
+  /** Its replicas shared their queued prefill (every shareLoadIntervalMs). */
+  sharedLoad: boolean
   requests: number
   rejected: number
   ttftMs: { p50: number; p90: number; p99: number; mean: number }
@@ -80,12 +91,21 @@ export interface ReplayResult {
   notes?: string[]
   /** Simulated delay of the engines' KV events to the event-fed routers. */
   kvEventsDelayMs: number
+  /** How often each replica of the routers that weigh the engines' load read it; 0: never. */
+  engineLoadIntervalMs: number
+  /** How often replicas of the routers that share load published their queued prefill, and its delay. */
+  shareLoadIntervalMs: number
+  shareLoadDelayMs: number
+  /** With router replicas: every strategy again with one router, on the same requests. */
+  oneRouter?: StrategyResult[]
   wallMs: number
 }
 
 export interface SummaryInput {
   options: ReplayOptions
   lanes: readonly Lane[]
+  /** The same strategies with one router (laneIdealHitRates continue over them). */
+  oneRouterLanes?: readonly Lane[]
   events: readonly ScaleEvent[]
   windowMs: number
   idealHitRate: number
@@ -97,6 +117,9 @@ export interface SummaryInput {
   profile: string
   tokenizer: TokenizerName
   kvEventsDelayMs: number
+  engineLoadIntervalMs: number
+  shareLoadIntervalMs: number
+  shareLoadDelayMs: number
 }
 
 // 0.02 steps, then the tail: enough for a CDF chart, small enough to keep the SVG light.
@@ -106,7 +129,8 @@ export function summarize(s: SummaryInput): ReplayResult {
   const o = s.options
   const durS = o.durationMs / 1000
   const bucketS = Math.max(1, Math.round(durS / 60))
-  const strategies = s.lanes.map((lane, li): StrategyResult => {
+  const one = s.oneRouterLanes ?? []
+  const strategies = [...s.lanes, ...one].map((lane, li): StrategyResult => {
     const st = lane.stats
     const sorted = st.ttftMs.sorted()
     let sum = 0
@@ -135,12 +159,26 @@ export function summarize(s: SummaryInput): ReplayResult {
           break
         }
       }
-      return { atMs: ev.atMs, kind: ev.kind, moved: moved[k]?.moved ?? NaN, churn: moved[k]?.churn ?? NaN, hitBefore, recoveryMs }
+      const m = moved[k]
+      return {
+        atMs: ev.atMs,
+        kind: ev.kind,
+        moved: m?.moved ?? NaN,
+        churn: m?.churn ?? NaN,
+        hitBefore,
+        recoveryMs,
+        joinedShare: ev.kind === 'add' ? (m?.share ?? NaN) : NaN,
+        fairShare: m?.fairShare ?? NaN,
+        spreadTo: ev.kind === 'remove' ? (m?.spreadTo ?? 0) : 0,
+        spreadMax: ev.kind === 'remove' ? (m?.spreadMax ?? NaN) : NaN,
+      }
     })
     return {
       strategy: lane.factory.name,
       source: lane.factory.source,
       kvEvents: lane.wantsKvEvents,
+      engineLoad: lane.readsEngineLoad,
+      sharedLoad: lane.sharesLoad,
       requests: st.routed,
       rejected: st.rejected,
       ttftMs: {
@@ -177,9 +215,13 @@ export function summarize(s: SummaryInput): ReplayResult {
     windowMs: s.windowMs,
     requests: s.requests,
     ideal: { hitRate: s.idealHitRate, capacityBlocks: s.idealCapacityBlocks },
-    strategies,
+    strategies: strategies.slice(0, s.lanes.length),
+    ...(one.length > 0 && { oneRouter: strategies.slice(s.lanes.length) }),
     ...(o.notes !== undefined && o.notes.length > 0 && { notes: [...o.notes] }),
     kvEventsDelayMs: s.kvEventsDelayMs,
+    engineLoadIntervalMs: s.engineLoadIntervalMs,
+    shareLoadIntervalMs: s.shareLoadIntervalMs,
+    shareLoadDelayMs: s.shareLoadDelayMs,
     wallMs: s.wallMs,
   }
 }

@@ -28,9 +28,22 @@ export interface ReplayRouter {
    * turns its engines' events on and prepares prompts with their token ids.
    */
   kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
+  /**
+   * Routers that weigh the engines' own load (as `serve` scrapes each instance's /metrics):
+   * one scrape, by one replica, of every member's running and waiting requests at `atMs`.
+   * The lane calls it every interval ÷ replicas, so each replica of K scrapes once per interval,
+   * their scrapes staggered as independent pods' timers are.
+   */
+  scrapeEngines?: (read: (instance: number) => EngineReading, members: readonly number[], atMs: number) => void
   /** The fleet's members changed (scale events); `members` are engine indexes. */
   setInstances(members: readonly number[], now: number): void
   close(): void
+}
+
+/** What an engine's /metrics says of its load: vllm:num_requests_running and _waiting. */
+export interface EngineReading {
+  running: number
+  waiting: number
 }
 
 export interface RouterContext {
@@ -49,6 +62,8 @@ export interface RouterContext {
   kvBlocks: number
   blockSize: number
   seed: number
+  /** The same object for every replica of one lane: for peers whose replicas sync state. */
+  replicaGroup: object
 }
 
 export interface RouterFactory {
@@ -83,6 +98,8 @@ export function nativeFactory(spec: string, params: RoutingParams = {}, label?: 
 }
 
 export class NativeRouter implements ReplayRouter {
+  /** Shares its queued prefill with its sibling replicas (as `serve --share-load` does through Redis). */
+  readonly sharesLoad: boolean = false
   protected readonly router: Router
   protected readonly index = new Map<string, number>()
 
@@ -107,6 +124,40 @@ export class NativeRouter implements ReplayRouter {
   /** More pick options, for subclasses (the events lane passes the prompt's tokens). */
   protected pickExtras(_req: PreparedRequest, _now: number): PickOptions {
     return {}
+  }
+
+  /**
+   * What `serve` does with each answer (src/fleet/load/): the engine's requests beyond this
+   * router's own in flight there are other clients', counted on top of its own until the
+   * next scrape.
+   */
+  readonly scrapeEngines = (read: (instance: number) => EngineReading, members: readonly number[]): void => {
+    for (const m of members) {
+      const id = this.ctx.ids[m]!
+      const e = read(m)
+      this.external[m] = Math.max(0, e.running + e.waiting - this.router.inFlight(id))
+      this.router.setEngineLoad(id, this.external[m]!, this.sharedPrefill[m] ?? 0)
+    }
+  }
+
+  /** Others' requests in flight, by engine index, from the last scrape. */
+  private readonly external: number[] = []
+  /** Other replicas' queued prefill, by engine index, as they last shared it. */
+  private readonly sharedPrefill: number[] = []
+
+  /** This router's own queued prefill blocks, by engine index (what it would share). */
+  ownPrefill(): number[] {
+    const out: number[] = []
+    for (const row of this.router.instances()) out[this.index.get(row.id)!] = row.queuedPrefillBlocks
+    return out
+  }
+
+  /** Other replicas' queued prefill, by engine index, as shared. */
+  setSharedPrefill(byEngine: readonly number[]): void {
+    byEngine.forEach((q, m) => {
+      this.sharedPrefill[m] = q
+      this.router.setEngineLoad(this.ctx.ids[m]!, this.external[m] ?? 0, q)
+    })
   }
 
   setInstances(members: readonly number[]): void {
@@ -138,6 +189,8 @@ export class ReplicatedRouter implements ReplayRouter {
   private next = 0
 
   readonly kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
+  readonly scrapeEngines?: NonNullable<ReplayRouter['scrapeEngines']>
+  private nextScrape = 0
 
   constructor(private readonly replicas: readonly ReplayRouter[]) {
     if (replicas.length < 1) throw new RangeError('at least one replica')
@@ -145,6 +198,35 @@ export class ReplicatedRouter implements ReplayRouter {
     if (replicas.every((r) => r.kvEvents !== undefined)) {
       this.kvEvents = (instance, events, atMs) => {
         for (const r of replicas) r.kvEvents!(instance, events, atMs)
+      }
+    }
+    // Each call is one replica's scrape, in turn: K replicas' timers, staggered.
+    if (replicas.every((r) => r.scrapeEngines !== undefined)) {
+      this.scrapeEngines = (read, members, atMs) => {
+        const r = this.replicas[this.nextScrape]!
+        this.nextScrape = this.nextScrape + 1 === this.replicas.length ? 0 : this.nextScrape + 1
+        r.scrapeEngines!(read, members, atMs)
+      }
+    }
+  }
+
+  /**
+   * Replicas sharing their queued prefill (as through Redis): each publishes its own per
+   * instance; the returned call delivers the sums of the others' to each.
+   */
+  get shareLoad(): (() => () => void) | undefined {
+    const natives = this.replicas.filter((r): r is NativeRouter => r instanceof NativeRouter && r.sharesLoad)
+    if (natives.length !== this.replicas.length) return undefined
+    return () => {
+      const own = natives.map((r) => r.ownPrefill())
+      return () => {
+        natives.forEach((r, k) => {
+          const sum: number[] = []
+          own.forEach((o, j) => {
+            if (j !== k) o.forEach((q, m) => (sum[m] = (sum[m] ?? 0) + (q ?? 0)))
+          })
+          r.setSharedPrefill(sum)
+        })
       }
     }
   }

@@ -8,7 +8,7 @@ import { resolveSim } from '../sim/config.js'
 import { outputPlan } from '../sim/request.js'
 import { SharedRequests } from './closed-loop.js'
 import { IdealCache } from './ideal.js'
-import { DEFAULT_KV_EVENTS_DELAY_MS, Lane, type ScaleEvent } from './lane.js'
+import { DEFAULT_ENGINE_LOAD_INTERVAL_MS, DEFAULT_KV_EVENTS_DELAY_MS, DEFAULT_SHARE_LOAD_DELAY_MS, DEFAULT_SHARE_LOAD_INTERVAL_MS, Lane, type ScaleEvent } from './lane.js'
 import { prepareRequest, type PreparedRequest } from './prepare.js'
 import { summarize, type ReplayResult } from './result.js'
 import type { RouterFactory } from './routers.js'
@@ -38,6 +38,17 @@ export interface ReplayOptions {
   clients?: number
   /** Simulated delay of the engines' KV events to the routers fed by them (default 5 ms). */
   kvEventsDelayMs?: number
+  /** How often each router replica reads its engines' load, for routers that weigh it (default 100 ms; 0: never). */
+  engineLoadIntervalMs?: number
+  /** How often replicas of the routers that share load publish their queued prefill (default 20 ms; 0: never)… */
+  shareLoadIntervalMs?: number
+  /** …and how long it takes to reach the others (default 1 ms). */
+  shareLoadDelayMs?: number
+  /**
+   * With routerReplicas > 1, also run every strategy with one router, for the side-by-side
+   * table (default true).
+   */
+  compareOneRouter?: boolean
   /** Stretches of arrival time to report on their own (a workload's rate steps). */
   phases?: readonly Phase[]
   /** Lines the report prints before its tables (a workload's sizing). */
@@ -52,23 +63,28 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   const windowMs = o.windowMs ?? 60_000
   const events = [...o.events].filter((e) => e.atMs < o.durationMs).sort((a, b) => a.atMs - b.atMs)
   const engines = o.instances + events.filter((e) => e.kind === 'add').length
-  const lanes = o.strategies.map(
-    (f) =>
+  const lane = (f: RouterFactory, replicas: number): Lane =>
       new Lane(f, {
         instances: o.instances,
         engines,
         sim: o.sim,
         prefixLength: o.prefixLength,
         concurrencyThreshold: o.concurrencyThreshold,
-        replicas: o.routerReplicas,
+        replicas,
         seed: o.seed,
         durationMs: o.durationMs,
         events,
         windowMs,
         kvEventsDelayMs: o.kvEventsDelayMs ?? DEFAULT_KV_EVENTS_DELAY_MS,
+        engineLoadIntervalMs: o.engineLoadIntervalMs ?? DEFAULT_ENGINE_LOAD_INTERVAL_MS,
+        shareLoadIntervalMs: o.shareLoadIntervalMs ?? DEFAULT_SHARE_LOAD_INTERVAL_MS,
+        shareLoadDelayMs: o.shareLoadDelayMs ?? DEFAULT_SHARE_LOAD_DELAY_MS,
         keepRequests: (o.phases?.length ?? 0) > 0,
-      }),
-  )
+      })
+  const replicated = o.strategies.map((f) => lane(f, o.routerReplicas))
+  // The same strategies with one router each, fed the same requests: what the replicas cost.
+  const oneRouter = o.routerReplicas > 1 && o.compareOneRouter !== false ? o.strategies.map((f) => lane(f, 1)) : []
+  const lanes = [...replicated, ...oneRouter]
   // Every engine that is ever in the fleet (added ones too) can hold blocks at the same time.
   const idealCapacity = engines * resolved.engine.kvBlocks
   const ideal = new IdealCache(idealCapacity, resolved.engine.blockSize)
@@ -107,7 +123,8 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     for (const lane of lanes) lane.drain()
     return summarize({
       options: o,
-      lanes,
+      lanes: replicated,
+      oneRouterLanes: oneRouter,
       events,
       windowMs,
       idealHitRate: ideal.hitRate,
@@ -119,6 +136,9 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       profile: resolved.profile.name,
       tokenizer: resolved.tokenizer,
       kvEventsDelayMs: o.kvEventsDelayMs ?? DEFAULT_KV_EVENTS_DELAY_MS,
+      engineLoadIntervalMs: o.engineLoadIntervalMs ?? DEFAULT_ENGINE_LOAD_INTERVAL_MS,
+      shareLoadIntervalMs: o.shareLoadIntervalMs ?? DEFAULT_SHARE_LOAD_INTERVAL_MS,
+      shareLoadDelayMs: o.shareLoadDelayMs ?? DEFAULT_SHARE_LOAD_DELAY_MS,
     })
   } finally {
     for (const lane of lanes) lane.close()

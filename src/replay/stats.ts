@@ -119,12 +119,30 @@ export class KeyTracker {
   private readonly windows: EventWindow[]
 
   constructor(events: readonly { atMs: number }[], windowMs: number) {
-    this.windows = events.map((e) => ({ atMs: e.atMs, windowMs, snapshot: null, before: { seen: 0, moved: 0 }, after: { seen: 0, moved: 0 } }))
+    this.windows = events.map((e) => ({
+      atMs: e.atMs,
+      windowMs,
+      snapshot: null,
+      instance: -1,
+      members: 0,
+      before: { seen: 0, moved: 0 },
+      after: { seen: 0, moved: 0, total: 0, toInstance: 0, fromInstance: new Map() },
+    }))
   }
 
-  /** Called at each event time, before requests arriving at or after it. */
-  freeze(atMs: number): void {
-    for (const w of this.windows) if (w.atMs === atMs && w.snapshot === null) w.snapshot = new Map(this.last)
+  /**
+   * Called at each event time, before requests arriving at or after it: `instance` is the
+   * one that joined or left, `members` the fleet's size after the event.
+   */
+  freeze(atMs: number, instance = -1, members = 0): void {
+    for (const w of this.windows) {
+      if (w.atMs === atMs && w.snapshot === null) {
+        w.snapshot = new Map(this.last)
+        w.instance = instance
+        w.members = members
+        break
+      }
+    }
   }
 
   record(key: number, instance: number, atMs: number): void {
@@ -135,22 +153,34 @@ export class KeyTracker {
         if (prev !== instance) w.before.moved++
       } else if (atMs >= w.atMs && atMs < w.atMs + w.windowMs && w.snapshot !== null) {
         const home = w.snapshot.get(key)
+        w.after.total++
+        if (instance === w.instance) w.after.toInstance++
         if (home !== undefined) {
           w.after.seen++
           if (home !== instance) w.after.moved++
+          // Keys the event's instance served before it (a removed one's): where they go now.
+          if (home === w.instance) w.after.fromInstance.set(instance, (w.after.fromInstance.get(instance) ?? 0) + 1)
         }
       }
     }
     this.last.set(key, instance)
   }
 
-  results(): { atMs: number; moved: number; churn: number; keysAfter: number }[] {
-    return this.windows.map((w) => ({
-      atMs: w.atMs,
-      moved: w.after.seen === 0 ? NaN : w.after.moved / w.after.seen,
-      churn: w.before.seen === 0 ? NaN : w.before.moved / w.before.seen,
-      keysAfter: w.after.seen,
-    }))
+  results(): { atMs: number; moved: number; churn: number; keysAfter: number; share: number; fairShare: number; spreadTo: number; spreadMax: number }[] {
+    return this.windows.map((w) => {
+      const from = [...w.after.fromInstance.values()]
+      const fromTotal = from.reduce((a, b) => a + b, 0)
+      return {
+        atMs: w.atMs,
+        moved: w.after.seen === 0 ? NaN : w.after.moved / w.after.seen,
+        churn: w.before.seen === 0 ? NaN : w.before.moved / w.before.seen,
+        keysAfter: w.after.seen,
+        share: w.after.total === 0 ? NaN : w.after.toInstance / w.after.total,
+        fairShare: w.members === 0 ? NaN : 1 / w.members,
+        spreadTo: w.after.fromInstance.size,
+        spreadMax: fromTotal === 0 ? NaN : Math.max(...from) / fromTotal,
+      }
+    })
   }
 }
 
@@ -158,6 +188,10 @@ interface EventWindow {
   atMs: number
   windowMs: number
   snapshot: Map<number, number> | null
+  /** The instance that joined or left at the event, and the fleet's size after it. */
+  instance: number
+  members: number
   before: { seen: number; moved: number }
-  after: { seen: number; moved: number }
+  /** total: every request in the window; toInstance: those sent to the event's instance; fromInstance: where keys it served went. */
+  after: { seen: number; moved: number; total: number; toInstance: number; fromInstance: Map<number, number> }
 }

@@ -1,7 +1,7 @@
 // Strategy names a replay accepts: every native strategy the core lists (STRATEGIES in
 // src/router-options.ts, read at run time) and the peers' re-implementations.
-import { longestPrefixEvents } from './events-lane.js'
-import { dynamoKv } from './peers/dynamo-kv.js'
+import { longestPrefixEvents, longestPrefixShared } from './events-lane.js'
+import { dynamoKv, dynamoKvSync } from './peers/dynamo-kv.js'
 import { llmdDefault } from './peers/llmd-default.js'
 import { llmdPrecise } from './peers/llmd-precise.js'
 import { sglangCacheAware } from './peers/sglang-cache-aware.js'
@@ -11,28 +11,35 @@ import { OutOfRangeError } from '../core/errors.js'
 
 export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, stackPrefixAware]
 
+/** Our lanes fed by the engines' KV events, and the peers that are. */
+const OURS_EVENT_FED: readonly RouterFactory[] = [longestPrefixEvents, longestPrefixShared]
+const PEERS_EVENT_FED: readonly RouterFactory[] = [llmdPrecise, dynamoKv, dynamoKvSync]
+
 /**
  * Routers fed by the engines' KV events: each needs every prompt's token ids and an event
- * stream per engine, so they run when named, not by default (the default run compares the
- * routers that see only requests, as `serve` without an event source does).
+ * stream per engine. One router runs them when named (the default run compares the routers
+ * that see only requests, as `serve` without an event source does); router replicas run them
+ * by default, as the configuration that replicas need.
  */
-export const EVENT_FED: readonly RouterFactory[] = [longestPrefixEvents, llmdPrecise, dynamoKv]
+export const EVENT_FED: readonly RouterFactory[] = [...OURS_EVENT_FED, ...PEERS_EVENT_FED]
 
 /** All names, natives first, in report order. */
 export function strategyNames(): string[] {
-  const [ours, ...peers] = EVENT_FED
-  return [...nativeStrategies(), ours!.name, ...PEERS.map((p) => p.name), ...peers.map((p) => p.name)]
+  return [...nativeStrategies(), ...OURS_EVENT_FED.map((p) => p.name), ...PEERS.map((p) => p.name), ...PEERS_EVENT_FED.map((p) => p.name)]
 }
 
-/** The strategies a replay runs when none are named: all but the event-fed ones. */
-export function defaultStrategyNames(): string[] {
-  return [...nativeStrategies(), ...PEERS.map((p) => p.name)]
+/**
+ * The strategies a replay runs when none are named: with one router all but the event-fed
+ * ones; with router replicas all of them.
+ */
+export function defaultStrategyNames(replicas = 1): string[] {
+  return replicas > 1 ? strategyNames() : [...nativeStrategies(), ...PEERS.map((p) => p.name)]
 }
 
 /** Names in any case, with - or _; throws a RangeError naming the unknown one. */
-export function resolveStrategies(names?: readonly string[]): RouterFactory[] {
+export function resolveStrategies(names?: readonly string[], replicas = 1): RouterFactory[] {
   const all = strategyNames()
-  const wanted = names === undefined || names.length === 0 ? defaultStrategyNames() : names.map((n) => n.trim().toLowerCase().replace(/-/g, '_'))
+  const wanted = names === undefined || names.length === 0 ? defaultStrategyNames(replicas) : names.map((n) => n.trim().toLowerCase().replace(/-/g, '_'))
   const out: RouterFactory[] = []
   for (const n of wanted) {
     if (!all.includes(n)) throw new OutOfRangeError('strategy', `one of ${all.join(', ')}`, n, `unknown strategy '${n}'; choose from ${all.join(', ')}`)

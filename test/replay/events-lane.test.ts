@@ -25,6 +25,9 @@ function lane(factory: RouterFactory = longestPrefixEvents): Lane {
     events: [],
     windowMs: 60_000,
     kvEventsDelayMs: DELAY,
+    engineLoadIntervalMs: 0,
+    shareLoadIntervalMs: 0,
+    shareLoadDelayMs: 0,
     keepRequests: false,
   })
 }

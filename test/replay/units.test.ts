@@ -113,14 +113,17 @@ describe('strategies', () => {
       ...STRATEGIES,
       'longest_prefix:hash',
       'longest_prefix:events',
+      'longest_prefix:shared',
       'sglang_cache_aware',
       'llmd_default',
       'stack_prefixaware',
       'llmd_precise',
       'dynamo_kv',
+      'dynamo_kv:sync',
     ])
-    // The event-fed lanes run when named, not by default.
+    // The event-fed lanes run when named, not by default; with router replicas, by default too.
     expect(resolveStrategies([]).map((f) => f.name)).toEqual([...STRATEGIES, 'longest_prefix:hash', 'sglang_cache_aware', 'llmd_default', 'stack_prefixaware'])
+    expect(resolveStrategies([], 4).map((f) => f.name)).toEqual(strategyNames())
     expect(resolveStrategies(['Longest-Prefix:events', 'LLMD-precise', 'dynamo-kv']).map((f) => f.name)).toEqual(['longest_prefix:events', 'llmd_precise', 'dynamo_kv'])
     expect(resolveStrategies(['PREFIX-AWARE', 'llmd-default', 'prefix_aware']).map((f) => f.name)).toEqual(['prefix_aware', 'llmd_default'])
     expect(resolveStrategies(['Longest-Prefix:hash']).map((f) => f.name)).toEqual(['longest_prefix:hash'])

@@ -2,7 +2,9 @@
 // rank), whose batches are applied to the endpoint's router, and the state an operator reads
 // at /admin/instances. The view of an instance is trusted ('fresh') only while its event
 // stream is whole: before its first batch, after a gap that could not be replayed (for
-// resyncMs), the router routes for it on its approximate estimate instead.
+// resyncMs), the router routes for it on its approximate estimate instead. A view rebuilt
+// from the engine's replay buffer on joining is trusted at once, and reported as rebuilt
+// from the buffer's first sequence (0: the whole cache; later: a subset of it).
 import type { Logger } from 'pino'
 import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
@@ -45,6 +47,10 @@ export interface InstanceView {
     gaps: number
     replays: number
     restarts: number
+    /** The sequence this rank's view was rebuilt from out of the replay buffer ("0": the whole cache; later: blocks stored before it are unknown); null: not rebuilt. */
+    rebuiltFrom: string | null
+    rebuilds: number
+    partialRebuilds: number
     lastBatchAt: string | null
   }[]
   applied: ApplyCounts
@@ -108,12 +114,26 @@ export class ExactView {
         const w = this.#watched.get(instance)
         if (w === undefined) return
         // A restarted engine starts empty and from sequence 0: its view starts over and is
-        // whole again. Other resets (a gap) are followed by stale().
+        // whole again. Other resets (a gap) are followed by stale(). A rank joining ('connect')
+        // after another has filled the view (rebuilt it, say) must not wipe that rank's blocks.
+        if (why === 'connect' && w.seen.size > 0 && !w.seen.has(rank)) return
         this.#host.router.exactClear(instance)
         if (why === 'restart') w.seen.delete(rank)
       },
       // The subscriber times its own resync after lost batches.
       stale: (instance: string, stale: boolean, why: string) => this.#setStale(instance, stale, why, false),
+      // Joining mid-stream with a replay buffer: the view is rebuilt from it, not joined at a
+      // sequence. Half-built it is not trusted; applied, it is, as a stream followed from
+      // its start is (a buffer that begins later gives a subset: every block it names is held).
+      rebuilding: (instance: string, from: bigint) => {
+        const w = this.#watched.get(instance)
+        if (w === undefined) return
+        w.seen.add(rank)
+        // Not a loss (no warning): the view was waiting for its first batch until now.
+        w.staleWhy = `rebuilding from the replay buffer (batches from ${from})`
+        this.#host.router.exactSetView(instance, 'stale')
+      },
+      rebuilt: (instance: string) => this.#setStale(instance, false, 'rebuilt from the replay buffer', false),
     }
   }
 
@@ -186,6 +206,9 @@ export class ExactView {
           gaps: st.gaps,
           replays: st.replays,
           restarts: st.restarts,
+          rebuiltFrom: st.rebuiltFrom === null ? null : String(st.rebuiltFrom),
+          rebuilds: st.rebuilds,
+          partialRebuilds: st.partialRebuilds,
           lastBatchAt: st.lastBatchAt === null ? null : new Date(st.lastBatchAt).toISOString(),
         }
       }),

@@ -36,6 +36,21 @@ export function registerKvEventMetrics(endpoints: () => Iterable<Endpoint>, regi
   counter('prefix_router_kv_events_undecodable_total', 'KV-event frames or events that could not be decoded (wrong framing, bad msgpack, unknown event types), per instance.', (p) => p.undecodable)
   counter('prefix_router_kv_event_gaps_total', 'Gaps in an instance\'s event sequence numbers (lost batches), replayed or not.', (p) => p.gaps)
   counter('prefix_router_kv_event_replays_total', "Requests to an instance's replay socket for missed batches.", (p) => p.replays)
+  new Counter({
+    name: 'prefix_router_kv_view_rebuilds_total',
+    help: "Views rebuilt from an instance's replay buffer on joining its event stream; complete=\"false\": the buffer no longer reached back to the engine's first batch, so the view is a subset of its cache.",
+    labelNames: ['endpoint', 'instance', 'complete'],
+    registers,
+    collect() {
+      this.reset()
+      eachView(endpoints, (ep, id, v) => {
+        const all = sum(v, (p) => p.rebuilds)
+        const partial = sum(v, (p) => p.partialRebuilds)
+        if (all > partial) this.inc({ endpoint: ep.name, instance: id, complete: 'true' }, all - partial)
+        if (partial > 0) this.inc({ endpoint: ep.name, instance: id, complete: 'false' }, partial)
+      })
+    },
+  })
   counter('prefix_router_kv_event_restarts_total', "Engine restarts seen in an instance's event stream (its sequence went back to 0).", (p) => p.restarts)
   new Counter({
     name: 'prefix_router_kv_blocks_skipped_total',

@@ -31,6 +31,13 @@ export interface KvEventTarget {
   reset(instance: string, why: 'restart' | 'gap' | 'connect'): void
   /** The view is (or no longer is) to be distrusted: it is refilling after lost events. */
   stale(instance: string, stale: boolean, why: string): void
+  /**
+   * The view, just reset ('connect'), is being rebuilt from the replay buffer: the batches
+   * from `from` on follow, then rebuilt(). Until then it is half-built.
+   */
+  rebuilding?(instance: string, from: bigint): void
+  /** The rebuild is applied: the view holds what batches `from`..`to` stored (complete when from is 0). */
+  rebuilt?(instance: string, from: bigint, to: bigint): void
 }
 
 export type KvEventLogger = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
@@ -74,6 +81,11 @@ export interface KvEventSubscriberStatus {
   lost: number
   duplicates: number
   restarts: number
+  /** Views rebuilt from the replay buffer on joining the stream, and of those, partial ones (the buffer no longer reached back to 0). */
+  rebuilds: number
+  partialRebuilds: number
+  /** The sequence the current view was rebuilt from (0: complete); null when it was not rebuilt (followed live, or started over since). */
+  rebuiltFrom: bigint | null
   /** Date.now() when the last batch was applied. */
   lastBatchAt: number | null
 }
@@ -105,6 +117,13 @@ export class KvEventSubscriber {
   private staleTimer: NodeJS.Timeout | undefined
   /** Set while a replay is being fetched: live batches wait here. */
   private held: Pending[] | null = null
+  /**
+   * The rebuild from the replay buffer: 'due' until one is tried, 'running', 'done' once it
+   * applied something or failed (a buffer that answered empty leaves it due: the engine
+   * has published nothing yet, so the first batch tries again).
+   */
+  private rebuild: 'due' | 'running' | 'done'
+  private rebuiltFrom: bigint | null = null
   private readonly counts = {
     batches: 0,
     events: 0,
@@ -116,6 +135,8 @@ export class KvEventSubscriber {
     lost: 0,
     duplicates: 0,
     restarts: 0,
+    rebuilds: 0,
+    partialRebuilds: 0,
   }
   private lastBatchAt: number | null = null
 
@@ -129,6 +150,7 @@ export class KvEventSubscriber {
       if (v !== undefined && !(Number.isInteger(v) && v >= 1)) throw new RangeError(`${k} must be a positive integer; got ${JSON.stringify(v)}`)
     }
     this.o = o
+    this.rebuild = o.replayEndpoint === undefined ? 'done' : 'due'
   }
 
   start(): void {
@@ -140,6 +162,9 @@ export class KvEventSubscriber {
     sub.events.on('connect', () => {
       this.connected = true
       this.log('info', `kv events: ${this.o.instance} connected to ${this.o.endpoint}`)
+      // Joining: what the engine cached before is in its replay buffer, not in the live
+      // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
+      if (this.last === null && this.rebuild === 'due' && this.held === null) this.startRebuild([])
     })
     sub.events.on('disconnect', () => {
       this.connected = false
@@ -161,7 +186,15 @@ export class KvEventSubscriber {
   }
 
   status(): KvEventSubscriberStatus {
-    return { endpoint: this.o.endpoint, connected: this.connected, seq: this.last, stale: this.isStale, ...this.counts, lastBatchAt: this.lastBatchAt }
+    return {
+      endpoint: this.o.endpoint,
+      connected: this.connected,
+      seq: this.last,
+      stale: this.isStale,
+      ...this.counts,
+      rebuiltFrom: this.rebuiltFrom,
+      lastBatchAt: this.lastBatchAt,
+    }
   }
 
   private async receiveLoop(sub: Subscriber): Promise<void> {
@@ -223,6 +256,10 @@ export class KvEventSubscriber {
     }
     const last = this.last
     if (last === null) {
+      if (this.rebuild === 'due') {
+        this.startRebuild([p])
+        return
+      }
       this.reset('connect')
       this.apply(p)
       return
@@ -243,6 +280,7 @@ export class KvEventSubscriber {
       this.counts.restarts++
       this.log('info', `kv events: ${this.o.instance} restarted (sequence ${last} -> ${p.seq})`, { instance: this.o.instance })
       this.reset('restart')
+      this.rebuiltFrom = null
       this.last = -1n // the new process's batches from 0 on are owed
       this.lastTs = NaN
       this.handle(p)
@@ -295,6 +333,7 @@ export class KvEventSubscriber {
       to: to === null ? null : to.toString(),
     })
     this.reset('gap')
+    this.rebuiltFrom = null
     this.setStale(true, `lost batches ${range}`)
     clearTimeout(this.staleTimer)
     this.staleTimer = setTimeout(() => {
@@ -330,7 +369,7 @@ export class KvEventSubscriber {
    */
   private async replay(from: bigint): Promise<void> {
     const anchorSeq = from - 1n
-    let got = await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)
+    let got = (await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)).batches
     if (this.closed) return
     const anchor = got.find((r) => r.seq === anchorSeq)
     if (anchor?.batch != null && anchor.batch.ts !== this.lastTs) {
@@ -338,9 +377,10 @@ export class KvEventSubscriber {
       this.counts.restarts++
       this.log('info', `kv events: ${this.o.instance} restarted (its batch ${anchorSeq} is not the one applied)`, { instance: this.o.instance })
       this.reset('restart')
+      this.rebuiltFrom = null
       this.last = -1n
       this.lastTs = NaN
-      got = await this.fetchReplay(0n)
+      got = (await this.fetchReplay(0n)).batches
       if (this.closed) return
     }
     const held = this.held ?? []
@@ -371,10 +411,84 @@ export class KvEventSubscriber {
     for (const p of held) this.handle(p)
   }
 
-  private async fetchReplay(from: bigint): Promise<Pending[]> {
+  private startRebuild(held: Pending[]): void {
+    this.rebuild = 'running'
+    this.held = held
+    void this.rebuildFromBuffer()
+  }
+
+  /**
+   * Joining the stream: everything the engine's replay buffer holds, from 0, applied in
+   * order (in bounded turns; live batches held meanwhile), then the held ones through the
+   * rules. What is applied is the last unbroken run of decodable batches: a hole in the
+   * buffer would leave the view wrong, not just short.
+   */
+  private async rebuildFromBuffer(): Promise<void> {
+    const { batches, answered } = await this.fetchReplay(0n)
+    if (this.closed) return
+    let start = -1
+    for (let i = 0; i < batches.length; i++) {
+      const b = batches[i]!
+      if (b.batch === null) start = -1
+      else if (start < 0 || b.seq !== batches[i - 1]!.seq + 1n) start = i
+    }
+    const run = start < 0 ? [] : batches.slice(start)
+    if (run.length === 0) {
+      // Nothing to rebuild from: follow live as before. An empty buffer that answered, asked
+      // before any batch came, is an engine that has published nothing yet: its first batch
+      // tries again (once: a buffer empty even then is not asked again).
+      this.rebuild = answered && batches.length === 0 && (this.held?.length ?? 0) === 0 ? 'due' : 'done'
+      if (answered && batches.length > 0) this.log('warn', `kv events: ${this.o.instance} replay buffer had no usable run of batches; following live`, { instance: this.o.instance })
+      this.releaseHeld()
+      return
+    }
+    this.rebuild = 'done'
+    const from = run[0]!.seq
+    const to = run.at(-1)!.seq
+    this.reset('connect')
+    this.call(() => this.o.target.rebuilding?.(this.o.instance, from))
+    const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
+    for (let i = 0; i < run.length; i++) {
+      if (i > 0 && i % perTurn === 0) {
+        await new Promise((r) => setImmediate(r))
+        if (this.closed) return
+      }
+      this.apply(run[i]!)
+    }
+    this.rebuiltFrom = from
+    this.counts.rebuilds++
+    if (from > 0n) this.counts.partialRebuilds++
+    const events = run.reduce((n, r) => n + r.batch!.events.length, 0)
+    this.log(
+      'info',
+      from === 0n
+        ? `kv events: ${this.o.instance} view rebuilt from the replay buffer: batches 0..${to} (${events} events), the whole cache`
+        : `kv events: ${this.o.instance} view rebuilt from the replay buffer: batches ${from}..${to} (${events} events); the buffer no longer reaches back to 0, so blocks stored before batch ${from} are unknown`,
+      { instance: this.o.instance, rebuiltFrom: from.toString(), to: to.toString(), complete: from === 0n },
+    )
+    this.call(() => this.o.target.rebuilt?.(this.o.instance, from, to))
+    this.releaseHeld()
+  }
+
+  /**
+   * The live batches held during a rebuild, through the rules. Those the replay already
+   * applied are dropped quietly (not counted as duplicates): no later ts, so no new process.
+   */
+  private releaseHeld(): void {
+    const held = this.held ?? []
+    this.held = null
+    for (const p of held) {
+      if (this.rebuiltFrom !== null && this.last !== null && p.seq <= this.last && (p.batch === null || !(p.batch.ts > this.lastTs))) continue
+      this.handle(p)
+    }
+  }
+
+  /** The batches replayed from `from` on, in order; answered: the end marker came (else it failed or timed out). */
+  private async fetchReplay(from: bigint): Promise<{ batches: Pending[]; answered: boolean }> {
     const timeout = this.o.replayTimeoutMs ?? DEFAULT_REPLAY_TIMEOUT_MS
     const deadline = Date.now() + timeout
     const out: Pending[] = []
+    let answered = false
     const dealer = new Dealer({ linger: 0, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
     this.dealer = dealer
     try {
@@ -395,7 +509,10 @@ export class KvEventSubscriber {
           this.bad(`a replay sequence frame of ${msg[1]!.length} bytes`)
           continue
         }
-        if (seq === END_OF_REPLAY) break
+        if (seq === END_OF_REPLAY) {
+          answered = true
+          break
+        }
         out.push({ seq, batch: this.decode(msg[2]!, seq) })
       }
     } catch (err) {
@@ -405,7 +522,7 @@ export class KvEventSubscriber {
       if (this.dealer === dealer) this.dealer = null
     }
     out.sort((a, b) => (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0))
-    return out
+    return { batches: out, answered }
   }
 
   private log(level: 'info' | 'warn' | 'error', msg: string, fields?: object): void {

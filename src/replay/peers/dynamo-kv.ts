@@ -19,7 +19,11 @@
 // block_size is the engines' (Dynamo reads kv_cache_block_size from the workers). The index
 // sees each engine's KV events after the replay's --kv-events-delay, the same stream our own
 // events lane gets. Simplifications: the request's token ids are the engine's own (Dynamo's
-// frontend tokenizes with the model's tokenizer); no router replica sync; no `overflow` notion.
+// frontend tokenizes with the model's tokenizer); no `overflow` notion.
+// `dynamo_kv:sync` is the same with Dynamo's router replica sync (--router-replica-sync: the
+// replicas publish their ActiveSequences changes to each other over NATS), modelled as one
+// ActiveSequences per worker shared by every replica of the lane, with no delay: an upper bound
+// on what the sync gives Dynamo.
 import type { KvEvent } from '../../fleet/events/types.js'
 import type { PreparedRequest } from '../prepare.js'
 import { Rng } from '../rng.js'
@@ -31,6 +35,22 @@ export interface DynamoConfig {
 }
 
 export const DYNAMO_DEFAULTS: DynamoConfig = { overlapScoreWeight: 1 }
+
+/** Per lane (its replicas' shared context token): the workers' ActiveSequences the replicas sync. */
+const synced = new WeakMap<object, ActiveSequences[]>()
+
+export const dynamoKvSync: RouterFactory = {
+  name: 'dynamo_kv:sync',
+  source: "NVIDIA Dynamo KV router with router replica sync (replicas share their active sequences, modelled without delay), re-implemented",
+  create: (ctx) => {
+    let active = synced.get(ctx.replicaGroup)
+    if (active === undefined) {
+      active = ctx.engines.map(() => new ActiveSequences())
+      synced.set(ctx.replicaGroup, active)
+    }
+    return new DynamoKv(ctx, DYNAMO_DEFAULTS, active)
+  },
+}
 
 export const dynamoKv: RouterFactory = {
   name: 'dynamo_kv',
@@ -78,10 +98,11 @@ export class DynamoKv implements ReplayRouter {
   constructor(
     private readonly ctx: Pick<RouterContext, 'members' | 'model' | 'seed' | 'blockSize'> & { engines: readonly unknown[] },
     private readonly config: DynamoConfig = DYNAMO_DEFAULTS,
+    active?: ActiveSequences[],
   ) {
     this.members = [...ctx.members]
     this.index = new KvEventIndex(ctx.engines.length, ctx.blockSize, 'dynamo')
-    this.active = ctx.engines.map(() => new ActiveSequences())
+    this.active = active ?? ctx.engines.map(() => new ActiveSequences())
     this.rng = new Rng(ctx.seed, 'dynamo_kv/ties')
   }
 

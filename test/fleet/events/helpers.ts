@@ -21,7 +21,8 @@ export function removed(...hashes: number[]): KvEvent {
   return { type: 'BlockRemoved', blockHashes: hashes.map((h) => BigInt(h)), medium: 'GPU', groupIdx: null }
 }
 
-export type ReplayMode = { kind: 'answer' } | { kind: 'silent' } | { kind: 'startAt'; seq: number }
+/** gated: answers (from the buffer as it is then) once `open` resolves. */
+export type ReplayMode = { kind: 'answer' } | { kind: 'silent' } | { kind: 'startAt'; seq: number } | { kind: 'gated'; open: Promise<void> }
 
 export class TestPublisher {
   subscriptions = 0
@@ -84,6 +85,7 @@ export class TestPublisher {
         this.replayRequests.push(from)
         const mode = this.replayMode
         if (mode.kind === 'silent') continue
+        if (mode.kind === 'gated') await mode.open
         const first = mode.kind === 'startAt' ? BigInt(mode.seq) : from
         for (const seq of [...this.buffer.keys()].sort((a, b) => a - b)) {
           if (BigInt(seq) >= first) await router.send([id, '', seqFrame(seq), this.buffer.get(seq)!])
@@ -97,7 +99,7 @@ export class TestPublisher {
 }
 
 export interface Call {
-  kind: 'batch' | 'reset' | 'stale'
+  kind: 'batch' | 'reset' | 'stale' | 'rebuilding' | 'rebuilt'
   seq?: bigint
   why?: string
   stale?: boolean
@@ -116,6 +118,12 @@ export class RecordingTarget implements KvEventTarget {
   }
   stale(_instance: string, stale: boolean, why: string): void {
     this.calls.push({ kind: 'stale', stale, why })
+  }
+  rebuilding(_instance: string, from: bigint): void {
+    this.calls.push({ kind: 'rebuilding', seq: from })
+  }
+  rebuilt(_instance: string, from: bigint): void {
+    this.calls.push({ kind: 'rebuilt', seq: from })
   }
   get seqs(): bigint[] {
     return this.calls.filter((c) => c.kind === 'batch').map((c) => c.seq!)

@@ -59,7 +59,11 @@ describe('KvEventSubscriber', () => {
     await pub.batch(4, [removed(4)])
     await waitFor(() => target.seqs.length === 5, 'batches 0-4')
     expect(target.seqs).toEqual([0n, 1n, 2n, 3n, 4n])
-    expect(pub.replayRequests).toEqual([0n]) // from the last applied: the engine's copy of it proves the same process
+    // The rebuild on joining asks from 0 (once or twice: at the connect, and again at the
+    // first batch if the buffer was still empty); the gap from the last applied, 0: the
+    // engine's copy of it proves the same process.
+    expect(pub.replayRequests.length).toBeGreaterThanOrEqual(2)
+    expect(pub.replayRequests.every((s) => s === 0n)).toBe(true)
     expect(target.count('reset')).toBe(1) // the connect only
     expect(sub.status()).toMatchObject({ gaps: 1, replays: 1, lost: 0, stale: false })
   })
@@ -127,7 +131,9 @@ describe('KvEventSubscriber', () => {
     expect(target.seqs).toEqual([0n, 1n, 0n, 1n, 2n, 3n])
     expect(target.calls.filter((c) => c.kind === 'batch').slice(2).map((c) => c.hashes)).toEqual([[100n], [101n], [102n], [103n]])
     expect(target.calls.filter((c) => c.kind === 'reset').map((c) => c.why)).toEqual(['connect', 'restart'])
-    expect(pub.replayRequests).toEqual([1n, 0n]) // from the last applied (the anchor), then from 0
+    // After the rebuild's requests from 0: from the last applied (the anchor), then from 0.
+    expect(pub.replayRequests.slice(-2)).toEqual([1n, 0n])
+    expect(pub.replayRequests.slice(0, -2).every((s) => s === 0n)).toBe(true)
     expect(sub.status()).toMatchObject({ restarts: 1, stale: false, lost: 0 })
   })
 
@@ -224,6 +230,87 @@ describe('KvEventSubscriber', () => {
     const seqs = target.seqs
     expect(seqs.every((s, i) => s === BigInt(i))).toBe(true)
     expect(longest).toBeLessThanOrEqual(64)
+  })
+
+  describe('joining a stream mid-way, with a replay endpoint', () => {
+    /** A publisher whose buffer already holds `seqs` (sent before anyone subscribed), and a subscriber joining it. */
+    async function joining(seqs: number[], o: Partial<KvEventSubscriberOptions> & { mode?: TestPublisher['replayMode'] } = {}): Promise<Rig> {
+      const pub = await TestPublisher.open(true)
+      open.push(pub)
+      if (o.mode !== undefined) pub.replayMode = o.mode
+      for (const s of seqs) await pub.batch(s, [removed(s)], { live: false })
+      const target = new RecordingTarget()
+      const logs: Rig['logs'] = []
+      const sub = new KvEventSubscriber({
+        instance: 'engine-a',
+        endpoint: pub.endpoint,
+        replayEndpoint: pub.replayEndpoint!,
+        target,
+        log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }),
+        ...o,
+      })
+      open.push(sub)
+      sub.start()
+      await waitFor(() => pub.subscriptions > 0, 'the subscription to reach the publisher')
+      return { pub, sub, target, logs }
+    }
+    const kinds = (t: RecordingTarget) => t.calls.map((c) => (c.kind === 'reset' ? `reset ${c.why}` : c.kind === 'stale' ? `stale ${c.stale}` : `${c.kind} ${c.seq}`))
+
+    it('rebuilds the view from the buffer as soon as it connects, with no live batch at all', async () => {
+      const { pub, sub, target, logs } = await joining([0, 1, 2, 3, 4])
+      await waitFor(() => target.count('rebuilt') === 1, 'the rebuild')
+      expect(kinds(target)).toEqual(['reset connect', 'rebuilding 0', 'batch 0', 'batch 1', 'batch 2', 'batch 3', 'batch 4', 'rebuilt 0'])
+      expect(pub.replayRequests).toEqual([0n])
+      expect(sub.status()).toMatchObject({ seq: 4n, rebuiltFrom: 0n, rebuilds: 1, partialRebuilds: 0, replays: 0, duplicates: 0, stale: false })
+      const info = logs.filter((l) => /rebuilt/.test(l.msg))
+      expect(info).toHaveLength(1)
+      expect(info[0]!.level).toBe('info')
+      expect(info[0]!.msg).toMatch(/batches 0\.\.4 .*the whole cache/)
+      // Then live, on from there.
+      await pub.batch(5, [removed(5)])
+      await waitFor(() => target.seqs.includes(5n), 'batch 5')
+      expect(target.seqs).toEqual([0n, 1n, 2n, 3n, 4n, 5n])
+    })
+
+    it('a buffer that no longer reaches back to 0 gives a subset, reported as rebuilt from its first batch', async () => {
+      const { sub, target, logs } = await joining([3, 4, 5, 6])
+      await waitFor(() => target.count('rebuilt') === 1, 'the rebuild')
+      expect(target.seqs).toEqual([3n, 4n, 5n, 6n])
+      expect(target.calls.find((c) => c.kind === 'rebuilt')!.seq).toBe(3n)
+      expect(sub.status()).toMatchObject({ rebuiltFrom: 3n, rebuilds: 1, partialRebuilds: 1, lost: 0, stale: false })
+      expect(logs.find((l) => /rebuilt/.test(l.msg))!.msg).toMatch(/batches 3\.\.6 .*before batch 3 are unknown/)
+    })
+
+    it('holds live batches while the replay is in flight, then applies them once, in order', async () => {
+      let open_ = (): void => undefined
+      const gate = new Promise<void>((r) => (open_ = r))
+      const { pub, sub, target } = await joining([0, 1, 2], { mode: { kind: 'gated', open: gate } })
+      await waitFor(() => pub.replayRequests.length === 1, 'the replay request')
+      await pub.batch(3, [removed(3)]) // live, and in the buffer the replay will answer from
+      await pub.batch(4, [removed(4)])
+      await new Promise((r) => setTimeout(r, 20)) // let both arrive and be held
+      expect(target.seqs).toEqual([])
+      open_()
+      await waitFor(() => target.seqs.length === 5, 'the rebuild and the held batches')
+      expect(target.seqs).toEqual([0n, 1n, 2n, 3n, 4n])
+      expect(sub.status()).toMatchObject({ duplicates: 0, rebuiltFrom: 0n, seq: 4n })
+    })
+
+    it('a rebuild that times out follows live as before: the view starts at the first batch seen', async () => {
+      const { pub, sub, target } = await joining([0, 1, 2], { mode: { kind: 'silent' }, replayTimeoutMs: 100 })
+      await pub.batch(3, [removed(3)])
+      await waitFor(() => target.seqs.length === 1, 'batch 3')
+      expect(kinds(target)).toEqual(['reset connect', 'batch 3'])
+      expect(sub.status()).toMatchObject({ rebuilds: 0, rebuiltFrom: null })
+    })
+
+    it('a restart after a rebuild starts over from 0, and the view no longer counts as rebuilt', async () => {
+      const { pub, sub, target } = await joining([0, 1])
+      await waitFor(() => target.count('rebuilt') === 1, 'the rebuild')
+      await pub.batch(0, [removed(100)], { ts: 9000 })
+      await waitFor(() => sub.status().restarts === 1, 'the restart')
+      expect(sub.status()).toMatchObject({ rebuiltFrom: null, rebuilds: 1, seq: 0n })
+    })
   })
 
   it('rejects bad options with a clear error', () => {
