@@ -14,6 +14,7 @@ import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
 import { probeHealth, probeMetrics, probeModels } from './probe.js'
 import { ExactView } from './events/exact-view.js'
 import { EngineLoadScraper } from './load/scraper.js'
+import { LoadBeyondOwn } from './load/beyond.js'
 import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
 import { instanceUrl } from './probe.js'
 import type { RequestTokenizer } from '../tokens/index.js'
@@ -96,6 +97,8 @@ export class Endpoint {
    * read for its requests running and waiting, handed to the router.
    */
   load: EngineLoadScraper | undefined
+  /** The load beyond this router's own leases it is given: the engines' (load), the other replicas' (share-load). */
+  readonly #beyond: LoadBeyondOwn
   /** Next instance asked for a remote tokenization, in rotation. */
   #tokenizeNext = 0
 
@@ -114,6 +117,7 @@ export class Endpoint {
     const members = this.#members()
     const options = { ...routerParams(this.routing, config.engineLoad), instances: members.length > 0 ? members : [{ id: '(awaiting discovery)', weight: 1, groups: [ANY_MODEL] }] }
     this.router = events.router?.(ep.name, options) ?? new Router(options)
+    this.#beyond = new LoadBeyondOwn(this.router)
     this.exact = this.#exactView(config, ep)
     this.load = this.#engineLoad(config)
     events.remote?.attached(this)
@@ -129,9 +133,8 @@ export class Endpoint {
   #engineLoad(config: Config): EngineLoadScraper | undefined {
     const c = config.engineLoad
     if (this.#events.remote !== undefined || !scrapes(c, this.routing.strategy)) return undefined
-    const router = this.router
     return new EngineLoadScraper({
-      sink: { setEngineLoad: (id, inFlight, prefill) => router.setEngineLoad(id, inFlight, prefill), inFlight: (id) => router.inFlight(id) },
+      sink: this.#beyond.engineSink(),
       intervalMs: c.intervalMs,
       staleAfterMs: staleAfter(c),
       log: this.#log,
@@ -151,6 +154,15 @@ export class Endpoint {
       this.load = this.#engineLoad(config)
       this.#syncLoad()
     } else this.load.configure({ intervalMs: config.engineLoad.intervalMs, staleAfterMs: staleAfter(config.engineLoad) })
+  }
+
+  /**
+   * The other router replicas' queued prefill at `instance` (share-load), counted with the
+   * engines' in-flight figure as load beyond this router's own leases. False for an instance
+   * the router does not have.
+   */
+  setSharedPrefill(instance: string, blocks: number): boolean {
+    return this.#beyond.setSharedPrefill(instance, blocks)
   }
 
   /** The scraper follows the instances in rotation: one that leaves stops being read (its figure back to 0). */

@@ -48,7 +48,7 @@ export interface ProxyOptions {
   metricsText?(): Promise<string>
   /**
    * With shareLoad: where the other replicas' queued prefill goes, per endpoint and instance
-   * (default: nowhere; /admin/replicas shows it).
+   * (default: each endpoint's router, counted with the engines' load; /admin/replicas shows it too).
    */
   shareLoadSink?: SharedLoadSink
 }
@@ -156,7 +156,8 @@ export class ProxyServer implements ProxyCore {
       expireMs: s.expireMs,
       endpoints: () => this.#endpoints.values(),
       log: this.log,
-      ...(this.#opts.shareLoadSink !== undefined && { sink: this.#opts.shareLoadSink }),
+      // Into each endpoint's router, with the engines' load (LoadBeyondOwn keeps the two apart).
+      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.setSharedPrefill(instance, blocks) },
     })
   }
 
