@@ -59,4 +59,4 @@ n = 500
 t0 = time.process_time(); w0 = time.perf_counter()
 for _ in range(n): generate_latest(reg)
 cpu = (time.process_time() - t0) / n * 1000
-print(f"generate_latest: {cpu:.2f} ms of CPU per render; one scrape every 100 ms: {cpu * 10 / 10:.1f}% of a core per router replica")
+print(f"generate_latest: {cpu:.2f} ms of CPU per render; one scrape every 100 ms: {cpu * 10 / 1000 * 100:.1f}% of a core per router replica")
