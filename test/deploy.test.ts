@@ -323,6 +323,56 @@ describe('deploy/kubernetes overlays', () => {
   })
 })
 
+describe('deploy/kubernetes/vllm, the example fleet', () => {
+  const fleetManifests = (() => {
+    const r = spawnSync(kubectl(), ['kustomize', join(deploy, 'kubernetes', 'vllm')], { encoding: 'utf8', timeout: 60_000 })
+    if (r.status !== 0) throw new Error(`kubectl kustomize vllm failed: ${r.stderr}`)
+    return parseAllDocuments(r.stdout)
+      .map((d) => d.toJS() as Manifest | null)
+      .filter((d): d is Manifest => d !== null)
+  })()
+  const sts = one(fleetManifests, 'StatefulSet', 'vllm')
+  const vllm = sts.spec.template.spec.containers[0]
+  const args: string[] = vllm.args
+  const flag = (name: string) => args.find((a) => a === name || a.startsWith(`${name}=`))
+  const ports = new Map((vllm.ports as { name: string; containerPort: number }[]).map((p) => [p.name, p.containerPort]))
+
+  it('runs vLLM with prefix caching and a ZeroMQ KV-event publisher with its replay socket', () => {
+    expect(flag('--enable-prefix-caching')).toBeDefined()
+    const raw = flag('--kv-events-config')!
+    const events = JSON.parse(raw.slice(raw.indexOf('=') + 1)) as Record<string, unknown>
+    expect(events).toMatchObject({ enable_kv_cache_events: true, publisher: 'zmq' })
+    expect(events.endpoint).toBe(`tcp://*:${ports.get('kv-events')}`)
+    expect(events.replay_endpoint).toBe(`tcp://*:${ports.get('kv-replay')}`)
+    // No block size given: vLLM's default, the router's default exactBlockSize.
+    expect(flag('--block-size')).toBeUndefined()
+    expect(ConfigSchema.parse({ endpoints: [{ name: 'x', instances: ['http://a:1'] }] }).routing.exactBlockSize).toBe(16)
+  })
+
+  it.each(overlayNames)("is what the %s overlay's configuration reads: its publishers' ports, its API port and the Services it names", (overlay) => {
+    const raw = rendered.get(overlay)!.raw
+    const config = settled(raw)
+    expect(config.kvEvents, 'the overlay follows the KV events').toBeDefined()
+    expect(config.kvEvents!.port).toEqual({ port: ports.get('kv-events') })
+    expect(config.kvEvents!.replayPort).toEqual({ port: ports.get('kv-replay') })
+    expect(config.tokenizer?.mode).toBe('remote')
+    const api = ports.get('http')!
+    const text = JSON.stringify(raw.endpoints)
+    const services = new Map(fleetManifests.filter((m) => m.kind === 'Service').map((m) => [m.metadata.name, m]))
+    const namespace = one(fleetManifests, 'StatefulSet').metadata.namespace
+    if (overlay === 'kubernetes') {
+      const src = (raw.endpoints[0].discovery as { service: string; namespace: string }[])[0]!
+      expect(services.has(src.service)).toBe(true)
+      expect(src.namespace).toBe(namespace)
+      // The router takes an EndpointSlice's first port: the API's.
+      expect(services.get(src.service)!.spec.ports[0].port).toBe(api)
+    } else {
+      expect(text).toContain(`${sts.spec.serviceName}.${namespace}.svc.cluster.local:${api}`)
+      expect(services.get(sts.spec.serviceName)!.spec.clusterIP).toBe('None')
+    }
+  })
+})
+
 describe('deploy/Dockerfile', () => {
   it('copies only what the repository holds and the ignore file lets through', () => {
     const patterns = readFileSync(join(deploy, 'Dockerfile.dockerignore'), 'utf8')

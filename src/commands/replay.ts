@@ -50,6 +50,9 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
                                --router-replicas): ${strategyNames().filter((n) => !defaultStrategyNames().includes(n)).join(', ')}
   --kv-events-delay D          simulated delay of the engines' KV events to the event-fed lanes
                                (default ${DEFAULT_KV_EVENTS_DELAY_MS}ms; 0 delivers them at the end of the step that made them)
+  --engine-load MODE           auto | on | off, as serve's: auto (default) weighs the engines' load in
+                               longest_prefix; on also in least_outstanding_requests and prefix_aware's
+                               threshold (every client's requests at the instance); off: never read
   --engine-load-interval D     how often each router replica reads the engines' running and waiting
                                requests, for our strategies (serve scrapes /metrics so; default
                                ${DEFAULT_ENGINE_LOAD_INTERVAL_MS}ms; 0: never, each router counts only its own requests)
@@ -118,6 +121,7 @@ export async function run(argv: string[]): Promise<number> {
     window: str,
     'kv-events-delay': str,
     'engine-load-interval': str,
+    'engine-load': str,
     'share-load-interval': str,
     'share-load-delay': str,
     quiet: { type: 'boolean' },
@@ -166,15 +170,18 @@ export async function run(argv: string[]): Promise<number> {
   if (PROFILES[profile.toLowerCase()] === undefined) throw new CliError(`--profile must be one of ${Object.keys(PROFILES).join(', ')}; got '${profile}'`)
   const tokenizer = get('tokenizer') ?? DEFAULT_TOKENIZER
   if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
+  const engineLoadMode = get('engine-load') ?? 'auto'
+  if (!['auto', 'on', 'off'].includes(engineLoadMode)) throw new CliError(`--engine-load: must be auto, on or off; got '${engineLoadMode}'`)
   let strategies
   try {
-    strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''), replicas)
+    strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''), replicas, { engineLoadAll: engineLoadMode === 'on' })
   } catch (err) {
     throw new CliError(`--strategies: ${(err as Error).message}`)
   }
   const windowMs = get('window') === undefined ? 60_000 : durationFlag('window', get('window')!)
   const kvEventsDelayMs = get('kv-events-delay') === undefined ? DEFAULT_KV_EVENTS_DELAY_MS : durationFlag('kv-events-delay', get('kv-events-delay')!, false)
-  const engineLoadIntervalMs = get('engine-load-interval') === undefined ? DEFAULT_ENGINE_LOAD_INTERVAL_MS : durationFlag('engine-load-interval', get('engine-load-interval')!, false)
+  const engineLoadIntervalMs =
+    engineLoadMode === 'off' ? 0 : get('engine-load-interval') === undefined ? DEFAULT_ENGINE_LOAD_INTERVAL_MS : durationFlag('engine-load-interval', get('engine-load-interval')!, false)
   const shareLoadIntervalMs = get('share-load-interval') === undefined ? DEFAULT_SHARE_LOAD_INTERVAL_MS : durationFlag('share-load-interval', get('share-load-interval')!, false)
   const shareLoadDelayMs = get('share-load-delay') === undefined ? DEFAULT_SHARE_LOAD_DELAY_MS : durationFlag('share-load-delay', get('share-load-delay')!, false)
   const events: ScaleEvent[] = []

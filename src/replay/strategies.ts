@@ -8,6 +8,7 @@ import { sglangCacheAware } from './peers/sglang-cache-aware.js'
 import { stackPrefixAware } from './peers/stack-prefixaware.js'
 import { nativeFactory, nativeStrategies, type RouterFactory } from './routers.js'
 import { OutOfRangeError } from '../core/errors.js'
+import type { RoutingParams } from '../core/options.js'
 
 export const PEERS: readonly RouterFactory[] = [sglangCacheAware, llmdDefault, stackPrefixAware]
 
@@ -37,14 +38,14 @@ export function defaultStrategyNames(replicas = 1): string[] {
 }
 
 /** Names in any case, with - or _; throws a RangeError naming the unknown one. */
-export function resolveStrategies(names?: readonly string[], replicas = 1): RouterFactory[] {
+export function resolveStrategies(names?: readonly string[], replicas = 1, native: RoutingParams = {}): RouterFactory[] {
   const all = strategyNames()
   const wanted = names === undefined || names.length === 0 ? defaultStrategyNames(replicas) : names.map((n) => n.trim().toLowerCase().replace(/-/g, '_'))
   const out: RouterFactory[] = []
   for (const n of wanted) {
     if (!all.includes(n)) throw new OutOfRangeError('strategy', `one of ${all.join(', ')}`, n, `unknown strategy '${n}'; choose from ${all.join(', ')}`)
     if (out.some((f) => f.name === n)) continue
-    out.push([...PEERS, ...EVENT_FED].find((p) => p.name === n) ?? nativeFactory(n))
+    out.push([...PEERS, ...EVENT_FED].find((p) => p.name === n) ?? nativeFactory(n, native))
   }
   return out
 }

@@ -7,7 +7,10 @@
 //   2. a replica SIGKILLed mid-run loses only the requests in flight on it;
 //   3. a replica started later, on HAProxy's spare slot, has every other replica's view
 //      (rebuilt from the engines' replay buffers) before it has routed a single request.
-// No HAProxy installed: the test fails, saying so (CI installs it).
+// The replicas run as recommended: the exact view, the engines' load (the default) and their
+// queued prefill shared through a real redis-server; the survivors of the kill stop hearing the
+// dead replica, and the fresh one hears them.
+// No HAProxy or redis-server installed: the test fails, saying so (CI installs them).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -15,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { freePort } from '../helpers/ports.js'
 import { builtCli, Client, haproxyBinary, metricSum, startHaproxy, startReplica, stopReplica, until, type Haproxy, type Replica, type Sent } from './helpers.js'
+import { startRedis, type RedisServer } from '../share/redis-server.js'
 
 const MODEL = 'sim-tiny'
 const DOCS = 40
@@ -91,10 +95,17 @@ async function dryRun(admin: string, body: string): Promise<Record<string, numbe
   return Object.fromEntries(d.instances.map((i) => [i.instance, i.blocks]))
 }
 
+/** Replicas this one hears from through Redis (GET /admin/replicas). */
+async function peers(r: Replica): Promise<number> {
+  const res = await fetch(`${r.admin}/admin/replicas`)
+  if (res.status !== 200) return -1
+  return ((await res.json()) as { peers: unknown[] }).peers.length
+}
+
 const best = (held: Record<string, number>) => Object.entries(held).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))[0]
 const pct = (x: number) => `${(100 * x).toFixed(2)}%`
 
-function replicaConfig(dir: string, name: string, f: SimFleet, events: boolean): string {
+function replicaConfig(dir: string, name: string, f: SimFleet, events: boolean, shareLoad?: string): string {
   const file = join(dir, `${name}.json`)
   const instances = f.urls.map((url, i) => (events ? { url, kvEvents: { endpoint: f.kvEndpoints![i]!, replayEndpoint: f.kvReplayEndpoints![i]! } } : url))
   writeFileSync(
@@ -103,6 +114,8 @@ function replicaConfig(dir: string, name: string, f: SimFleet, events: boolean):
       endpoints: [{ name: 'default', instances }],
       routing: { strategy: 'longest_prefix' },
       ...(events && { kvEvents: { port: 5557 }, tokenizer: { mode: 'bytes' } }),
+      // The recommended replicas: the engines' load (on by default) and queued prefill shared through Redis.
+      ...(shareLoad !== undefined && { shareLoad: { url: shareLoad } }),
       health: { intervalMs: 1000 },
     }),
   )
@@ -119,18 +132,20 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
   let spareConfig = ''
   let sparePort = 0
   let lb: Haproxy | undefined
+  let redis: RedisServer | undefined
 
   beforeAll(async () => {
     haproxyBinary() // throws, saying to install it, when it is not there
     builtCli()
     dir = mkdtempSync(join(tmpdir(), 'pr-ha-'))
+    redis = await startRedis()
     const kv = { port: 0, replayPort: 0 }
     ;[fleetOne, fleetHa] = await Promise.all([
       startSimFleet({ instances: 4, profile: 'tiny', kvEvents: kv, idPrefix: 'one-' }),
       startSimFleet({ instances: 4, profile: 'tiny', kvEvents: kv, idPrefix: 'ha-' }),
     ])
     const ports = await Promise.all(Array.from({ length: 7 }, () => freePort()))
-    const haConfig = replicaConfig(dir, 'replica', fleetHa, true)
+    const haConfig = replicaConfig(dir, 'replica', fleetHa, true, redis.url)
     spareConfig = haConfig
     sparePort = ports[3]!
     const started = await Promise.all([
@@ -146,6 +161,8 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
       const s = await h.servers()
       return ['r0', 'r1', 'r2'].every((n) => s.get(n)?.status === 'UP') && s.get('r3')?.status.startsWith('DOWN') === true
     }, 30_000, 'HAProxy to see r0-r2 up and r3 down')
+    // Every replica hears the two others through Redis.
+    await until(async () => (await Promise.all(replicas.map((r) => peers(r)))).every((n) => n === 2), 30_000, 'the replicas to hear each other through Redis')
     // Every replica subscribed to every engine before the first request.
     await until(() => fleetHa!.workers.every((w) => w.kvPublisher!.subscribers >= 3) && fleetOne!.workers.every((w) => w.kvPublisher!.subscribers >= 1), 30_000, 'the subscriptions')
   }, 60_000)
@@ -155,6 +172,7 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     await lb?.close()
     await fleetOne?.close()
     await fleetHa?.close()
+    await redis?.stop()
     if (dir !== '') rmSync(dir, { recursive: true, force: true })
   })
 
@@ -247,6 +265,8 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     }, 30_000, "the fresh replica's view to equal the others'")
     const fullAt = Date.now()
     await until(async () => (await lb!.servers()).get('r3')?.status === 'UP', 30_000, 'HAProxy to bring r3 up')
+    // Redis: the fresh one hears the two survivors, and they hear it (the killed one has expired).
+    await until(async () => (await Promise.all([fresh, ...survivors].map((r) => peers(r)))).every((n) => n === 2), 30_000, 'the replicas to hear each other through Redis')
     const rep = await report(fresh.admin)
     console.log(
       `[ha] fresh replica: full view ${fullAt - fresh.spawnedAt} ms after spawn (${fullAt - fresh.readyAt} ms after it listened; ${fresh.readyAt - fresh.spawnedAt} ms to listen); ` +

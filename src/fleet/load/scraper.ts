@@ -18,6 +18,7 @@ import { NOT_VLLM_INTERVAL_MS } from './config.js'
 import type { GaugeRead } from './gauges.js'
 import { MetricsRead, type ReadEnd, type ReadOwner } from './read.js'
 import type { EngineLoadSink, ScrapeResult } from './sink.js'
+import { PrefixRouterError } from '../../core/errors.js'
 
 export interface ScrapeTarget {
   id: string
@@ -89,8 +90,16 @@ interface Target {
 }
 
 /** Why a read was abandoned: late (counted), or not wanted any more (not counted). */
-class Late extends Error {}
-class Gone extends Error {}
+class Late extends PrefixRouterError {
+  constructor(message: string) {
+    super('ENGINE_LOAD_LATE', message)
+  }
+}
+class Gone extends PrefixRouterError {
+  constructor(message: string) {
+    super('ENGINE_LOAD_GONE', message)
+  }
+}
 
 type Outcome = GaugeRead | { ok: false; result: 'late'; reason: string }
 
