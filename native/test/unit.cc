@@ -247,6 +247,38 @@ void test_all_full() {
   CHECK(f.in_flight("a") == 0 && f.in_flight("b") == 0 && f.in_flight("c") == 0);
 }
 
+// The engines' reported load (Slot::ext_in_flight): prefix_aware's threshold counts it only with
+// engine_load_all, and it saturates rather than wraps; set_engine_load knows members only.
+void test_engine_load() {
+  Fixture f("abc");
+  const uint64_t key = key_for(f.members, "a");
+  pr::RoutingParams p;
+  p.strategy = pr::Strategy::PrefixAware;
+  p.threshold = 2;
+  f.st.configure(p);
+  CHECK(f.st.set_engine_load(f.reader, "a", 2, 0));
+  CHECK(!f.st.set_engine_load(f.reader, "z", 2, 0));
+  auto r = f.st.pick(f.reader, key);  // own counts only: a has room
+  CHECK(f.id(r) == "a" && !r.overflow);
+  CHECK(f.st.release(r.slot));
+  p.engine_load_all = true;
+  f.st.configure(p);
+  r = f.st.pick(f.reader, key);  // a is at 2 from other clients: spills
+  CHECK(f.id(r) != "a" && r.overflow);
+  CHECK(f.st.release(r.slot));
+  CHECK(f.in_flight("a") == 0);
+  pr::Slot s;
+  s.ext_in_flight.store(UINT32_MAX);
+  s.acquire();
+  CHECK(s.load() == static_cast<uint32_t>(pr::kCountMask));  // saturated, not wrapped to 0
+  CHECK(!s.try_acquire_load(10));
+  s.ext_in_flight.store(3);
+  CHECK(s.try_acquire_load(5) && s.in_flight() == 2 && !s.try_acquire_load(5));
+  s.ext_prefill.store(7);
+  s.add_prefill(5);
+  CHECK(s.queued() == 12);
+}
+
 void test_release_backstop() {
   Fixture f("ab");
   f.st.configure(pr::Strategy::PrefixAware, 4096, 10);
@@ -905,6 +937,7 @@ int main() {
       {"router prefix_aware overflow", test_prefix_overflow},
       {"router all at threshold", test_all_full},
       {"router release backstop", test_release_backstop},
+      {"router engine load", test_engine_load},
       {"router draining leases", test_draining},
       {"router least_outstanding_requests", test_least_outstanding},
       {"router random", test_random},
