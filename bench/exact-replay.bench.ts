@@ -12,45 +12,25 @@
 //      approximate lane's, its P50 and P90 ≤ 1.02 × the approximate lane's.
 // Run: npx tsc -p tsconfig.build.json && npx tsx bench/exact-replay.bench.ts
 //      (SHAPES=chat-a, TOKENIZERS=bytes, SKIP_PRESSURE=1, SKIP_TRACES=1 to shorten it)
-import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import type { ReplayResult, StrategyResult } from '../src/replay/result.js'
+import { Checks, cli, machine, replay as run, scratch, wanted } from './replay-cli.js'
 
-const root = fileURLToPath(new URL('..', import.meta.url))
-const dir = mkdtempSync(join(tmpdir(), 'pr-exact-replay-'))
+const dir = scratch('pr-exact-replay-')
 const APPROX = 'longest_prefix'
 const EXACT = 'longest_prefix:events'
 const PEERS = ['llmd_precise', 'dynamo_kv']
-
-function cli(args: string[]): string {
-  return execFileSync(process.execPath, ['dist/cli.js', ...args], { cwd: root, encoding: 'utf8', maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'pipe'] })
-}
-
-function replay(args: string[]): { result: ReplayResult; table: string; seconds: number } {
-  const out = join(dir, `out-${Math.random().toString(36).slice(2)}`)
-  const t0 = performance.now()
-  const table = cli(['replay', ...args, '--quiet', '--out', out])
-  const result = JSON.parse(readFileSync(join(out, 'replay.json'), 'utf8')) as ReplayResult
-  return { result, table, seconds: (performance.now() - t0) / 1000 }
-}
+const replay = (args: string[]) => run(dir, args)
 
 const by = (r: ReplayResult, name: string): StrategyResult => r.strategies.find((s) => s.strategy === name)!
 const pct = (v: number): string => `${(v * 100).toFixed(1)}%`
 // Hit rates compared at full precision: the detail shows two decimals, enough to see why.
 const pct2 = (v: number): string => `${(v * 100).toFixed(2)}%`
 const ms = (v: number): string => `${Math.round(v)} ms`
-const wanted = (env: string | undefined, all: string[]): string[] => (env === undefined ? all : env.split(',').filter((s) => all.includes(s)))
+const checks = new Checks()
+const check = checks.check.bind(checks)
 
-const results: { what: string; ok: boolean; detail: string }[] = []
-function check(what: string, ok: boolean, detail: string): void {
-  results.push({ what, ok, detail })
-  console.log(`  ${ok ? 'PASS' : 'FAIL'} ${what}: ${detail}`)
-}
-
-console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}; node ${process.version}\n`)
+console.log(`${machine()}\n`)
 
 if (process.env.SKIP_PRESSURE === undefined) {
   const args = ['--workload', 'cache-pressure', '--instances', '8', '--strategies', [APPROX, EXACT, ...PEERS].join(',')]
@@ -112,8 +92,4 @@ if (process.env.SKIP_TRACES === undefined) {
   }
 }
 
-rmSync(dir, { recursive: true, force: true })
-const failed = results.filter((r) => !r.ok)
-console.log(`\n${results.length - failed.length} PASS, ${failed.length} FAIL`)
-for (const f of failed) console.log(`  FAIL ${f.what}: ${f.detail}`)
-process.exitCode = failed.length === 0 ? 0 : 1
+checks.finish(dir)

@@ -14,43 +14,22 @@
 //      before (N: the fleet after the join); the removed instance's keys go to more than one.
 // Run: npx tsc -p tsconfig.build.json && npx tsx bench/replicas.bench.ts
 //      (SHAPES=chat-a, INSTANCES=4, SKIP_SCALE=1 to shorten it)
-import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import type { ReplayResult, StrategyResult } from '../src/replay/result.js'
+import type { StrategyResult } from '../src/replay/result.js'
+import { Checks, cli, machine, replay as run, scratch, wanted } from './replay-cli.js'
 
-const root = fileURLToPath(new URL('..', import.meta.url))
-const dir = mkdtempSync(join(tmpdir(), 'pr-replicas-'))
+const dir = scratch('pr-replicas-')
 const OURS = 'longest_prefix:shared'
 const PEERS = ['sglang_cache_aware', 'llmd_default', 'llmd_precise', 'dynamo_kv', 'dynamo_kv:sync']
 const REPLICAS = 4
-
-function cli(args: string[]): string {
-  return execFileSync(process.execPath, ['dist/cli.js', ...args], { cwd: root, encoding: 'utf8', maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'pipe'] })
-}
-
-function replay(args: string[]): { result: ReplayResult; table: string; seconds: number } {
-  const out = join(dir, `out-${Math.random().toString(36).slice(2)}`)
-  const t0 = performance.now()
-  const table = cli(['replay', ...args, '--quiet', '--out', out])
-  const result = JSON.parse(readFileSync(join(out, 'replay.json'), 'utf8')) as ReplayResult
-  return { result, table, seconds: (performance.now() - t0) / 1000 }
-}
-
+const replay = (args: string[]) => run(dir, args)
 const by = (list: StrategyResult[], name: string): StrategyResult => list.find((s) => s.strategy === name)!
 const pct = (v: number): string => `${(v * 100).toFixed(1)}%`
 const ms = (v: number): string => `${v.toFixed(1)} ms`
-const wanted = (env: string | undefined, all: string[]): string[] => (env === undefined ? all : env.split(',').filter((s) => all.includes(s)))
+const checks = new Checks()
+const check = checks.check.bind(checks)
 
-const results: { what: string; ok: boolean; detail: string }[] = []
-function check(what: string, ok: boolean, detail: string): void {
-  results.push({ what, ok, detail })
-  console.log(`  ${ok ? 'PASS' : 'FAIL'} ${what}: ${detail}`)
-}
-
-console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}; node ${process.version}\n`)
+console.log(`${machine()}\n`)
 
 const SHAPES = [
   { name: 'chat-a', make: ['--shape', 'chat', '--start', '10m', '--duration', '10m'] },
@@ -101,8 +80,4 @@ if (process.env.SKIP_SCALE === undefined) {
   }
 }
 
-rmSync(dir, { recursive: true, force: true })
-const failed = results.filter((r) => !r.ok)
-console.log(`\n${results.length - failed.length} PASS, ${failed.length} FAIL`)
-for (const f of failed) console.log(`  FAIL ${f.what}: ${f.detail}`)
-process.exitCode = failed.length === 0 ? 0 : 1
+checks.finish(dir)
