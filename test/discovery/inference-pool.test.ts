@@ -3,16 +3,18 @@
 // a list with a resourceVersion and then a watch streaming ADDED / MODIFIED / DELETED events,
 // one JSON object a line; a watch from a version it has compacted away gets 410 Gone, as a
 // real one's would. The pods' IPs are simulator workers on 127.0.0.x, each on two ports.
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { totalInFlight, until } from '../proxy/helpers.js'
-import { members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
 
 interface Meta {
   name: string
@@ -425,5 +427,76 @@ describe('InferencePool discovery', () => {
     expect(failed.err).toMatch(/inferencePool 'vllm' needs a namespace: not in a cluster/)
     expect(members(router)).toEqual([url(9, p1)])
     expect(api.requests).toEqual([])
+  })
+})
+
+// serve as an operator runs it: a child process (dist/cli.js, built by `npm test`) with a
+// config file whose endpoint has only the pool, the kubeconfig in KUBECONFIG.
+describe('serve with an inferencePool source', () => {
+  const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+  let child: ChildProcessWithoutNullStreams | undefined
+  afterEach(async () => {
+    if (child && child.exitCode === null) {
+      child.kill('SIGTERM')
+      await new Promise((r) => child!.once('exit', r))
+    }
+    child = undefined
+  })
+
+  it('routes to the pool\'s ready pods, and to a pod that becomes ready', async () => {
+    const api = await startApi()
+    api.put(pool({ app: 'vllm' }, [p1, p2]))
+    api.put(pod(6))
+    api.put(pod(7))
+    api.put(pod(8, { ready: false }))
+    const config = join(dir, 'serve.yaml')
+    writeFileSync(
+      config,
+      [
+        'engineLoad: { mode: off }',
+        'warmup: { requests: 0, connections: 0 }',
+        'endpoints:',
+        '  - name: default',
+        '    discovery:',
+        '      - { type: inferencePool, name: vllm, namespace: inference }',
+        '',
+      ].join('\n'),
+    )
+    child = spawn(process.execPath, [cli, 'serve', '--config', config, '--host', '127.0.0.1', '--port', '0', '--admin-port', '0', '--debug-headers', '--drain-delay-ms', '0'], {
+      env: process.env, // KUBECONFIG: the fake API server
+    })
+    let err = ''
+    child.stdout.resume()
+    const started = await new Promise<{ url: string; admin: string }>((resolve, reject) => {
+      child!.stderr.on('data', (d: Buffer) => {
+        err += d.toString()
+        const m = /on (http:\/\/[\d.:]+) \(admin (http:\/\/[\d.:]+)\)/.exec(err)
+        if (m) resolve({ url: m[1]!, admin: m[2]! })
+      })
+      child!.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${err}`)))
+    })
+    const healthy = async () => {
+      const r = (await (await fetch(`${started.admin}/admin/instances`)).json()) as { endpoints: { instances: { id: string; healthy: boolean }[] }[] }
+      return r.endpoints[0]!.instances.filter((i) => i.healthy).map((i) => i.id).sort()
+    }
+    // serve waits for the source's first answer and its probes before it says it routes.
+    expect(await healthy()).toEqual(both(6, 7))
+    const seen = new Set<string>()
+    for (let i = 0; i < 80; i++) {
+      const r = await post(`${started.url}/v1/chat/completions`, chat(`conversation ${i} ${Math.random()}`, { model: MODEL, max_tokens: 1 }))
+      expect(r.status).toBe(200)
+      seen.add(r.headers.get('x-prefix-router-instance')!)
+    }
+    expect(seen).toEqual(new Set(both(6, 7)))
+
+    api.put(pod(8))
+    api.delete('Pod', 'vllm-6')
+    let now: string[] = []
+    await until(async () => (now = await healthy()).join(' ') === both(7, 8).join(' '), 20_000, `instances 7 and 8 (now ${now.join(', ')})`)
+    const r = await post(`${started.url}/v1/chat/completions`, chat('after the change', { model: MODEL, max_tokens: 1 }))
+    expect(r.status).toBe(200)
+    expect(both(7, 8)).toContain(r.headers.get('x-prefix-router-instance'))
+    child.kill('SIGTERM')
+    expect(await new Promise((r) => child!.once('exit', r))).toBe(0)
   })
 })
