@@ -49,6 +49,8 @@ class FakeApi {
   readonly watches = new Set<Watcher>()
   /** While set, every request is answered 500, as an API server in trouble would. */
   failing = false
+  /** While set, InferencePools are answered 404, as by a cluster without the CRD. */
+  noCrd = false
   /** A watch from a version before this one is answered 410 Gone: the events are no longer kept. */
   compactedBefore = 0
   #rv = 100
@@ -83,7 +85,7 @@ class FakeApi {
     if (this.failing) return this.#status(res, 500, 'etcd is unhappy')
     const pools = POOLS.exec(u.pathname)
     const pods = PODS.exec(u.pathname)
-    if (!pools && !pods) return this.#status(res, 404, 'not found')
+    if ((!pools && !pods) || (pools && this.noCrd)) return this.#status(res, 404, 'the server could not find the requested resource')
     const kind = pools ? 'pools' : 'pods'
     const ns = (pools ?? pods)![1]!
     if (pools?.[2] !== undefined) {
@@ -416,6 +418,51 @@ describe('InferencePool discovery', () => {
     api.put(pod(7, { ready: false }))
     await untilMembers(router, [url(6, p1)])
     expect(s.lines.some((l) => l.msg === 'discovery source answers again')).toBe(true)
+  })
+
+  it("a reload to another pool stops the first (its watches close, its pods leave); without the source no watch stays open", async () => {
+    const api = await startApi()
+    api.put(pool({ app: 'vllm' }, [p1]))
+    api.put(pool({ app: 'big' }, [p2], { name: 'big' }))
+    api.put(pod(6))
+    api.put(pod(7, { labels: { app: 'big' } }))
+    const s = await startDiscoveryRouter([SOURCE])
+    router = s.router
+    expect(members(router)).toEqual([url(6, p1)])
+    await until(() => api.watching('pools') === 1 && api.watching('pods') === 1, 10_000, 'the watches')
+    const reload = (endpoint: Record<string, unknown>) => router!.reload({ ...router!.config, endpoints: [{ name: 'default', instances: [], routing: {}, ...endpoint }] as never })
+
+    reload({ discovery: [{ type: 'inferencePool', name: 'big', namespace: 'inference', scheme: 'http' }] })
+    await untilMembers(router, [url(7, p2)])
+    await until(() => api.watching('pools') === 1 && api.watching('pods') === 1 && api.watching('pods', 'app=big') === 1, 10_000, "the new pool's watches only")
+    expect([...api.watches].find((w) => w.kind === 'pools')!.field).toBe('metadata.name=big')
+    api.put(pod(8)) // the old pool's: no longer heard of
+    api.put(pod(9, { labels: { app: 'big' } }))
+    await untilMembers(router, [url(7, p2), url(9, p2)])
+    expect(s.lines.filter(membershipChange).some((l) => (l.added as string[]).some((id) => id.startsWith('http://127.0.0.8:')))).toBe(false)
+
+    reload({ instances: [{ url: url(8, p1), weight: 1, models: [] }] })
+    await untilMembers(router, [url(8, p1)])
+    await until(() => api.watches.size === 0, 10_000, 'no watch open')
+  })
+
+  it('a cluster without the InferencePool CRD: the 404 is reported, and the pool is found once it is there', async () => {
+    const api = await startApi()
+    api.noCrd = true
+    api.put(pool({ app: 'vllm' }, [p1]))
+    api.put(pod(6))
+    const s = await startDiscoveryRouter([SOURCE], { instances: [url(9, p1)] })
+    router = s.router
+    const failed = await untilLog(s.lines, sourceFailed, 'the 404 reported')
+    expect(failed).toMatchObject({ source: 'inferencePool inference/vllm' })
+    // The server's own message, not the whole answer: the same failure again is not a new one.
+    expect(failed.err).toBe("InferencePool 'inference/vllm': 404 the server could not find the requested resource")
+    // A third request: the second's answer has been handled (retries 1 s, then 2 s, apart).
+    await until(() => api.requests.filter((r) => POOLS.test(r.path)).length >= 3, 20_000, 'two retries')
+    expect(s.lines.filter(sourceFailed)).toHaveLength(1)
+    expect(members(router)).toEqual([url(9, p1)])
+    api.noCrd = false
+    await untilMembers(router, [url(6, p1), url(9, p1)])
   })
 
   it('without a namespace outside a cluster, it says it needs one and routes to the static instances', async () => {

@@ -110,10 +110,28 @@ export class KubernetesSource implements DiscoverySource {
   }
 }
 
+/**
+ * The status and the API server's own message: an ApiException's message holds the whole
+ * answer, its headers (a Date among them) too, which would make every retry a new error.
+ */
 export function describeError(err: unknown): string {
   if (err instanceof Error) {
-    const e = err as Error & { code?: unknown; statusCode?: unknown }
-    return [e.statusCode ?? e.code, e.message].filter((x) => x !== undefined && x !== '').join(' ')
+    const e = err as Error & { code?: unknown; statusCode?: unknown; body?: unknown }
+    return [e.statusCode ?? e.code, statusMessage(e.body) ?? e.message].filter((x) => x !== undefined && x !== '').join(' ')
   }
   return String(err)
+}
+
+/** The `message` of a Status object, as the body of an API error (JSON text or parsed). */
+function statusMessage(body: unknown): string | undefined {
+  let b = body
+  if (typeof b === 'string') {
+    try {
+      b = JSON.parse(b)
+    } catch {
+      return undefined
+    }
+  }
+  const m = b !== null && typeof b === 'object' ? (b as { message?: unknown }).message : undefined
+  return typeof m === 'string' && m !== '' ? m : undefined
 }
