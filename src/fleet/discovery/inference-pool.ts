@@ -52,7 +52,8 @@ export function podServes(pod: V1Pod): boolean {
 
 /** Every serving pod the pool selects, on every one of its target ports, sorted. */
 export function poolInstances(pool: InferencePool, pods: readonly V1Pod[], scheme: 'http' | 'https'): InstanceEntry[] {
-  const ports = [...new Set((pool.spec?.targetPorts ?? []).map((p) => p.number).filter((n): n is number => Number.isInteger(n) && n! >= 1 && n! <= 65535))]
+  const valid = (n: number | undefined): n is number => n !== undefined && Number.isInteger(n) && n >= 1 && n <= 65535
+  const ports = [...new Set((pool.spec?.targetPorts ?? []).map((p) => p.number).filter(valid))]
   const match = Object.entries(pool.spec?.selector?.matchLabels ?? {})
   if (match.length === 0) return []
   const urls = new Set<string>()
