@@ -1,6 +1,7 @@
 // A discovery source from its configuration.
 import { DnsSource } from './dns.js'
 import { FileSource } from './file.js'
+import { InferencePoolSource } from './inference-pool.js'
 import { KubernetesSource } from './kubernetes.js'
 import type { DiscoverySourceConfig } from './schema.js'
 import type { DiscoverySource } from './source.js'
@@ -13,5 +14,7 @@ export function createSource(cfg: DiscoverySourceConfig): DiscoverySource {
       return new DnsSource(cfg)
     case 'kubernetes':
       return new KubernetesSource(cfg)
+    case 'inferencePool':
+      return new InferencePoolSource(cfg)
   }
 }

@@ -8,9 +8,9 @@ import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
 import type { KubernetesSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
-const SERVICE_ACCOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
+export const SERVICE_ACCOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
 /** After a failed list or watch, the next try waits this long, doubling up to the cap. */
-const RETRY_MS = { first: 1000, max: 30_000 }
+export const RETRY_MS = { first: 1000, max: 30_000 }
 
 type Informer = { start(): Promise<void>; stop(): Promise<void>; list(): readonly V1EndpointSlice[] }
 
@@ -36,7 +36,7 @@ export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesS
 }
 
 /** In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config). */
-function loadKubeConfig(kc: KubeConfig): void {
+export function loadKubeConfig(kc: KubeConfig): void {
   if (process.env.KUBERNETES_SERVICE_HOST && existsSync(join(SERVICE_ACCOUNT, 'token'))) return kc.loadFromCluster()
   const file = process.env.KUBECONFIG?.split(':').find(Boolean) ?? join(homedir(), '.kube', 'config')
   if (!existsSync(file)) throw new DiscoveryError(`no in-cluster credentials and no kubeconfig: '${file}' does not exist`)
@@ -110,10 +110,28 @@ export class KubernetesSource implements DiscoverySource {
   }
 }
 
-function describeError(err: unknown): string {
+/**
+ * The status and the API server's own message: an ApiException's message holds the whole
+ * answer, its headers (a Date among them) too, which would make every retry a new error.
+ */
+export function describeError(err: unknown): string {
   if (err instanceof Error) {
-    const e = err as Error & { code?: unknown; statusCode?: unknown }
-    return [e.statusCode ?? e.code, e.message].filter((x) => x !== undefined && x !== '').join(' ')
+    const e = err as Error & { code?: unknown; statusCode?: unknown; body?: unknown }
+    return [e.statusCode ?? e.code, statusMessage(e.body) ?? e.message].filter((x) => x !== undefined && x !== '').join(' ')
   }
   return String(err)
+}
+
+/** The `message` of a Status object, as the body of an API error (JSON text or parsed). */
+function statusMessage(body: unknown): string | undefined {
+  let b = body
+  if (typeof b === 'string') {
+    try {
+      b = JSON.parse(b)
+    } catch {
+      return undefined
+    }
+  }
+  const m = b !== null && typeof b === 'object' ? (b as { message?: unknown }).message : undefined
+  return typeof m === 'string' && m !== '' ? m : undefined
 }

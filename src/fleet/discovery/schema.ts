@@ -57,12 +57,30 @@ const KubernetesSource = z
   .strict()
   .refine((s) => s.service !== undefined || s.labelSelector !== undefined, { message: "give service (a Service's name) or labelSelector", path: ['service'] })
 
-export const DiscoverySourceSchema = z.discriminatedUnion('type', [FileSource, DnsSource, KubernetesSource])
+/** An InferencePool's name: a DNS-1123 subdomain, as any object's. */
+const objectName = z
+  .string()
+  .max(253)
+  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/, 'must be an object name (lower-case letters, digits, - and .)')
+
+const InferencePoolSource = z
+  .object({
+    type: z.literal('inferencePool'),
+    /** The InferencePool (inference.networking.k8s.io/v1) whose ready pods are the instances. */
+    name: objectName,
+    /** Unset: the pod's own namespace (its service account's), required outside a cluster. */
+    namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name (lower-case letters, digits and -)').optional(),
+    scheme: z.enum(['http', 'https']).default('http'),
+  })
+  .strict()
+
+export const DiscoverySourceSchema = z.discriminatedUnion('type', [FileSource, DnsSource, KubernetesSource, InferencePoolSource])
 
 export type DiscoverySourceConfig = z.infer<typeof DiscoverySourceSchema>
 export type FileSourceConfig = z.infer<typeof FileSource>
 export type DnsSourceConfig = z.infer<typeof DnsSource>
 export type KubernetesSourceConfig = z.infer<typeof KubernetesSource>
+export type InferencePoolSourceConfig = z.infer<typeof InferencePoolSource>
 
 /** How a source is named in the logs. */
 export function describeSource(s: DiscoverySourceConfig): string {
@@ -73,5 +91,7 @@ export function describeSource(s: DiscoverySourceConfig): string {
       return `dns ${s.srv ? 'srv ' : ''}${s.url}${s.server ? ` @${s.server}` : ''}`
     case 'kubernetes':
       return `kubernetes ${s.namespace !== undefined ? `${s.namespace}/` : ''}${s.service ?? s.labelSelector}`
+    case 'inferencePool':
+      return `inferencePool ${s.namespace !== undefined ? `${s.namespace}/` : ''}${s.name}`
   }
 }
