@@ -30,6 +30,8 @@ export class EppServer implements PickerCore {
   readonly eppMetrics: EppMetrics
   /** Streams open now: each holds its request's lease until it ends. */
   readonly exchanges = new Set<Exchange>()
+  /** Streams taken since the start. */
+  streamsTaken = 0
   readonly bodyMode: BodyMode
   #grpc = new Server()
   #watchers = new Set<() => void>()
@@ -64,7 +66,8 @@ export class EppServer implements PickerCore {
     this.#grpc.addService(externalProcessor().service, {
       Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
         const x = new Exchange(this, call, (done) => this.exchanges.delete(done))
-        this.exchanges.add(x)
+        this.streamsTaken++
+        if (!x.ended) this.exchanges.add(x)
       },
     })
     this.#grpc.addService(healthService().service, healthImplementation(this, this.#watchers))

@@ -76,10 +76,12 @@ export interface ChatOptions {
   /** Body chunk size in streamed mode (default: the whole body in one chunk). */
   chunk?: number
   /** Stop the exchange here: cancel the stream or half-close it (default cancel). */
-  stopAt?: 'before-body' | 'after-pick' | 'mid-response' | 'no-response-path'
+  stopAt?: 'before-body' | 'after-pick' | 'mid-response' | 'no-response-path' | undefined
   stop?: 'cancel' | 'half-close'
   /** What the gateway reports as served (default: the destination's first endpoint). */
   served?: string | null
+  /** Called before the stream is stopped at `stopAt` (a test waits there for the picker to see the stream). */
+  beforeStop?: () => Promise<void>
 }
 
 export interface ChatResult {
@@ -156,14 +158,18 @@ export class TestGateway {
     const s = this.open()
     const body = Buffer.isBuffer(o.body) ? o.body : Buffer.from(o.body)
     const path = o.path ?? '/v1/chat/completions'
-    const stop = () => (o.stop === 'half-close' ? s.halfClose() : s.cancel())
+    const stop = async () => {
+      await o.beforeStop?.()
+      if (o.stop === 'half-close') s.halfClose()
+      else s.cancel()
+    }
     const headers = [header(':method', 'POST'), header(':path', path), header(':authority', 'gateway'), header('content-type', 'application/json'), header('content-length', String(body.length)), ...Object.entries(o.headers ?? {}).map(([k, v]) => header(k, v))]
     s.send({
       request_headers: { headers: { headers }, end_of_stream: body.length === 0 },
       ...(o.subset && { metadata_context: { filter_metadata: { [SUBSET_NAMESPACE]: { fields: { [SUBSET_KEY]: { listValue: { values: o.subset.map((v) => ({ stringValue: v })) } } } } } } }),
     })
     if (o.stopAt === 'before-body') {
-      stop()
+      await stop()
       return { stream: s }
     }
     let first: Msg | undefined
@@ -195,14 +201,14 @@ export class TestGateway {
     }
     const result: ChatResult = { ...(h !== undefined && { header: h }), ...(metadata !== undefined && { metadata }), stream: s, ...(back.length > 0 && { bodyBack: Buffer.concat(back) }) }
     if (o.stopAt === 'after-pick') {
-      stop()
+      await stop()
       return result
     }
     const target = (h ?? '').split(',')[0]!
     const up = await request(`http://${target}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...o.headers } })
     if (o.stopAt === 'no-response-path') {
       await up.body.text()
-      stop()
+      await stop()
       return result
     }
     const served = o.served === undefined ? target : o.served
@@ -217,7 +223,7 @@ export class TestGateway {
       s.send({ response_body: { body: c, end_of_stream: false } })
       sent++
       if (o.stopAt === 'mid-response') {
-        stop()
+        await stop()
         up.body.destroy()
         return { ...result, status: up.statusCode }
       }
