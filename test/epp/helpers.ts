@@ -1,6 +1,7 @@
 // Set-up for the endpoint picker's tests: simulator pods on loopback, the picker in front of
 // them on a free gRPC port, the test gateway, and the check every test ends with (no stream
 // open, every in-flight count back to 0).
+import type { Logger } from 'pino'
 import { afterEach, expect } from 'vitest'
 import { EppServer } from '../../src/epp/server.js'
 import type { BodyMode } from '../../src/epp/exchange.js'
@@ -20,10 +21,10 @@ export interface Rig {
 
 const open: Rig[] = []
 
-export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[]): Promise<Rig> {
+export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[], logger?: Logger): Promise<Rig> {
   const fleet = await startSimFleet({ instances: n, profile: 'tiny' })
   const instances = urls ?? fleet.urls
-  const epp = await EppServer.start(testConfig([{ name: 'default', instances }], { log: { level: 'silent' }, ...overrides }), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: mode })
+  const epp = await EppServer.start(testConfig([{ name: 'default', instances }], { log: { level: 'silent' }, ...overrides }), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: mode, ...(logger && { logger }) })
   const gw = new TestGateway(epp.grpcAddress, mode)
   const rig = { fleet, epp, gw, pods: fleet.urls.map((u) => new URL(u).host) }
   open.push(rig)

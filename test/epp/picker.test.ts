@@ -1,7 +1,10 @@
 // The endpoint picker behind the test gateway, in front of simulator pods: a chat goes through
 // it to a pod and back, the same prefix lands on the same pod, the header and the metadata
 // always agree, and the refusals come back as the OpenAI-style answers serve gives.
+import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
+import { TENANT_HEADER } from '../../src/core/key/index.js'
+import { until } from '../proxy/helpers.js'
 import { chatBody, settled, startRig, useRigs } from './helpers.js'
 
 useRigs()
@@ -109,5 +112,19 @@ describe('epp refusals and hints', () => {
     const text = await r.epp.proxy.metricsText()
     expect(text).toMatch(/prefix_router_epp_served_elsewhere_total\{endpoint="default"\} 1/)
     expect(text).toMatch(/prefix_router_requests_total\{endpoint="default",instance="[^"]+",strategy="prefix_aware",status="200"\} 1/)
+  })
+
+  it('one access-log line per stream: the pick, what was served, how it ended; the tenant only hashed', async () => {
+    const lines: Record<string, unknown>[] = []
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) })
+    const r = await startRig(2, 'streamed', {}, undefined, logger)
+    const res = await r.gw.chat({ body: chatBody('logged'), headers: { [TENANT_HEADER]: 'acme', 'x-request-id': 'req-1' } })
+    await r.gw.chat({ body: 'not json' })
+    await until(() => lines.filter((l) => l.msg === 'epp request').length === 2, 5000, 'two access-log lines')
+    const [ok, bad] = lines.filter((l) => l.msg === 'epp request')
+    expect(ok).toMatchObject({ requestId: 'req-1', method: 'POST', path: '/v1/chat/completions', endpoint: 'default', picked: res.header, served: res.header, decision: 'target', model: 'sim-tiny', status: 200, ended: 'response' })
+    expect(ok!.tenant).toMatch(/^[0-9a-f]{12}$/)
+    expect(JSON.stringify(lines)).not.toContain('acme')
+    expect(bad).toMatchObject({ status: 400, ended: 'immediate' })
   })
 })
