@@ -2,6 +2,9 @@
 // first): bad values are one line naming the flag or variable, exit 2; it starts in front of
 // simulator pods, answers the test gateway and gRPC health, and drains on SIGTERM.
 import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
@@ -80,6 +83,25 @@ describe('prefix-router epp', () => {
       expect(await gw.health('readiness')).toBe('NOT_SERVING')
       expect(await p.code).toBe(0)
       expect(p.out.stderr).toContain('prefix-router: stopped')
+    } finally {
+      gw.close()
+    }
+  })
+
+  it('--config: the same configuration file as serve (endpoints, routing), --body-mode buffered', async () => {
+    fleet = await startSimFleet({ instances: 2, profile: 'tiny' })
+    const dir = mkdtempSync(join(tmpdir(), 'epp-'))
+    const file = join(dir, 'router.yaml')
+    writeFileSync(file, `endpoints:\n  - name: default\n    instances: [${fleet.urls.join(', ')}]\n    routing: { strategy: longest_prefix }\nadmin: { host: 127.0.0.1, port: 0 }\nlog: { level: silent }\n`)
+    const p = start(['--config', file, '--grpc-host', '127.0.0.1', '--grpc-port', '0', '--body-mode', 'buffered'])
+    running = p.child
+    await until(() => /grpc:\/\/[\d.]+:\d+/.test(p.out.stderr) || p.child.exitCode !== null, 15000, 'the picker to start')
+    expect(p.out.stderr).toContain('with longest_prefix, buffered bodies')
+    const gw = new TestGateway(/grpc:\/\/([\d.]+:\d+)/.exec(p.out.stderr)![1]!, 'buffered')
+    try {
+      const res = await gw.chat({ body: chatBody('from the file') })
+      expect(res.metadata).toBe(res.header)
+      expect(res.status).toBe(200)
     } finally {
       gw.close()
     }
