@@ -89,9 +89,11 @@ export class Exchange {
       this.#chain = this.#chain.then(() => this.#handle(m)).catch((err: unknown) => this.#fail(err))
     })
     call.on('end', () => {
-      // The gateway half-closed: nothing more will come.
-      this.#chain = this.#chain.then(() => this.#finish('cut'))
-      call.end()
+      // The gateway half-closed: nothing more will come. What it sent before is answered first.
+      this.#chain = this.#chain.then(() => {
+        this.#finish('cut')
+        if (!call.writableEnded) call.end()
+      })
     })
     call.on('error', () => this.#finish('cut'))
     call.on('cancelled', () => this.#finish('cut'))
@@ -104,7 +106,7 @@ export class Exchange {
   }
 
   #send(r: ProcessingResponse): void {
-    if (this.#ended !== undefined || this.call.cancelled || this.call.destroyed) return
+    if (this.#ended !== undefined || this.call.cancelled || this.call.destroyed || this.call.writableEnded) return
     this.call.write(r)
   }
 
@@ -239,7 +241,7 @@ export class Exchange {
     this.#answered = true
     this.#send(immediateResponse(e))
     this.#finish('immediate')
-    this.call.end()
+    if (!this.call.writableEnded) this.call.end()
   }
 
   #finish(how: Ended): void {

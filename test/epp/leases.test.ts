@@ -63,6 +63,20 @@ describe.each(['streamed', 'buffered'] as const)('epp leases, %s bodies', (mode)
 })
 
 describe('epp leases under many streams', () => {
+  it('a gateway that half-closes right after the body still gets its pick, then the lease is released', async () => {
+    const r = await startRig(2)
+    const s = r.gw.open()
+    const h = (key: string, value: string) => ({ key, raw_value: Buffer.from(value) })
+    s.send({ request_headers: { headers: { headers: [h(':method', 'POST'), h(':path', '/v1/chat/completions')] }, end_of_stream: false } })
+    s.send({ request_body: { body: Buffer.from(chatBody('and gone')), end_of_stream: true } })
+    s.halfClose()
+    const m = await s.next()
+    expect(m.request_headers.response.header_mutation.set_headers[0].header.key).toBe('x-gateway-destination-endpoint')
+    await s.closed()
+    await settled(r)
+    expect(await ended(r, 'cut')).toBe(1)
+  })
+
   it('interleaved streams, some cut at each stage, leave nothing in flight', async () => {
     const r = await startRig(3)
     const stages = [undefined, 'before-body', 'after-pick', 'mid-response', 'no-response-path'] as const

@@ -1,6 +1,9 @@
 // The ext_proc definitions the picker speaks, pinned to the wire: the full-duplex additions
 // (BodyMutation.streamed_response = 3, StreamedBodyResponse, BodySendMode FULL_DUPLEX_STREAMED = 4)
 // that the vendored Envoy API lacks must encode with upstream Envoy's numbers.
+import { execFileSync } from 'node:child_process'
+import { join } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { EXT_PROC_SERVICE, externalProcessor, healthService, protos } from '../../src/epp/protos.js'
 
@@ -41,5 +44,15 @@ describe('ext_proc protos', () => {
   it('has the health service and the service name the picker reports', () => {
     expect(Object.keys(healthService().service)).toEqual(['Check', 'Watch'])
     expect(EXT_PROC_SERVICE).toBe('envoy.service.ext_proc.v3.ExternalProcessor')
+  })
+
+  it('the published package has health.proto where dist/epp/protos.js finds it', async () => {
+    const root = fileURLToPath(new URL('../..', import.meta.url))
+    const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8' })
+    const packed = new Set((JSON.parse(out) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path))
+    expect(packed.has('src/epp/proto/health.proto')).toBe(true)
+    expect(packed.has('dist/epp/protos.js')).toBe(true)
+    const dist = (await import(pathToFileURL(join(root, 'dist/epp/protos.js')).href)) as typeof import('../../src/epp/protos.js')
+    expect(Object.keys(dist.healthService().service)).toEqual(['Check', 'Watch'])
   })
 })
