@@ -7,7 +7,6 @@ import { request } from 'undici'
 import { externalProcessor, healthService, protos } from '../../src/epp/protos.js'
 import { DESTINATION, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '../../src/epp/messages.js'
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Msg = any
 
 /** One ext_proc stream, its answers queued as they come. */
