@@ -62,6 +62,31 @@ describe.each(['streamed', 'buffered'] as const)('epp leases, %s bodies', (mode)
   })
 })
 
+describe('epp and longest_prefix', () => {
+  it("the response path's first message is the first token: queued prefill ends there, the lease at the body's end", async () => {
+    const r = await startRig(2, 'streamed', { routing: { strategy: 'longest_prefix' } })
+    const s = r.gw.open()
+    const h = (key: string, value: string) => ({ key, raw_value: Buffer.from(value) })
+    s.send({ request_headers: { headers: { headers: [h(':method', 'POST'), h(':path', '/v1/chat/completions')] }, end_of_stream: false } })
+    s.send({ request_body: { body: Buffer.from(chatBody('a prompt long enough to fill blocks. '.repeat(200))), end_of_stream: true } })
+    const picked = (await s.next()).request_headers.response.header_mutation.set_headers[0].header.raw_value.toString()
+    await s.next() // the body handed back
+    const router = r.epp.proxy.endpoint(undefined)!.router
+    const at = () => router.instances().find((i) => new URL(i.id).host === picked)!
+    expect(at().inFlight).toBe(1)
+    expect(at().queuedPrefillBlocks).toBeGreaterThan(0)
+    s.send({ response_headers: { headers: { headers: [h(':status', '200')] }, end_of_stream: false } })
+    expect((await s.next()).response_headers).toBeDefined()
+    expect(at().queuedPrefillBlocks).toBe(0)
+    expect(at().inFlight).toBe(1)
+    s.send({ response_body: { body: Buffer.from('{}'), end_of_stream: true } })
+    expect((await s.next()).response_body).toBeDefined()
+    s.halfClose()
+    await settled(r)
+    expect(await ended(r, 'response')).toBe(1)
+  })
+})
+
 describe('epp leases under many streams', () => {
   it('a gateway that half-closes right after the body still gets its pick, then the lease is released', async () => {
     const r = await startRig(2)
