@@ -200,11 +200,14 @@ export class Exchange {
   }
 
   #firstResponse(m: ProcessingRequest): void {
-    if (this.#firstAt !== undefined) return
-    this.#firstAt = performance.now()
-    // The instance has answered: longest_prefix stops counting the prompt as queued there.
-    this.lease?.firstToken()
-    if (this.#instance !== undefined) this.core.metrics.ttfb.observe([this.#instance.id], (this.#firstAt - this.started) / 1000)
+    if (this.#firstAt === undefined) {
+      this.#firstAt = performance.now()
+      // The instance has answered: longest_prefix stops counting the prompt as queued there.
+      this.lease?.firstToken()
+      if (this.#instance !== undefined) this.core.metrics.ttfb.observe([this.#instance.id], (this.#firstAt - this.started) / 1000)
+    }
+    // Looked for on every response message until one carries it.
+    if (this.#served !== undefined) return
     this.#served = servedOf(m.metadata_context)
     if (this.#served !== undefined && this.#served !== this.#picked && this.#ep !== undefined) {
       this.core.eppMetrics.servedElsewhere.inc({ endpoint: this.#ep.name })
