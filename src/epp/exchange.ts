@@ -14,7 +14,7 @@ import type { Instance } from '../fleet/instance.js'
 import type { ProxyMetrics } from '../metrics.js'
 import { tenantHash } from '../proxy/access-log.js'
 import { chatKey, openAILimits } from '../proxy/chat-key.js'
-import { methodNotAllowed, notFound, ProxyError, shuttingDown, tooLarge, toProxyError } from '../proxy/errors.js'
+import { methodNotAllowed, notFound, ProxyError, tooLarge, toProxyError } from '../proxy/errors.js'
 import { openAIBodyOf } from '../proxy/openai-body.js'
 import { matchRoute } from '../proxy/routes.js'
 import { exactTokens } from '../tokens/request-tokens.js'
@@ -48,7 +48,6 @@ export interface PickerCore {
   readonly metrics: ProxyMetrics
   readonly eppMetrics: EppMetrics
   readonly bodyMode: BodyMode
-  readonly draining: boolean
   endpoint(name: string | undefined): Endpoint | undefined
 }
 
@@ -132,7 +131,7 @@ export class Exchange {
   #requestHeaders(h: HttpHeaders, m: ProcessingRequest): Promise<void> | undefined {
     this.#headers = headersOf(h)
     this.#subset = subsetHint(m.metadata_context)
-    if (this.core.draining) throw shuttingDown()
+    // Draining takes requests still (readiness is what turns the gateway away), until the port closes.
     const path = this.#headers[':path'] ?? '/'
     const method = this.#headers[':method'] ?? 'POST'
     const matched = matchRoute(path)

@@ -2,7 +2,7 @@
 // only with a ready instance and while not draining.
 import { describe, expect, it } from 'vitest'
 import { until } from '../proxy/helpers.js'
-import { startRig, useRigs } from './helpers.js'
+import { chatBody, startRig, useRigs } from './helpers.js'
 
 useRigs()
 
@@ -21,17 +21,23 @@ describe('epp health', () => {
     expect(await r.gw.health('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('NOT_SERVING')
   })
 
-  it('draining: readiness turns NOT_SERVING at once, Watch reports it, then the port closes', async () => {
+  it('draining: readiness turns NOT_SERVING at once, Watch reports it, requests are still picked for during the delay, then the port closes', async () => {
     const r = await startRig(1)
     const w = r.gw.watch('readiness')
     await until(() => w.statuses.length === 1, 5000, 'the first Watch status')
     expect(w.statuses).toEqual(['SERVING'])
-    const done = r.epp.shutdown({ delayMs: 1000, timeoutMs: 1000 })
+    const done = r.epp.shutdown({ delayMs: 3000, timeoutMs: 1000 })
     expect(await r.gw.health('readiness')).toBe('NOT_SERVING')
     expect(await r.gw.health('liveness')).toBe('SERVING')
+    const late = await r.gw.chat({ body: chatBody('during the drain delay') })
+    expect(late.status).toBe(200)
     await until(() => w.statuses.length === 2, 5000, 'Watch reporting NOT_SERVING')
     expect(w.statuses).toEqual(['SERVING', 'NOT_SERVING'])
     await done
+    // The port is closed: a new stream fails rather than being picked for.
+    const after = await r.gw.chat({ body: chatBody('after') })
+    expect(after.header).toBeUndefined()
+    expect(after.stream.error).toBeDefined()
     w.cancel()
   })
 })
