@@ -2,10 +2,13 @@
 // gateway (Envoy's ext_proc filter) asks it, over gRPC, where each request goes; it picks with
 // serve's strategies on serve's fleet (the same flags and configuration file) and names the
 // instance. Plaintext gRPC for now.
+import { setLogger } from '@grpc/grpc-js'
+import { pino } from 'pino'
 import { ConfigError, type Config } from '../config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
 import { DEFAULT_GRPC_PORT, EppServer } from '../epp/server.js'
+import { logDestination } from '../proxy/access-log.js'
 import { healthReport } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
@@ -34,6 +37,12 @@ const NO_UPSTREAM = `no instances to pick from. Give your vLLM instances with on
   --upstream http://HOST:8000                       (repeat for each instance)
   PREFIX_ROUTER_UPSTREAMS=http://HOST1:8000,http://HOST2:8000
   --config FILE                                     with endpoints: [{ name: default, instances: [http://HOST:8000] }]`
+
+const GRPC_WHY: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no such address on this machine',
+}
 
 export interface EppSettings {
   grpcHost: string
@@ -95,14 +104,22 @@ export async function run(argv: string[]): Promise<number> {
       throw err instanceof CliError ? new ConfigError(err.message) : err
     }
   }
+  // grpc-js writes its own errors to stderr (a failed bind among them): into the log instead,
+  // so that stderr keeps one line per failure.
+  const logger = pino({ level: config.log.level }, logDestination())
+  setLogger({ error: (...a: unknown[]) => logger.warn({ grpc: a.map(String).join(' ') }, 'grpc-js'), info: (...a: unknown[]) => logger.debug({ grpc: a.map(String).join(' ') }, 'grpc-js'), debug: () => undefined })
   let epp: EppServer
   try {
-    epp = await EppServer.start(config, { ...settings, reloadConfig })
+    epp = await EppServer.start(config, { ...settings, reloadConfig, logger })
   } catch (err) {
     if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
     const e = err as NodeJS.ErrnoException
     // grpc-js says why a bind failed in its message (no syscall or code of its own).
-    if (e?.message?.includes('No address added out of total')) throw new CliError(`cannot listen on ${settings.grpcHost}:${settings.grpcPort} (gRPC): ${e.message}; pick another with --grpc-port or --grpc-host`, 1)
+    if (e?.message?.includes('No address added out of total')) {
+      const code = /\b(EADDRINUSE|EACCES|EADDRNOTAVAIL)\b/.exec(e.message)?.[1]
+      const why = code === undefined ? e.message : `${GRPC_WHY[code]} (${code})`
+      throw new CliError(`cannot listen on ${settings.grpcHost}:${settings.grpcPort} (gRPC): ${why}; pick another with --grpc-port or --grpc-host`, 1)
+    }
     throw listenError(err, config) ?? err
   }
   const ep = epp.endpoint(undefined)!

@@ -39,6 +39,7 @@ export class EppServer implements PickerCore {
   #host: string
   #draining = false
   #closed: Promise<void> | undefined
+  #shutdown: Promise<void> | undefined
 
   private constructor(
     readonly proxy: ProxyServer,
@@ -124,7 +125,12 @@ export class EppServer implements PickerCore {
    * `delayMs` (the gateway's time to see it), then no new ones; streams open get up to
    * `timeoutMs` to end, and what is left is cut (each releases its lease).
    */
-  async shutdown({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number } = this.config.drain): Promise<void> {
+  shutdown(opts: { delayMs: number; timeoutMs: number } = this.config.drain): Promise<void> {
+    this.#shutdown ??= this.#drain(opts)
+    return this.#shutdown
+  }
+
+  async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
     this.#draining = true
     this.proxy.draining = true
     this.log.info({ delayMs, timeoutMs, streams: this.exchanges.size }, 'draining: readiness answers NOT_SERVING')

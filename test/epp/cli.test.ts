@@ -3,6 +3,7 @@
 // simulator pods, answers the test gateway and gRPC health, and drains on SIGTERM.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -47,6 +48,19 @@ describe('prefix-router epp', () => {
     const lines = p.out.stderr.trim().split('\n')
     expect(lines).toHaveLength(1)
     expect(lines[0]).toContain(message)
+  })
+
+  it('a gRPC port in use: one line saying so, exit 1', async () => {
+    const busy = createServer()
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', () => r()))
+    const port = (busy.address() as AddressInfo).port
+    try {
+      const p = start(['--upstream', 'http://127.0.0.1:1', '--grpc-host', '127.0.0.1', '--grpc-port', String(port), '--admin-port', '0'], { PREFIX_ROUTER_LOG_LEVEL: 'silent' })
+      expect(await p.code).toBe(1)
+      expect(p.out.stderr).toBe(`prefix-router: cannot listen on 127.0.0.1:${port} (gRPC): address already in use (EADDRINUSE); pick another with --grpc-port or --grpc-host\n`)
+    } finally {
+      busy.close()
+    }
   })
 
   it("a bad configuration value is refused as serve refuses it: the key's line names the flag, exit 2", async () => {
