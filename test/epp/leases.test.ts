@@ -122,9 +122,13 @@ describe('epp leases under many streams', () => {
     s.send({ request_body: { body: Buffer.from(chatBody('held')), end_of_stream: true } })
     await s.next()
     expect(inFlight(r)).toBe(1)
+    const [x] = [...r.epp.exchanges]
+    expect(x!.lease?.released).toBe(false)
     await r.epp.close()
     await s.closed()
-    // The routers are closed with the picker: the exchange was released as its stream was cut.
+    // The exchange ended as its stream was cut, and released its lease.
     expect(r.epp.exchanges.size).toBe(0)
+    expect(x!.ended).toBe(true)
+    expect(x!.lease?.released).toBe(true)
   })
 })
