@@ -6,6 +6,7 @@ import { dnsServer, dnsUrl } from '../fleet/discovery/schema.js'
 import { didYouMean } from '../suggest.js'
 import { upstreamUrlProblem } from '../upstream-url.js'
 import { CliError } from './cli-error.js'
+import { EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, FLAGS, type FlagSpec } from './flags.js'
 
 /** Flag values as parseArgs gives them, by flag name. */
@@ -40,7 +41,8 @@ function fromEnv(spec: FlagSpec, v: string): Given['value'] {
 
 /** A variable with our prefix that no flag owns is a typo, not something to ignore. */
 function checkEnvNames(env: NodeJS.ProcessEnv): void {
-  const known = new Set(FLAGS.map((f) => f.env))
+  // The endpoint picker's own variables (epp-flags.ts) are no typo either.
+  const known = new Set([...FLAGS, ...EPP_OWN_FLAGS].map((f) => f.env))
   const unknown = Object.keys(env).filter((k) => k.startsWith(ENV_PREFIX) && !known.has(k))
   if (unknown.length === 0) return
   const suffixes = [...known].map((k) => k.slice(ENV_PREFIX.length))

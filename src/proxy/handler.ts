@@ -11,9 +11,9 @@ import type { Instance } from '../fleet/instance.js'
 import type { Span } from '@opentelemetry/api'
 import type { ProxyMetrics } from '../metrics.js'
 import type { Lease } from '../core/router.js'
-import { invokeKey, requestKey, TENANT_HEADER, textSpan, type RoutingKey } from '../core/key/index.js'
+import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from '../core/key/invoke-key.js'
-import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
+import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
@@ -233,15 +233,7 @@ class ChatRequest implements WholeUse<number> {
     readonly client: ClientState,
     readonly out: Outcome,
   ) {
-    const routing = ep.routing
-    const { maxJsonDepth: maxDepth, maxBodyBytes: maxBytes } = core.config.limits
-    const span = textSpan(routing.prefixLength, routing.strategy, routing.matchLength)
-    // Logging the routing text needs it as a string, which only openAIRequest builds.
-    const prefixLength = core.config.log.prompts ? undefined : routing.prefixLength
-    // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
-    // known already (tenantOf checks it after the read, as before).
-    const hash = { tenant: tenantHeaderValue(req.headers[TENANT_HEADER]), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
-    this.limits = { maxBytes, maxDepth, span, prefixLength, hash }
+    this.limits = openAILimits(core.config, ep.routing, req.headers[TENANT_HEADER])
   }
 
   /** Resolves with the status answered, as proxyTo does. */
@@ -265,17 +257,8 @@ class ChatRequest implements WholeUse<number> {
 }
 
 function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
-  const header = req.headers[TENANT_HEADER]
-  let k: RoutingKey
-  if (read.native) {
-    // The extracted key carries its own anchor; the pick reads it from there.
-    const n = read.native
-    k = { bytes: n.key, tenant: tenantOf(header, n.promptCacheKey), anchor: undefined, model: n.model, stream: n.stream }
-  } else {
-    k = requestKey(read.request, { tenant: header })
-    if (core.config.log.prompts) core.log.info({ endpoint: ep.name, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
-  }
-  return { key: k.text ?? k.bytes, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
+  const k = chatKey(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
+  return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 
 interface Outbound {

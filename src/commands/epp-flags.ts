@@ -1,0 +1,21 @@
+// `prefix-router epp`'s flags: serve's table without what belongs to an HTTP front (its port,
+// TLS, warm-up, debug headers) or the demo, and the picker's own, each with its variable.
+import { FLAGS, type FlagSpec } from './flags.js'
+
+/** serve's settings that have no meaning for a picker, which has no HTTP front of its own. */
+const FRONT_ONLY = new Set(['demo', 'sim-instances', 'workers', 'host', 'port', 'tls-cert', 'tls-key', 'warmup-requests', 'debug-headers'])
+
+/** The picker's own: read by name in epp.ts, not into the configuration. */
+export const EPP_OWN_FLAGS: readonly FlagSpec[] = [
+  { name: 'grpc-port', env: 'PREFIX_ROUTER_GRPC_PORT', kind: 'int', arg: 'N', help: "the ext_proc and gRPC health port, plaintext (default 9002, the reference picker's; 0: any free port)" },
+  { name: 'grpc-host', env: 'PREFIX_ROUTER_GRPC_HOST', kind: 'string', arg: 'H', help: 'the gRPC port\'s address (default 0.0.0.0)' },
+  {
+    name: 'body-mode',
+    env: 'PREFIX_ROUTER_BODY_MODE',
+    kind: 'string',
+    arg: 'M',
+    help: "the gateway's ext_proc processing mode for bodies: streamed (FULL_DUPLEX_STREAMED, default, what the inference extension configures) or buffered (BUFFERED)",
+  },
+]
+
+export const EPP_FLAGS: readonly FlagSpec[] = [...FLAGS.filter((f) => !FRONT_ONLY.has(f.name)), ...EPP_OWN_FLAGS]

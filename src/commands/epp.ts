@@ -1,0 +1,152 @@
+// `prefix-router epp`: the router as a Gateway API inference extension endpoint picker. The
+// gateway (Envoy's ext_proc filter) asks it, over gRPC, where each request goes; it picks with
+// serve's strategies on serve's fleet (the same flags and configuration file) and names the
+// instance. Plaintext gRPC for now.
+import { setLogger } from '@grpc/grpc-js'
+import { pino } from 'pino'
+import { ConfigError, type Config } from '../config.js'
+import { TokenizerLoadError } from '../core/errors.js'
+import type { BodyMode } from '../epp/exchange.js'
+import { DEFAULT_GRPC_PORT, EppServer } from '../epp/server.js'
+import { logDestination } from '../proxy/access-log.js'
+import { healthReport } from './banner.js'
+import { CliError, parseFlags } from './cli-error.js'
+import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
+import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
+import { listenError } from './listen-error.js'
+import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { version } from './version.js'
+
+const HELP = `usage: prefix-router epp (--upstream URL ... | --config FILE) [options]
+
+The endpoint picker of a Gateway API inference gateway: answers Envoy's ext_proc requests on a
+gRPC port (plaintext for now) with the instance each request should go to, picked by the
+router's strategies, and gRPC health checks beside them. Metrics and /admin on the admin port.
+
+${helpLines(EPP_FLAGS, [
+  { usage: '--help, -h', help: 'this text' },
+  { usage: '--version, -v', help: 'the version of prefix-router' },
+])}
+
+Every flag but --help and --version has the environment variable in brackets as its twin;
+any other ${ENV_PREFIX}* variable is refused. Precedence: defaults < config file < environment < flags.
+SIGTERM drains: readiness answers NOT_SERVING, streams open get to finish, then it exits.
+`
+
+const NO_UPSTREAM = `no instances to pick from. Give your vLLM instances with one of:
+  --upstream http://HOST:8000                       (repeat for each instance)
+  PREFIX_ROUTER_UPSTREAMS=http://HOST1:8000,http://HOST2:8000
+  --config FILE                                     with endpoints: [{ name: default, instances: [http://HOST:8000] }]`
+
+const GRPC_WHY: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no such address on this machine',
+}
+
+export interface EppSettings {
+  grpcHost: string
+  grpcPort: number
+  bodyMode: BodyMode
+}
+
+/** The picker's own settings, flag over variable over default; a bad value is one line naming it. */
+export function eppSettings(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): EppSettings {
+  const given = (name: string): { value: string; from: string } | undefined => {
+    const spec = EPP_OWN_FLAGS.find((f) => f.name === name)!
+    const f = flags[name]
+    if (f !== undefined) return { value: String(f), from: `--${name}` }
+    const e = env[spec.env]
+    return e !== undefined && e !== '' ? { value: e, from: spec.env } : undefined
+  }
+  const port = given('grpc-port')
+  let grpcPort = DEFAULT_GRPC_PORT
+  if (port !== undefined) {
+    if (!/^\d+$/.test(port.value) || Number(port.value) > 65535) throw new CliError(`${port.from} must be a port, 0-65535; got '${port.value}'`)
+    grpcPort = Number(port.value)
+  }
+  const host = given('grpc-host')
+  if (host !== undefined && host.value.trim() === '') throw new CliError(`${host.from} must be an address; got '${host.value}'`)
+  const mode = given('body-mode')
+  if (mode !== undefined && mode.value !== 'streamed' && mode.value !== 'buffered') throw new CliError(`${mode.from} must be streamed or buffered; got '${mode.value}'`)
+  return { grpcHost: host?.value ?? '0.0.0.0', grpcPort, bodyMode: (mode?.value as BodyMode | undefined) ?? 'streamed' }
+}
+
+function build(flags: ServeFlags): BuiltConfig {
+  try {
+    return buildConfig(flags)
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message)
+    throw err
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, { ...parseArgsOptions(EPP_FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
+  const { help, version: showVersion, ...flags } = values
+  if (help) {
+    process.stdout.write(HELP)
+    return 0
+  }
+  if (showVersion) {
+    process.stdout.write(`${version()}\n`)
+    return 0
+  }
+  const settings = eppSettings(flags)
+  const built = build(flags)
+  if (!built.hasUpstreams) throw new CliError(NO_UPSTREAM)
+  const { config } = built
+  if (settings.grpcPort !== 0 && settings.grpcPort === config.admin.port) throw new CliError(`the gRPC port and the admin port are both ${settings.grpcPort}; give --admin-port or --grpc-port another`)
+  const reloadConfig = (): Config => {
+    try {
+      return buildConfig(flags).config
+    } catch (err) {
+      throw err instanceof CliError ? new ConfigError(err.message) : err
+    }
+  }
+  // grpc-js writes its own errors to stderr (a failed bind among them): into the log instead,
+  // so that stderr keeps one line per failure.
+  const logger = pino({ level: config.log.level }, logDestination())
+  setLogger({ error: (...a: unknown[]) => logger.warn({ grpc: a.map(String).join(' ') }, 'grpc-js'), info: (...a: unknown[]) => logger.debug({ grpc: a.map(String).join(' ') }, 'grpc-js'), debug: () => undefined })
+  let epp: EppServer
+  try {
+    epp = await EppServer.start(config, { ...settings, reloadConfig, logger })
+  } catch (err) {
+    if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
+    const e = err as NodeJS.ErrnoException
+    // grpc-js says why a bind failed in its message (no syscall or code of its own).
+    if (e?.message?.includes('No address added out of total')) {
+      const code = /\b(EADDRINUSE|EACCES|EADDRNOTAVAIL)\b/.exec(e.message)?.[1]
+      const why = code === undefined ? e.message : `${GRPC_WHY[code]} (${code})`
+      throw new CliError(`cannot listen on ${settings.grpcHost}:${settings.grpcPort} (gRPC): ${why}; pick another with --grpc-port or --grpc-host`, 1)
+    }
+    throw listenError(err, config) ?? err
+  }
+  const ep = epp.endpoint(undefined)!
+  process.stderr.write(
+    `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (plaintext; admin ${epp.adminUrl})\n` +
+      healthReport(epp.proxy, config),
+  )
+  process.on('SIGHUP', () => {
+    try {
+      epp.proxy.reload()
+    } catch {
+      // reload() logged why; the running configuration stays.
+    }
+  })
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGINT', resolve)
+    process.once('SIGTERM', resolve)
+  })
+  const now = (s: NodeJS.Signals) => {
+    process.stderr.write(`prefix-router: ${s} again; exiting without waiting for streams open\n`)
+    process.exit(s === 'SIGINT' ? 130 : 143)
+  }
+  process.once('SIGINT', now)
+  process.once('SIGTERM', now)
+  const { delayMs, timeoutMs } = epp.config.drain
+  process.stderr.write(`prefix-router: ${signal}: draining (readiness answers NOT_SERVING; streams taken for ${delayMs} ms, then those open get up to ${timeoutMs} ms)\n`)
+  await epp.shutdown({ delayMs, timeoutMs })
+  process.stderr.write('prefix-router: stopped\n')
+  return 0
+}

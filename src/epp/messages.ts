@@ -1,0 +1,112 @@
+// ext_proc messages, as proto-loader gives and takes them (protos.ts: snake_case fields, the
+// set oneof member named, google.protobuf.Struct's Value members camelCase as protobufjs keeps
+// them): what the picker reads from Envoy's requests and the responses it builds.
+import type { ProxyError } from '../proxy/errors.js'
+
+/** The header and dynamic-metadata key naming the endpoints picked (protocol: Destination Endpoint). */
+export const DESTINATION = 'x-gateway-destination-endpoint'
+/** The dynamic- and filter-metadata namespace of the destination and of the endpoint served. */
+export const LB_NAMESPACE = 'envoy.lb'
+/** The filter-metadata namespace and key of the gateway's subset hint. */
+export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint'
+export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset'
+/** The filter-metadata key (under envoy.lb) naming the endpoint that served the response. */
+export const SERVED_KEY = 'x-gateway-destination-endpoint-served'
+
+interface HeaderValue {
+  key: string
+  value?: string
+  raw_value?: Uint8Array | null
+}
+export interface HttpHeaders {
+  headers?: { headers?: HeaderValue[] } | null
+  end_of_stream?: boolean
+}
+export interface HttpBody {
+  body?: Uint8Array | null
+  end_of_stream?: boolean
+}
+/** google.protobuf.Value as protobufjs decodes it. */
+interface StructValue {
+  stringValue?: string
+  listValue?: { values?: StructValue[] }
+  structValue?: Struct
+  kind?: string
+}
+interface Struct {
+  fields?: Record<string, StructValue>
+}
+export interface Metadata {
+  filter_metadata?: Record<string, Struct>
+}
+export interface ProcessingRequest {
+  request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'
+  request_headers?: HttpHeaders | null
+  response_headers?: HttpHeaders | null
+  request_body?: HttpBody | null
+  response_body?: HttpBody | null
+  metadata_context?: Metadata | null
+  observability_mode?: boolean
+}
+export type ProcessingResponse = Record<string, unknown>
+
+/** The headers, names lowercased, values from `raw_value` (Envoy's choice) or `value`; repeated names joined by commas. */
+export function headersOf(h: HttpHeaders | null | undefined): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const { key, value, raw_value } of h?.headers?.headers ?? []) {
+    const k = key.toLowerCase()
+    const v = raw_value && raw_value.length > 0 ? Buffer.from(raw_value).toString('latin1') : (value ?? '')
+    out[k] = out[k] === undefined ? v : `${out[k]},${v}`
+  }
+  return out
+}
+
+function strings(v: StructValue | undefined): string[] | undefined {
+  if (v === undefined) return undefined
+  if (v.listValue !== undefined && v.listValue !== null) return (v.listValue.values ?? []).flatMap((x) => strings(x) ?? [])
+  if (typeof v.stringValue === 'string') return v.stringValue.split(',').map((s) => s.trim()).filter(Boolean)
+  return []
+}
+
+/** The gateway's subset hint (filter metadata envoy.lb.subset_hint), or undefined when it sets none. */
+export function subsetHint(m: Metadata | null | undefined): string[] | undefined {
+  return strings(m?.filter_metadata?.[SUBSET_NAMESPACE]?.fields?.[SUBSET_KEY])
+}
+
+/** The endpoint that served the response (filter metadata envoy.lb), when the gateway says. */
+export function servedOf(m: Metadata | null | undefined): string | undefined {
+  const v = m?.filter_metadata?.[LB_NAMESPACE]?.fields?.[SERVED_KEY]
+  return typeof v?.stringValue === 'string' && v.stringValue !== '' ? v.stringValue : undefined
+}
+
+const setHeader = (key: string, value: string) => ({ header: { key, raw_value: Buffer.from(value, 'latin1') } })
+
+/** The answer naming the destination: the header mutation and the same value in dynamic metadata. */
+export function destinationResponse(phase: 'request_headers' | 'request_body', value: string): ProcessingResponse {
+  return {
+    [phase]: { response: { header_mutation: { set_headers: [setHeader(DESTINATION, value)] }, clear_route_cache: true } },
+    dynamic_metadata: { fields: { [LB_NAMESPACE]: { structValue: { fields: { [DESTINATION]: { stringValue: value } } } } } },
+  }
+}
+
+/** Go on, unchanged (a headers or body message, request or response). */
+export const continueResponse = (phase: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'): ProcessingResponse =>
+  phase.endsWith('trailers') ? { [phase]: {} } : { [phase]: { response: {} } }
+
+/** A body chunk handed back as it came (full-duplex streamed mode). */
+export function streamedBody(phase: 'request_body' | 'response_body', body: Uint8Array, endOfStream: boolean): ProcessingResponse {
+  return { [phase]: { response: { body_mutation: { streamed_response: { body, end_of_stream: endOfStream } } } } }
+}
+
+/** The picker answers the client itself: status, OpenAI-style JSON body and the error's headers. */
+export function immediateResponse(err: ProxyError): ProcessingResponse {
+  const headers = { 'content-type': 'application/json', ...err.headers }
+  return {
+    immediate_response: {
+      status: { code: err.status },
+      headers: { set_headers: Object.entries(headers).map(([k, v]) => setHeader(k, v)) },
+      body: Buffer.from(err.body()),
+      details: err.code,
+    },
+  }
+}

@@ -1,0 +1,35 @@
+// The endpoint picker's own metrics, beside serve's (the ProxyMetrics registry it reuses for
+// requests, decisions, overflow, time to first byte and the in-flight gauges).
+import { Counter, Gauge, type Registry } from 'prom-client'
+
+export class EppMetrics {
+  /** ext_proc streams open now. */
+  readonly streams: Gauge
+  /** Responses whose gateway reported an endpoint served other than the one picked. */
+  readonly servedElsewhere: Counter<'endpoint'>
+  /** Streams that ended, by how: response (the response path ended), cut (before it did), immediate (the picker answered). */
+  readonly ended: Counter<'how'>
+
+  constructor(registry: Registry, open: () => number) {
+    this.streams = new Gauge({
+      name: 'prefix_router_epp_streams',
+      help: 'ext_proc streams open (one per request the gateway is asking about).',
+      registers: [registry],
+      collect() {
+        this.set(open())
+      },
+    })
+    this.servedElsewhere = new Counter({
+      name: 'prefix_router_epp_served_elsewhere_total',
+      help: 'Responses whose x-gateway-destination-endpoint-served differs from the endpoint picked (the gateway went down the list, or ignored it).',
+      labelNames: ['endpoint'],
+      registers: [registry],
+    })
+    this.ended = new Counter({
+      name: 'prefix_router_epp_streams_ended_total',
+      help: 'ext_proc streams ended, by how: response (the response path ended), cut (the stream ended first), immediate (the picker answered the client itself).',
+      labelNames: ['how'],
+      registers: [registry],
+    })
+  }
+}

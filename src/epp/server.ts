@@ -1,0 +1,169 @@
+// The endpoint picker: serve's fleet (endpoints from the configuration, probes, discovery,
+// engine load, KV events, the admin port and its metrics: a ProxyServer with no front port)
+// behind Envoy's ext_proc protocol on a gRPC port, with grpc.health.v1 beside it. Plaintext
+// gRPC for now.
+import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js'
+import type { Logger } from 'pino'
+import type { Config } from '../config.js'
+import { ProxyServer } from '../proxy/proxy.js'
+import { Exchange, type BodyMode, type PickerCore } from './exchange.js'
+import { healthImplementation, servingStatus, type ServingStatus } from './health.js'
+import type { ProcessingRequest, ProcessingResponse } from './messages.js'
+import { EppMetrics } from './metrics.js'
+import { externalProcessor, healthService } from './protos.js'
+
+export interface EppOptions {
+  grpcHost: string
+  /** 0: any free port. */
+  grpcPort: number
+  bodyMode: BodyMode
+  logger?: Logger
+  /** Run one round of probes before the port opens (default true). */
+  probeFirst?: boolean
+  reloadConfig?: () => Config
+}
+
+/** The reference endpoint picker's gRPC port. */
+export const DEFAULT_GRPC_PORT = 9002
+
+export class EppServer implements PickerCore {
+  readonly eppMetrics: EppMetrics
+  /** Streams open now: each holds its request's lease until it ends. */
+  readonly exchanges = new Set<Exchange>()
+  /** Streams taken since the start. */
+  streamsTaken = 0
+  readonly bodyMode: BodyMode
+  #grpc = new Server()
+  #watchers = new Set<() => void>()
+  #port = 0
+  #host: string
+  #draining = false
+  #closed: Promise<void> | undefined
+  #shutdown: Promise<void> | undefined
+
+  private constructor(
+    readonly proxy: ProxyServer,
+    opts: EppOptions,
+  ) {
+    this.bodyMode = opts.bodyMode
+    this.#host = opts.grpcHost
+    this.eppMetrics = new EppMetrics(proxy.metrics.registry, () => this.exchanges.size)
+  }
+
+  static async start(config: Config, opts: EppOptions): Promise<EppServer> {
+    // 'primary': the fleet and the admin port, no front port of its own.
+    const proxy = await ProxyServer.start(config, { role: 'primary', ...(opts.logger && { logger: opts.logger }), ...(opts.probeFirst !== undefined && { probeFirst: opts.probeFirst }), ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }) })
+    const s = new EppServer(proxy, opts)
+    try {
+      await s.#listen(opts.grpcHost, opts.grpcPort)
+    } catch (err) {
+      await proxy.close()
+      throw err
+    }
+    return s
+  }
+
+  async #listen(host: string, port: number): Promise<void> {
+    this.#grpc.addService(externalProcessor().service, {
+      Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
+        const x = new Exchange(this, call, (done) => this.exchanges.delete(done))
+        this.streamsTaken++
+        if (!x.ended) this.exchanges.add(x)
+      },
+    })
+    this.#grpc.addService(healthService().service, healthImplementation(this, this.#watchers))
+    const where = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
+    this.#port = await new Promise<number>((resolve, reject) => {
+      this.#grpc.bindAsync(where, ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)))
+    })
+  }
+
+  get config(): Config {
+    return this.proxy.config
+  }
+  get log(): Logger {
+    return this.proxy.log
+  }
+  get metrics(): ProxyMetrics {
+    return this.proxy.metrics
+  }
+  get draining(): boolean {
+    return this.#draining
+  }
+
+  endpoint(name: string | undefined) {
+    return this.proxy.endpoint(name)
+  }
+
+  /** A request would get an instance now: one ready at least, and not draining. */
+  ready(): boolean {
+    if (this.#draining) return false
+    for (const ep of this.proxy.endpoints()) if (ep.healthy().length > 0) return true
+    return false
+  }
+
+  health(service: string): ServingStatus {
+    return servingStatus(this, service)
+  }
+
+  /** host:port of the gRPC port, for a client. */
+  get grpcAddress(): string {
+    const h = this.#host === '0.0.0.0' || this.#host === '::' ? '127.0.0.1' : this.#host
+    return `${h.includes(':') ? `[${h}]` : h}:${this.#port}`
+  }
+
+  get grpcPort(): number {
+    return this.#port
+  }
+
+  get adminUrl(): string {
+    return this.proxy.adminUrl
+  }
+
+  /**
+   * Graceful stop: readiness answers NOT_SERVING at once, streams are still taken for
+   * `delayMs` (the gateway's time to see it), then no new ones; streams open get up to
+   * `timeoutMs` to end, and what is left is cut (each releases its lease).
+   */
+  shutdown(opts: { delayMs: number; timeoutMs: number } = this.config.drain): Promise<void> {
+    this.#shutdown ??= this.#drain(opts)
+    return this.#shutdown
+  }
+
+  async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
+    this.#draining = true
+    this.proxy.draining = true
+    this.log.info({ delayMs, timeoutMs, streams: this.exchanges.size }, 'draining: readiness answers NOT_SERVING')
+    await sleep(delayMs)
+    // Watch streams never end by themselves: they have reported NOT_SERVING by now.
+    for (const stop of [...this.#watchers]) stop()
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        this.log.warn({ streams: this.exchanges.size }, 'drain timeout: cutting the streams still open')
+        this.#grpc.forceShutdown()
+        resolve()
+      }, timeoutMs)
+      t.unref()
+      this.#grpc.tryShutdown(() => {
+        clearTimeout(t)
+        resolve()
+      })
+    })
+    await this.close()
+  }
+
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      for (const stop of [...this.#watchers]) stop()
+      this.#grpc.forceShutdown()
+      await this.proxy.close()
+    })()
+    return this.#closed
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+type ProxyMetrics = ProxyServer['metrics']

@@ -1,0 +1,245 @@
+// A test gateway: what Envoy's ext_proc filter sends the endpoint picker (request headers,
+// the body streamed or buffered, then the response's headers and body chunks, end of stream;
+// or a cancel or half-close at any point), built from the picker's own protos, and an HTTP
+// forward to the endpoint it is given, whose answer goes back through the stream.
+import { credentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js'
+import { request } from 'undici'
+import { externalProcessor, healthService, protos } from '../../src/epp/protos.js'
+import { DESTINATION, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '../../src/epp/messages.js'
+
+type Msg = any
+
+/** One ext_proc stream, its answers queued as they come. */
+export class GatewayStream {
+  readonly received: Msg[] = []
+  #waiters: (() => void)[] = []
+  #next = 0
+  ended = false
+  error: ServiceError | undefined
+
+  constructor(readonly call: ClientDuplexStream<Msg, Msg>) {
+    call.on('data', (m: Msg) => {
+      this.received.push(m)
+      this.#wake()
+    })
+    call.on('end', () => {
+      this.ended = true
+      this.#wake()
+    })
+    call.on('error', (e: ServiceError) => {
+      this.error = e
+      this.ended = true
+      this.#wake()
+    })
+  }
+
+  #wake(): void {
+    for (const w of this.#waiters.splice(0)) w()
+  }
+
+  send(m: Msg): void {
+    this.call.write(m)
+  }
+
+  /** The next answer, or undefined when the stream ended first. */
+  async next(): Promise<Msg | undefined> {
+    while (this.#next >= this.received.length) {
+      if (this.ended) return undefined
+      await new Promise<void>((r) => this.#waiters.push(r))
+    }
+    return this.received[this.#next++]
+  }
+
+  /** Resolves when the picker has ended the stream. */
+  async closed(): Promise<void> {
+    while (!this.ended) await new Promise<void>((r) => this.#waiters.push(r))
+  }
+
+  cancel(): void {
+    this.call.cancel()
+  }
+
+  halfClose(): void {
+    this.call.end()
+  }
+}
+
+const header = (key: string, value: string) => ({ key, raw_value: Buffer.from(value) })
+
+export interface ChatOptions {
+  path?: string
+  body: string | Buffer
+  headers?: Record<string, string>
+  /** The subset hint (filter metadata envoy.lb.subset_hint). */
+  subset?: string[]
+  /** Body chunk size in streamed mode (default: the whole body in one chunk). */
+  chunk?: number
+  /** Stop the exchange here: cancel the stream or half-close it (default cancel). */
+  stopAt?: 'before-body' | 'after-pick' | 'mid-response' | 'no-response-path' | undefined
+  stop?: 'cancel' | 'half-close'
+  /** What the gateway reports as served (default: the destination's first endpoint). */
+  served?: string | null
+  /** Called before the stream is stopped at `stopAt` (a test waits there for the picker to see the stream). */
+  beforeStop?: () => Promise<void>
+}
+
+export interface ChatResult {
+  /** The picker answered the client itself. */
+  immediate?: { status: number; body: string; headers: Record<string, string> }
+  /** The destination header's value and the dynamic metadata's. */
+  header?: string
+  metadata?: string
+  /** The body the picker handed back (streamed chunks joined), when it did. */
+  bodyBack?: Buffer
+  /** The upstream's answer, as it went back through the stream. */
+  status?: number
+  response?: string
+  stream: GatewayStream
+}
+
+function immediateOf(m: Msg): NonNullable<ChatResult['immediate']> {
+  const r = m.immediate_response
+  const headers: Record<string, string> = {}
+  for (const o of r.headers?.set_headers ?? []) headers[o.header.key] = Buffer.from(o.header.raw_value).toString()
+  // proto-loader gives enums as names (envoy.type.v3.StatusCode's are reason phrases).
+  const code = typeof r.status.code === 'number' ? r.status.code : protos().root.lookupEnum('envoy.type.v3.StatusCode').values[r.status.code as string]!
+  return { status: code, body: Buffer.from(r.body).toString(), headers }
+}
+
+function destinationOf(m: Msg, phase: 'request_headers' | 'request_body'): { header?: string; metadata?: string } {
+  const set = m[phase]?.response?.header_mutation?.set_headers ?? []
+  const h = set.find((o: Msg) => o.header.key === DESTINATION)
+  const md = m.dynamic_metadata?.fields?.[LB_NAMESPACE]?.structValue?.fields?.[DESTINATION]?.stringValue
+  return { ...(h && { header: Buffer.from(h.header.raw_value).toString() }), ...(md !== undefined && { metadata: md }) }
+}
+
+export class TestGateway {
+  readonly #client: Msg
+  readonly #health: Msg
+
+  constructor(
+    address: string,
+    readonly mode: 'streamed' | 'buffered' = 'streamed',
+  ) {
+    const Proc = externalProcessor()
+    const Health = healthService()
+    this.#client = new Proc(address, credentials.createInsecure())
+    this.#health = new Health(address, credentials.createInsecure())
+  }
+
+  open(): GatewayStream {
+    return new GatewayStream(this.#client.Process())
+  }
+
+  /** Health/Check's status name, or the gRPC error code's name when it fails. */
+  health(service: string): Promise<string> {
+    return new Promise((resolve) => {
+      this.#health.Check({ service }, (err: ServiceError | null, r: Msg) => resolve(err ? `error ${err.code}` : r.status))
+    })
+  }
+
+  /** Health/Watch: the statuses it reports, as they come. */
+  watch(service: string): { statuses: string[]; cancel(): void } {
+    const call = this.#health.Watch({ service })
+    const statuses: string[] = []
+    call.on('data', (r: Msg) => statuses.push(r.status))
+    call.on('error', () => undefined)
+    return { statuses, cancel: () => call.cancel() }
+  }
+
+  close(): void {
+    this.#client.close()
+    this.#health.close()
+  }
+
+  /** One request through the picker and on to the endpoint it names, as Envoy would send it. */
+  async chat(o: ChatOptions): Promise<ChatResult> {
+    const s = this.open()
+    const body = Buffer.isBuffer(o.body) ? o.body : Buffer.from(o.body)
+    const path = o.path ?? '/v1/chat/completions'
+    const stop = async () => {
+      await o.beforeStop?.()
+      if (o.stop === 'half-close') s.halfClose()
+      else s.cancel()
+    }
+    const headers = [header(':method', 'POST'), header(':path', path), header(':authority', 'gateway'), header('content-type', 'application/json'), header('content-length', String(body.length)), ...Object.entries(o.headers ?? {}).map(([k, v]) => header(k, v))]
+    s.send({
+      request_headers: { headers: { headers }, end_of_stream: body.length === 0 },
+      ...(o.subset && { metadata_context: { filter_metadata: { [SUBSET_NAMESPACE]: { fields: { [SUBSET_KEY]: { listValue: { values: o.subset.map((v) => ({ stringValue: v })) } } } } } } }),
+    })
+    if (o.stopAt === 'before-body') {
+      await stop()
+      return { stream: s }
+    }
+    let first: Msg | undefined
+    const back: Buffer[] = []
+    let phase: 'request_headers' | 'request_body' = 'request_headers'
+    if (body.length === 0) first = await s.next()
+    else if (this.mode === 'buffered') {
+      const h = await s.next()
+      if (h?.immediate_response) return { immediate: immediateOf(h), stream: s }
+      s.send({ request_body: { body, end_of_stream: true } })
+      first = await s.next()
+      phase = 'request_body'
+    } else {
+      const size = o.chunk ?? body.length
+      for (let i = 0; i < body.length; i += size) s.send({ request_body: { body: body.subarray(i, i + size), end_of_stream: i + size >= body.length } })
+      first = await s.next()
+    }
+    if (first === undefined) return { stream: s }
+    if (first.immediate_response) return { immediate: immediateOf(first), stream: s }
+    const { header: h, metadata } = destinationOf(first, phase)
+    if (this.mode === 'streamed' && body.length > 0) {
+      for (;;) {
+        const m = await s.next()
+        const sr = m?.request_body?.response?.body_mutation?.streamed_response
+        if (sr === undefined) throw new Error(`expected a streamed request body chunk, got ${JSON.stringify(m)}`)
+        back.push(Buffer.from(sr.body))
+        if (sr.end_of_stream) break
+      }
+    }
+    const result: ChatResult = { ...(h !== undefined && { header: h }), ...(metadata !== undefined && { metadata }), stream: s, ...(back.length > 0 && { bodyBack: Buffer.concat(back) }) }
+    if (o.stopAt === 'after-pick') {
+      await stop()
+      return result
+    }
+    const target = (h ?? '').split(',')[0]!
+    const up = await request(`http://${target}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...o.headers } })
+    if (o.stopAt === 'no-response-path') {
+      await up.body.text()
+      await stop()
+      return result
+    }
+    const served = o.served === undefined ? target : o.served
+    const metadataContext = served === null ? {} : { metadata_context: { filter_metadata: { [LB_NAMESPACE]: { fields: { [SERVED_KEY]: { stringValue: served } } } } } }
+    s.send({ response_headers: { headers: { headers: [header(':status', String(up.statusCode)), header('content-type', String(up.headers['content-type'] ?? ''))] }, end_of_stream: false }, ...metadataContext })
+    const rh = await s.next()
+    if (rh?.response_headers === undefined) throw new Error(`expected a response_headers answer, got ${JSON.stringify(rh)}`)
+    const out: Buffer[] = []
+    let sent = 0
+    for await (const chunk of up.body) {
+      const c = Buffer.from(chunk as Uint8Array)
+      s.send({ response_body: { body: c, end_of_stream: false } })
+      sent++
+      if (o.stopAt === 'mid-response') {
+        await stop()
+        up.body.destroy()
+        return { ...result, status: up.statusCode }
+      }
+      out.push(await this.#bodyBack(s, c))
+    }
+    s.send({ response_body: { body: Buffer.alloc(0), end_of_stream: true } })
+    out.push(await this.#bodyBack(s, Buffer.alloc(0)))
+    void sent
+    s.halfClose()
+    await s.closed()
+    return { ...result, status: up.statusCode, response: Buffer.concat(out).toString() }
+  }
+
+  async #bodyBack(s: GatewayStream, sent: Buffer): Promise<Buffer> {
+    const m = await s.next()
+    if (m?.response_body === undefined) throw new Error(`expected a response_body answer, got ${JSON.stringify(m)}`)
+    const sr = m.response_body.response?.body_mutation?.streamed_response
+    return sr === undefined ? sent : Buffer.from(sr.body)
+  }
+}
