@@ -18,6 +18,9 @@ const root = fileURLToPath(new URL('..', import.meta.url))
 const deploy = join(root, 'deploy')
 const overlaysDir = join(deploy, 'kubernetes', 'overlays')
 const overlayNames = readdirSync(overlaysDir).filter((d) => statSync(join(overlaysDir, d)).isDirectory())
+// The endpoint picker's overlay runs `epp` (no HTTP front of its own): checked on its own below.
+const EPP_OVERLAY = 'gateway-api'
+const serveOverlays = overlayNames.filter((o) => o !== EPP_OVERLAY)
 
 type Manifest = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [k: string]: any }
 
@@ -200,11 +203,11 @@ describe('the checks themselves', () => {
 })
 
 describe('deploy/kubernetes overlays', () => {
-  it('are static, dns and kubernetes', () => {
-    expect(overlayNames.sort()).toEqual(['dns', 'kubernetes', 'static'])
+  it('are static, dns, kubernetes, and gateway-api for the endpoint picker', () => {
+    expect(overlayNames.sort()).toEqual(['dns', 'gateway-api', 'kubernetes', 'static'])
   })
 
-  describe.each(overlayNames)('%s', (overlay) => {
+  describe.each(serveOverlays)('%s', (overlay) => {
     const r = () => rendered.get(overlay)!
 
     it.skipIf(!discoveryLanded && overlay !== 'static')(
@@ -323,6 +326,80 @@ describe('deploy/kubernetes overlays', () => {
   })
 })
 
+describe('deploy/kubernetes/overlays/gateway-api, the endpoint picker', () => {
+  const r = () => rendered.get(EPP_OVERLAY)!
+  const byKind = (kind: string) => r().manifests.filter((m) => m.kind === kind)
+  const grpcPort = 9002 // epp's default: the overlay sets no --grpc-port
+
+  it("its ConfigMap's configuration is valid for the program and finds the pool through the API server", () => {
+    const config = parseConfig(r().raw, `deploy/kubernetes/overlays/${EPP_OVERLAY}`)
+    const sources = config.endpoints.flatMap((e) => e.discovery ?? [])
+    expect(sources.map((s) => s.type)).toEqual(['inferencePool'])
+    const pool = one(r().manifests, 'InferencePool')
+    expect(sources[0]).toMatchObject({ name: pool.metadata.name, namespace: r().deployment.metadata.namespace })
+  })
+
+  it('runs epp with flags it accepts, and only variables it knows', () => {
+    const args: string[] = r().container.args
+    expect(args[0]).toBe('epp')
+    const ok = cli([...args, '--help'])
+    expect(ok.status, `epp ${args.join(' ')}: ${ok.stderr}`).toBe(0)
+    expect(cli(['epp', '--no-such-flag-for-this-test', '--help']).status, 'epp --help must still refuse an unknown flag').not.toBe(0)
+    for (const e of (r().container.env ?? []) as { name: string }[]) expect(env.has(e.name), `${e.name} is a variable the program reads`).toBe(true)
+  })
+
+  it('probes its gRPC health on the gRPC port, for the services a running picker answers', async () => {
+    const { container } = r()
+    const ports = new Map((container.ports as { name: string; containerPort: number }[]).map((p) => [p.name, p.containerPort]))
+    expect(ports.get('grpc')).toBe(grpcPort)
+    expect(ports.get('metrics')).toBe(settled(r().raw).admin.port)
+    const { EppServer } = await import('../src/epp/server.js')
+    const { TestGateway } = await import('./epp/gateway.js')
+    const epp = await EppServer.start(onLoopback(r().raw, fleet.urls[0]!), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: 'streamed' })
+    const gw = new TestGateway(epp.grpcAddress, 'streamed')
+    try {
+      for (const probe of ['readinessProbe', 'livenessProbe'] as const) {
+        const g = container[probe]?.grpc as { port: number; service?: string } | undefined
+        expect(g?.port, probe).toBe(grpcPort)
+        expect(await gw.health(g!.service ?? ''), `${probe}: ${g!.service}`).toBe('SERVING')
+      }
+    } finally {
+      gw.close()
+      await epp.close()
+    }
+  })
+
+  it('gives the drain its time, reads the API with its token, and may read only pools and pods', () => {
+    const { deployment, manifests, raw } = r()
+    const { delayMs, timeoutMs } = settled(raw).drain
+    const pod = deployment.spec.template.spec
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThanOrEqual(delayMs + timeoutMs + 5000)
+    expect(pod.automountServiceAccountToken ?? one(manifests, 'ServiceAccount', pod.serviceAccountName).automountServiceAccountToken ?? true).toBe(true)
+    const rules = byKind('Role').flatMap((role) => role.rules as { apiGroups: string[]; resources: string[]; verbs: string[] }[])
+    const grants = (group: string, resource: string) => rules.some((x) => x.apiGroups.includes(group) && x.resources.includes(resource) && ['get', 'list', 'watch'].every((v) => x.verbs.includes(v)))
+    expect(grants('inference.networking.k8s.io', 'inferencepools')).toBe(true)
+    expect(grants('', 'pods')).toBe(true)
+    expect(rules.every((x) => x.verbs.every((v) => ['get', 'list', 'watch'].includes(v))), 'read-only').toBe(true)
+    const binding = one(manifests, 'RoleBinding')
+    expect(binding.subjects).toContainEqual(expect.objectContaining({ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: deployment.metadata.namespace }))
+  })
+
+  it('has an InferencePool whose endpointPickerRef names its gRPC Service (appProtocol http2), and an HTTPRoute to the pool', () => {
+    const pool = one(r().manifests, 'InferencePool')
+    expect(pool.apiVersion).toBe('inference.networking.k8s.io/v1')
+    const ref = pool.spec.endpointPickerRef as { name: string; port: { number: number }; failureMode?: string }
+    expect(['FailOpen', 'FailClose']).toContain(ref.failureMode)
+    const svc = one(r().manifests, 'Service', ref.name)
+    const port = (svc.spec.ports as { port: number; targetPort: string | number; appProtocol?: string }[]).find((p) => p.port === ref.port.number)!
+    expect(port.appProtocol).toBe('http2')
+    expect(port.targetPort === 'grpc' || port.targetPort === grpcPort).toBe(true)
+    const labels = r().deployment.spec.template.metadata.labels as Record<string, string>
+    expect(Object.entries(svc.spec.selector as Record<string, string>).every(([k, v]) => labels[k] === v), 'the Service selects the picker').toBe(true)
+    const route = one(r().manifests, 'HTTPRoute')
+    expect(route.spec.rules.flatMap((x: { backendRefs: unknown[] }) => x.backendRefs)).toContainEqual(expect.objectContaining({ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: pool.metadata.name }))
+  })
+})
+
 describe('deploy/kubernetes/vllm, the example fleet', () => {
   const fleetManifests = (() => {
     const r = spawnSync(kubectl(), ['kustomize', join(deploy, 'kubernetes', 'vllm')], { encoding: 'utf8', timeout: 60_000 })
@@ -360,7 +437,14 @@ describe('deploy/kubernetes/vllm, the example fleet', () => {
     const text = JSON.stringify(raw.endpoints)
     const services = new Map(fleetManifests.filter((m) => m.kind === 'Service').map((m) => [m.metadata.name, m]))
     const namespace = one(fleetManifests, 'StatefulSet').metadata.namespace
-    if (overlay === 'kubernetes') {
+    if (overlay === EPP_OVERLAY) {
+      // The pool selects the example's pods, on its API port.
+      const pool = one(rendered.get(overlay)!.manifests, 'InferencePool')
+      const podLabels = sts.spec.template.metadata.labels as Record<string, string>
+      expect(Object.entries(pool.spec.selector.matchLabels as Record<string, string>).every(([k, v]) => podLabels[k] === v)).toBe(true)
+      expect(pool.spec.targetPorts).toEqual([{ number: api }])
+      expect(pool.metadata.namespace).toBe(namespace)
+    } else if (overlay === 'kubernetes') {
       const src = (raw.endpoints[0].discovery as { service: string; namespace: string }[])[0]!
       expect(services.has(src.service)).toBe(true)
       expect(src.namespace).toBe(namespace)
