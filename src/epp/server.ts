@@ -1,7 +1,8 @@
 // The endpoint picker: serve's fleet (endpoints from the configuration, probes, discovery,
 // engine load, KV events, the admin port and its metrics: a ProxyServer with no front port)
-// behind Envoy's ext_proc protocol on a gRPC port, with grpc.health.v1 beside it. Plaintext
-// gRPC for now.
+// behind Envoy's ext_proc protocol on a gRPC port, with grpc.health.v1 beside it. TLS on that
+// port when credentials are given (tls.ts), and then grpc.health.v1 on a plaintext port of its
+// own as well: the kubelet's gRPC probes do not speak TLS.
 import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js'
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
@@ -11,6 +12,7 @@ import { healthImplementation, servingStatus, type ServingStatus } from './healt
 import type { ProcessingRequest, ProcessingResponse } from './messages.js'
 import { EppMetrics } from './metrics.js'
 import { externalProcessor, healthService } from './protos.js'
+import { ReloadableTlsCredentials, type KeyPair } from './tls.js'
 
 export interface EppOptions {
   grpcHost: string
@@ -21,10 +23,16 @@ export interface EppOptions {
   /** Run one round of probes before the port opens (default true). */
   probeFirst?: boolean
   reloadConfig?: () => Config
+  /** TLS on the gRPC port with this pair (replaceable later: reloadTls). Plaintext without. */
+  tls?: KeyPair
+  /** A plaintext port with grpc.health.v1 only (0: any free port); opened when given. */
+  healthPort?: number
 }
 
 /** The reference endpoint picker's gRPC port. */
 export const DEFAULT_GRPC_PORT = 9002
+/** The reference endpoint picker's plaintext health port (beside its TLS gRPC port). */
+export const DEFAULT_HEALTH_PORT = 9003
 
 export class EppServer implements PickerCore {
   readonly eppMetrics: EppMetrics
@@ -34,6 +42,9 @@ export class EppServer implements PickerCore {
   streamsTaken = 0
   readonly bodyMode: BodyMode
   #grpc = new Server()
+  #healthGrpc: Server | undefined
+  #healthPort = 0
+  #tls: ReloadableTlsCredentials | undefined
   #watchers = new Set<() => void>()
   #port = 0
   #host: string
@@ -47,6 +58,7 @@ export class EppServer implements PickerCore {
   ) {
     this.bodyMode = opts.bodyMode
     this.#host = opts.grpcHost
+    if (opts.tls) this.#tls = new ReloadableTlsCredentials(opts.tls)
     this.eppMetrics = new EppMetrics(proxy.metrics.registry, () => this.exchanges.size)
   }
 
@@ -56,6 +68,7 @@ export class EppServer implements PickerCore {
     const s = new EppServer(proxy, opts)
     try {
       await s.#listen(opts.grpcHost, opts.grpcPort)
+      if (opts.healthPort !== undefined) await s.#listenHealth(opts.grpcHost, opts.healthPort)
     } catch (err) {
       await proxy.close()
       throw err
@@ -72,10 +85,39 @@ export class EppServer implements PickerCore {
       },
     })
     this.#grpc.addService(healthService().service, healthImplementation(this, this.#watchers))
-    const where = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
-    this.#port = await new Promise<number>((resolve, reject) => {
-      this.#grpc.bindAsync(where, ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)))
-    })
+    this.#port = await bind(this.#grpc, host, port, this.#tls ?? ServerCredentials.createInsecure())
+  }
+
+  async #listenHealth(host: string, port: number): Promise<void> {
+    this.#healthGrpc = new Server()
+    this.#healthGrpc.addService(healthService().service, healthImplementation(this, this.#watchers))
+    try {
+      this.#healthPort = await bind(this.#healthGrpc, host, port, ServerCredentials.createInsecure())
+    } catch (err) {
+      this.#grpc.forceShutdown()
+      throw Object.assign(err as Error, { healthPort: true })
+    }
+  }
+
+  /** TLS on the gRPC port, or plaintext. */
+  get tls(): boolean {
+    return this.#tls !== undefined
+  }
+
+  /** SHA-256 fingerprint of the certificate the gRPC port serves now (undefined: plaintext). */
+  get tlsFingerprint(): string | undefined {
+    return this.#tls?.fingerprint256
+  }
+
+  /** The certificate (PEM) the gRPC port serves now, for a client that trusts it. */
+  get tlsCertificate(): string | undefined {
+    return this.#tls?.pair.cert
+  }
+
+  /** New connections get this pair; one that would not serve throws and the old stays. */
+  reloadTls(pair: KeyPair): void {
+    if (this.#tls === undefined) throw new Error('the gRPC port is plaintext; there is no certificate to replace')
+    this.#tls.replace(pair)
   }
 
   get config(): Config {
@@ -116,6 +158,13 @@ export class EppServer implements PickerCore {
     return this.#port
   }
 
+  /** host:port of the plaintext health port, when it is open. */
+  get healthAddress(): string | undefined {
+    if (this.#healthGrpc === undefined) return undefined
+    const h = this.#host === '0.0.0.0' || this.#host === '::' ? '127.0.0.1' : this.#host
+    return `${h.includes(':') ? `[${h}]` : h}:${this.#healthPort}`
+  }
+
   get adminUrl(): string {
     return this.proxy.adminUrl
   }
@@ -141,6 +190,7 @@ export class EppServer implements PickerCore {
       const t = setTimeout(() => {
         this.log.warn({ streams: this.exchanges.size }, 'drain timeout: cutting the streams still open')
         this.#grpc.forceShutdown()
+        this.#healthGrpc?.forceShutdown()
         resolve()
       }, timeoutMs)
       t.unref()
@@ -156,10 +206,18 @@ export class EppServer implements PickerCore {
     this.#closed ??= (async () => {
       for (const stop of [...this.#watchers]) stop()
       this.#grpc.forceShutdown()
+      this.#healthGrpc?.forceShutdown()
       await this.proxy.close()
     })()
     return this.#closed
   }
+}
+
+function bind(server: Server, host: string, port: number, creds: ServerCredentials): Promise<number> {
+  const where = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
+  return new Promise<number>((resolve, reject) => {
+    server.bindAsync(where, creds, (err, p) => (err ? reject(err) : resolve(p)))
+  })
 }
 
 function sleep(ms: number): Promise<void> {

@@ -2,7 +2,7 @@
 // the body streamed or buffered, then the response's headers and body chunks, end of stream;
 // or a cancel or half-close at any point), built from the picker's own protos, and an HTTP
 // forward to the endpoint it is given, whose answer goes back through the stream.
-import { credentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js'
+import { credentials, type ChannelCredentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js'
 import { request } from 'undici'
 import { externalProcessor, healthService, protos } from '../../src/epp/protos.js'
 import { DESTINATION, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '../../src/epp/messages.js'
@@ -113,6 +113,12 @@ function destinationOf(m: Msg, phase: 'request_headers' | 'request_body'): { hea
   return { ...(h && { header: Buffer.from(h.header.raw_value).toString() }), ...(md !== undefined && { metadata: md }) }
 }
 
+/** TLS trusting this certificate (PEM) only, its names checked as a client would. */
+export const tlsTrusting = (cert: string): ChannelCredentials => credentials.createSsl(Buffer.from(cert))
+
+/** TLS without verifying the certificate: what gateways configure for the picker (insecureSkipVerify). */
+export const tlsSkipVerify = (): ChannelCredentials => credentials.createSsl(null, null, null, { rejectUnauthorized: false, checkServerIdentity: () => undefined })
+
 export class TestGateway {
   readonly #client: Msg
   readonly #health: Msg
@@ -120,11 +126,13 @@ export class TestGateway {
   constructor(
     address: string,
     readonly mode: 'streamed' | 'buffered' = 'streamed',
+    /** Plaintext unless given (tlsTrusting, tlsSkipVerify). */
+    creds: ChannelCredentials = credentials.createInsecure(),
   ) {
     const Proc = externalProcessor()
     const Health = healthService()
-    this.#client = new Proc(address, credentials.createInsecure())
-    this.#health = new Health(address, credentials.createInsecure())
+    this.#client = new Proc(address, creds)
+    this.#health = new Health(address, creds)
   }
 
   open(): GatewayStream {

@@ -3,11 +3,11 @@
 // open, every in-flight count back to 0).
 import type { Logger } from 'pino'
 import { afterEach, expect } from 'vitest'
-import { EppServer } from '../../src/epp/server.js'
+import { EppServer, type EppOptions } from '../../src/epp/server.js'
 import type { BodyMode } from '../../src/epp/exchange.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { testConfig, totalInFlight, until } from '../proxy/helpers.js'
-import { TestGateway } from './gateway.js'
+import { TestGateway, tlsTrusting } from './gateway.js'
 
 export const MODEL = 'sim-tiny'
 
@@ -21,11 +21,12 @@ export interface Rig {
 
 const open: Rig[] = []
 
-export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[], logger?: Logger): Promise<Rig> {
+export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[], logger?: Logger, extra: Pick<EppOptions, 'tls' | 'healthPort'> = {}): Promise<Rig> {
   const fleet = await startSimFleet({ instances: n, profile: 'tiny' })
   const instances = urls ?? fleet.urls
-  const epp = await EppServer.start(testConfig([{ name: 'default', instances }], { log: { level: 'silent' }, ...overrides }), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: mode, ...(logger && { logger }) })
-  const gw = new TestGateway(epp.grpcAddress, mode)
+  const epp = await EppServer.start(testConfig([{ name: 'default', instances }], { log: { level: 'silent' }, ...overrides }), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: mode, ...(logger && { logger }), ...extra })
+  // Over TLS the gateway trusts the picker's certificate (its names include 127.0.0.1).
+  const gw = new TestGateway(epp.grpcAddress, mode, ...(extra.tls ? [tlsTrusting(extra.tls.cert)] : []))
   const rig = { fleet, epp, gw, pods: fleet.urls.map((u) => new URL(u).host) }
   open.push(rig)
   return rig
