@@ -7,8 +7,24 @@ const FRONT_ONLY = new Set(['demo', 'sim-instances', 'workers', 'host', 'port', 
 
 /** The picker's own: read by name in epp.ts, not into the configuration. */
 export const EPP_OWN_FLAGS: readonly FlagSpec[] = [
-  { name: 'grpc-port', env: 'PREFIX_ROUTER_GRPC_PORT', kind: 'int', arg: 'N', help: "the ext_proc and gRPC health port, plaintext (default 9002, the reference picker's; 0: any free port)" },
+  { name: 'grpc-port', env: 'PREFIX_ROUTER_GRPC_PORT', kind: 'int', arg: 'N', help: "the ext_proc and gRPC health port, TLS unless --grpc-tls off (default 9002, the reference picker's; 0: any free port)" },
   { name: 'grpc-host', env: 'PREFIX_ROUTER_GRPC_HOST', kind: 'string', arg: 'H', help: 'the gRPC port\'s address (default 0.0.0.0)' },
+  {
+    name: 'grpc-tls',
+    env: 'PREFIX_ROUTER_GRPC_TLS',
+    kind: 'string',
+    arg: 'on|off',
+    help: 'TLS on the gRPC port (default on, as the reference picker; gateways skip verifying it): the pair given, else a self-signed certificate made at start, in memory only',
+  },
+  { name: 'grpc-tls-cert', env: 'PREFIX_ROUTER_GRPC_TLS_CERT', kind: 'string', arg: 'FILE', help: "with --grpc-tls-key: the gRPC port's certificate (PEM), read at start and again on SIGHUP" },
+  { name: 'grpc-tls-key', env: 'PREFIX_ROUTER_GRPC_TLS_KEY', kind: 'string', arg: 'FILE', help: "with --grpc-tls-cert: its private key (PEM)" },
+  {
+    name: 'grpc-health-port',
+    env: 'PREFIX_ROUTER_GRPC_HEALTH_PORT',
+    kind: 'int',
+    arg: 'N',
+    help: "gRPC health in plaintext, for the kubelet's probes, which do not speak TLS (default 9003, the reference picker's, when TLS is on; with --grpc-tls off only if given; 0: any free port)",
+  },
   {
     name: 'body-mode',
     env: 'PREFIX_ROUTER_BODY_MODE',

@@ -1,13 +1,15 @@
 // `prefix-router epp`: the router as a Gateway API inference extension endpoint picker. The
 // gateway (Envoy's ext_proc filter) asks it, over gRPC, where each request goes; it picks with
 // serve's strategies on serve's fleet (the same flags and configuration file) and names the
-// instance. Plaintext gRPC for now.
+// instance. TLS on the gRPC port by default, as the reference picker (a pair given, or a
+// self-signed certificate made at start), with gRPC health in plaintext on a port of its own.
 import { setLogger } from '@grpc/grpc-js'
 import { pino } from 'pino'
 import { ConfigError, type Config } from '../config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
-import { DEFAULT_GRPC_PORT, EppServer } from '../epp/server.js'
+import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server.js'
+import { readPair, selfSignedPair, type KeyPair } from '../epp/tls.js'
 import { logDestination } from '../proxy/access-log.js'
 import { healthReport } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
@@ -20,8 +22,10 @@ import { version } from './version.js'
 const HELP = `usage: prefix-router epp (--upstream URL ... | --config FILE) [options]
 
 The endpoint picker of a Gateway API inference gateway: answers Envoy's ext_proc requests on a
-gRPC port (plaintext for now) with the instance each request should go to, picked by the
-router's strategies, and gRPC health checks beside them. Metrics and /admin on the admin port.
+gRPC port (TLS by default: a self-signed certificate unless --grpc-tls-cert/--grpc-tls-key
+give one) with the instance each request should go to, picked by the router's strategies, and
+gRPC health checks beside them, also in plaintext on --grpc-health-port for the kubelet's
+probes. Metrics and /admin on the admin port.
 
 ${helpLines(EPP_FLAGS, [
   { usage: '--help, -h', help: 'this text' },
@@ -30,6 +34,8 @@ ${helpLines(EPP_FLAGS, [
 
 Every flag but --help and --version has the environment variable in brackets as its twin;
 any other ${ENV_PREFIX}* variable is refused. Precedence: defaults < config file < environment < flags.
+SIGHUP re-reads the configuration and the --grpc-tls-cert/--grpc-tls-key pair (new connections
+get it; a pair that does not load is logged and the old one stays).
 SIGTERM drains: readiness answers NOT_SERVING, streams open get to finish, then it exits.
 `
 
@@ -48,6 +54,11 @@ export interface EppSettings {
   grpcHost: string
   grpcPort: number
   bodyMode: BodyMode
+  /** TLS on the gRPC port: a pair from files (tlsFiles) or, without, a self-signed one. */
+  tls: boolean
+  tlsFiles?: { cert: string; key: string; certFrom: string; keyFrom: string }
+  /** The plaintext health port; undefined: none. */
+  healthPort?: number
 }
 
 /** The picker's own settings, flag over variable over default; a bad value is one line naming it. */
@@ -59,17 +70,53 @@ export function eppSettings(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     const e = env[spec.env]
     return e !== undefined && e !== '' ? { value: e, from: spec.env } : undefined
   }
-  const port = given('grpc-port')
-  let grpcPort = DEFAULT_GRPC_PORT
-  if (port !== undefined) {
-    if (!/^\d+$/.test(port.value) || Number(port.value) > 65535) throw new CliError(`${port.from} must be a port, 0-65535; got '${port.value}'`)
-    grpcPort = Number(port.value)
+  const portOf = (g: { value: string; from: string }): number => {
+    if (!/^\d+$/.test(g.value) || Number(g.value) > 65535) throw new CliError(`${g.from} must be a port, 0-65535; got '${g.value}'`)
+    return Number(g.value)
   }
+  const port = given('grpc-port')
+  const grpcPort = port === undefined ? DEFAULT_GRPC_PORT : portOf(port)
+  const tlsGiven = given('grpc-tls')
+  if (tlsGiven !== undefined && tlsGiven.value !== 'on' && tlsGiven.value !== 'off') throw new CliError(`${tlsGiven.from} must be on or off; got '${tlsGiven.value}'`)
+  const tls = tlsGiven?.value !== 'off'
+  const cert = given('grpc-tls-cert')
+  const key = given('grpc-tls-key')
+  if ((cert === undefined) !== (key === undefined)) throw new CliError(`${cert?.from ?? '--grpc-tls-cert'} and ${key?.from ?? '--grpc-tls-key'} go together; got only ${(cert ?? key)!.from}`)
+  if (cert !== undefined && !tls) throw new CliError(`${cert.from} and ${key!.from} go with TLS; got ${tlsGiven!.from} off`)
+  for (const f of [cert, key]) if (f !== undefined && f.value.trim() === '') throw new CliError(`${f.from} must be a file; got ''`)
+  const health = given('grpc-health-port')
+  const healthPort = health !== undefined ? portOf(health) : tls ? DEFAULT_HEALTH_PORT : undefined
+  if (healthPort !== undefined && healthPort !== 0 && healthPort === grpcPort) throw new CliError(`the gRPC port and the health port are both ${grpcPort}; give --grpc-health-port or --grpc-port another`)
   const host = given('grpc-host')
   if (host !== undefined && host.value.trim() === '') throw new CliError(`${host.from} must be an address; got '${host.value}'`)
   const mode = given('body-mode')
   if (mode !== undefined && mode.value !== 'streamed' && mode.value !== 'buffered') throw new CliError(`${mode.from} must be streamed or buffered; got '${mode.value}'`)
-  return { grpcHost: host?.value ?? '0.0.0.0', grpcPort, bodyMode: (mode?.value as BodyMode | undefined) ?? 'streamed' }
+  return {
+    grpcHost: host?.value ?? '0.0.0.0',
+    grpcPort,
+    bodyMode: (mode?.value as BodyMode | undefined) ?? 'streamed',
+    tls,
+    ...(cert !== undefined && { tlsFiles: { cert: cert.value, key: key!.value, certFrom: cert.from, keyFrom: key!.from } }),
+    ...(healthPort !== undefined && { healthPort }),
+  }
+}
+
+/** The pair the gRPC port serves: the files given (a problem is one line naming the flags) or a new self-signed one. */
+async function tlsPair(settings: EppSettings): Promise<KeyPair | undefined> {
+  if (!settings.tls) return undefined
+  const f = settings.tlsFiles
+  if (f === undefined) return selfSignedPair()
+  try {
+    return readPair(f.cert, f.key)
+  } catch (err) {
+    throw new CliError(`${f.certFrom}/${f.keyFrom}: ${(err as Error).message}`)
+  }
+}
+
+/** The start line's word on the gRPC port's transport and the health port. */
+function transport(epp: EppServer, settings: EppSettings): string {
+  const tls = !epp.tls ? 'plaintext' : `TLS, ${settings.tlsFiles ? `certificate ${settings.tlsFiles.cert}` : 'self-signed certificate'} sha256 ${epp.tlsFingerprint}`
+  return epp.healthAddress === undefined ? tls : `${tls}; health in plaintext on grpc://${epp.healthAddress}`
 }
 
 function build(flags: ServeFlags): BuiltConfig {
@@ -97,6 +144,8 @@ export async function run(argv: string[]): Promise<number> {
   if (!built.hasUpstreams) throw new CliError(NO_UPSTREAM)
   const { config } = built
   if (settings.grpcPort !== 0 && settings.grpcPort === config.admin.port) throw new CliError(`the gRPC port and the admin port are both ${settings.grpcPort}; give --admin-port or --grpc-port another`)
+  if (settings.healthPort !== undefined && settings.healthPort !== 0 && settings.healthPort === config.admin.port) throw new CliError(`the health port and the admin port are both ${settings.healthPort}; give --admin-port or --grpc-health-port another`)
+  const pair = await tlsPair(settings)
   const reloadConfig = (): Config => {
     try {
       return buildConfig(flags).config
@@ -110,7 +159,8 @@ export async function run(argv: string[]): Promise<number> {
   setLogger({ error: (...a: unknown[]) => logger.warn({ grpc: a.map(String).join(' ') }, 'grpc-js'), info: (...a: unknown[]) => logger.debug({ grpc: a.map(String).join(' ') }, 'grpc-js'), debug: () => undefined })
   let epp: EppServer
   try {
-    epp = await EppServer.start(config, { ...settings, reloadConfig, logger })
+    const { grpcHost, grpcPort, bodyMode, healthPort } = settings
+    epp = await EppServer.start(config, { grpcHost, grpcPort, bodyMode, reloadConfig, logger, ...(pair && { tls: pair }), ...(healthPort !== undefined && { healthPort }) })
   } catch (err) {
     if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
     const e = err as NodeJS.ErrnoException
@@ -118,13 +168,14 @@ export async function run(argv: string[]): Promise<number> {
     if (e?.message?.includes('No address added out of total')) {
       const code = /\b(EADDRINUSE|EACCES|EADDRNOTAVAIL)\b/.exec(e.message)?.[1]
       const why = code === undefined ? e.message : `${GRPC_WHY[code]} (${code})`
+      if ((e as { healthPort?: boolean }).healthPort) throw new CliError(`cannot listen on ${settings.grpcHost}:${settings.healthPort} (gRPC health, plaintext): ${why}; pick another with --grpc-health-port or --grpc-host`, 1)
       throw new CliError(`cannot listen on ${settings.grpcHost}:${settings.grpcPort} (gRPC): ${why}; pick another with --grpc-port or --grpc-host`, 1)
     }
     throw listenError(err, config) ?? err
   }
   const ep = epp.endpoint(undefined)!
   process.stderr.write(
-    `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (plaintext; admin ${epp.adminUrl})\n` +
+    `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
       healthReport(epp.proxy, config),
   )
   process.on('SIGHUP', () => {
@@ -132,6 +183,14 @@ export async function run(argv: string[]): Promise<number> {
       epp.proxy.reload()
     } catch {
       // reload() logged why; the running configuration stays.
+    }
+    const f = settings.tlsFiles
+    if (f === undefined) return
+    try {
+      epp.reloadTls(readPair(f.cert, f.key))
+      epp.log.info({ sha256: epp.tlsFingerprint }, 'gRPC TLS: the certificate files were read again; new connections get them')
+    } catch (err) {
+      epp.log.warn({ err: (err as Error).message, sha256: epp.tlsFingerprint }, 'gRPC TLS: the certificate files do not load; the running pair stays')
     }
   })
   const signal = await new Promise<NodeJS.Signals>((resolve) => {

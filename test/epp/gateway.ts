@@ -3,6 +3,7 @@
 // or a cancel or half-close at any point), built from the picker's own protos, and an HTTP
 // forward to the endpoint it is given, whose answer goes back through the stream.
 import { credentials, type ChannelCredentials, type ClientDuplexStream, type ServiceError } from '@grpc/grpc-js'
+import { connect } from 'node:tls'
 import { request } from 'undici'
 import { externalProcessor, healthService, protos } from '../../src/epp/protos.js'
 import { DESTINATION, LB_NAMESPACE, SERVED_KEY, SUBSET_KEY, SUBSET_NAMESPACE } from '../../src/epp/messages.js'
@@ -111,6 +112,19 @@ function destinationOf(m: Msg, phase: 'request_headers' | 'request_body'): { hea
   const h = set.find((o: Msg) => o.header.key === DESTINATION)
   const md = m.dynamic_metadata?.fields?.[LB_NAMESPACE]?.structValue?.fields?.[DESTINATION]?.stringValue
   return { ...(h && { header: Buffer.from(h.header.raw_value).toString() }), ...(md !== undefined && { metadata: md }) }
+}
+
+/** The SHA-256 fingerprint of the certificate a TLS server at host:port presents (ALPN h2). */
+export function servedFingerprint(address: string): Promise<string> {
+  const i = address.lastIndexOf(':')
+  return new Promise((resolve, reject) => {
+    const s = connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)), ALPNProtocols: ['h2'], rejectUnauthorized: false, servername: 'localhost' }, () => {
+      const fp = s.getPeerX509Certificate()?.fingerprint256
+      s.destroy()
+      fp === undefined ? reject(new Error('no peer certificate')) : resolve(fp)
+    })
+    s.once('error', reject)
+  })
 }
 
 /** TLS trusting this certificate (PEM) only, its names checked as a client would. */

@@ -3,25 +3,11 @@
 // replaced in place, plaintext clients are turned away, and grpc.health.v1 answers in
 // plaintext on its own port for the kubelet.
 import { X509Certificate } from 'node:crypto'
-import { connect } from 'node:tls'
 import { describe, expect, it } from 'vitest'
 import { checkPair, ReloadableTlsCredentials, selfSignedPair } from '../../src/epp/tls.js'
 import { until } from '../proxy/helpers.js'
-import { TestGateway, tlsSkipVerify } from './gateway.js'
+import { servedFingerprint, TestGateway, tlsSkipVerify } from './gateway.js'
 import { chatBody, startRig, useRigs } from './helpers.js'
-
-/** The SHA-256 fingerprint of the certificate a TLS server at host:port presents (ALPN h2). */
-export function servedFingerprint(address: string): Promise<string> {
-  const i = address.lastIndexOf(':')
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)), ALPNProtocols: ['h2'], rejectUnauthorized: false, servername: 'localhost' }, () => {
-      const fp = s.getPeerX509Certificate()?.fingerprint256
-      s.destroy()
-      fp === undefined ? reject(new Error('no peer certificate')) : resolve(fp)
-    })
-    s.once('error', reject)
-  })
-}
 
 useRigs()
 
