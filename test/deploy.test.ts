@@ -330,6 +330,7 @@ describe('deploy/kubernetes/overlays/gateway-api, the endpoint picker', () => {
   const r = () => rendered.get(EPP_OVERLAY)!
   const byKind = (kind: string) => r().manifests.filter((m) => m.kind === kind)
   const grpcPort = 9002 // epp's default: the overlay sets no --grpc-port
+  const healthPort = 9003 // epp's plaintext health port with TLS on (its default): no --grpc-health-port, no --grpc-tls off
 
   it("its ConfigMap's configuration is valid for the program and finds the pool through the API server", () => {
     const config = parseConfig(r().raw, `deploy/kubernetes/overlays/${EPP_OVERLAY}`)
@@ -348,19 +349,25 @@ describe('deploy/kubernetes/overlays/gateway-api, the endpoint picker', () => {
     for (const e of (r().container.env ?? []) as { name: string }[]) expect(env.has(e.name), `${e.name} is a variable the program reads`).toBe(true)
   })
 
-  it('probes its gRPC health on the gRPC port, for the services a running picker answers', async () => {
+  it('probes its gRPC health on the plaintext health port (the kubelet has no TLS), for the services a running picker answers there', async () => {
     const { container } = r()
+    const args: string[] = container.args
+    expect(args, 'TLS on, the default: the probes go to the plaintext health port').not.toContain('--grpc-tls')
+    expect(args).not.toContain('--grpc-health-port')
     const ports = new Map((container.ports as { name: string; containerPort: number }[]).map((p) => [p.name, p.containerPort]))
     expect(ports.get('grpc')).toBe(grpcPort)
+    expect(ports.get('health')).toBe(healthPort)
     expect(ports.get('metrics')).toBe(settled(r().raw).admin.port)
     const { EppServer } = await import('../src/epp/server.js')
+    const { selfSignedPair } = await import('../src/epp/tls.js')
     const { TestGateway } = await import('./epp/gateway.js')
-    const epp = await EppServer.start(onLoopback(r().raw, fleet.urls[0]!), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: 'streamed' })
-    const gw = new TestGateway(epp.grpcAddress, 'streamed')
+    const epp = await EppServer.start(onLoopback(r().raw, fleet.urls[0]!), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: 'streamed', tls: await selfSignedPair(), healthPort: 0 })
+    // The kubelet's probe: plaintext gRPC to the health port.
+    const gw = new TestGateway(epp.healthAddress!, 'streamed')
     try {
       for (const probe of ['readinessProbe', 'livenessProbe'] as const) {
         const g = container[probe]?.grpc as { port: number; service?: string } | undefined
-        expect(g?.port, probe).toBe(grpcPort)
+        expect(g?.port, probe).toBe(healthPort)
         expect(await gw.health(g!.service ?? ''), `${probe}: ${g!.service}`).toBe('SERVING')
       }
     } finally {
