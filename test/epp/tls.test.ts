@@ -4,6 +4,7 @@
 // plaintext on its own port for the kubelet.
 import { X509Certificate } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
+import { eppSettings } from '../../src/commands/epp.js'
 import { checkPair, ReloadableTlsCredentials, selfSignedPair } from '../../src/epp/tls.js'
 import { until } from '../proxy/helpers.js'
 import { servedFingerprint, TestGateway, tlsSkipVerify } from './gateway.js'
@@ -105,5 +106,28 @@ describe('the picker in plaintext', () => {
     expect(r.epp.tls).toBe(false)
     expect(r.epp.healthAddress).toBeUndefined()
     expect(await r.gw.health('readiness')).toBe('SERVING')
+  })
+})
+
+describe('the picker in plaintext, with a health port given', () => {
+  it('answers health there too', async () => {
+    const r = await startRig(1, 'streamed', {}, undefined, undefined, { healthPort: 0 })
+    const probe = new TestGateway(r.epp.healthAddress!)
+    try {
+      expect(await probe.health('readiness')).toBe('SERVING')
+    } finally {
+      probe.close()
+    }
+  })
+})
+
+describe('the TLS settings', () => {
+  it('TLS on and the health port 9003 by default; off: no health port unless given; the pair from flags or variables', () => {
+    expect(eppSettings({}, {})).toMatchObject({ tls: true, healthPort: 9003, grpcPort: 9002 })
+    expect(eppSettings({ 'grpc-tls': 'off' }, {})).not.toHaveProperty('healthPort')
+    expect(eppSettings({ 'grpc-tls': 'off' }, {}).tls).toBe(false)
+    expect(eppSettings({}, { PREFIX_ROUTER_GRPC_TLS: 'off', PREFIX_ROUTER_GRPC_HEALTH_PORT: '9010' })).toMatchObject({ tls: false, healthPort: 9010 })
+    expect(eppSettings({ 'grpc-tls-cert': '/c.pem' }, { PREFIX_ROUTER_GRPC_TLS_KEY: '/k.pem' }).tlsFiles).toEqual({ cert: '/c.pem', key: '/k.pem', certFrom: '--grpc-tls-cert', keyFrom: 'PREFIX_ROUTER_GRPC_TLS_KEY' })
+    expect(() => eppSettings({ 'grpc-tls-key': '/k.pem' }, {})).toThrow('--grpc-tls-cert and --grpc-tls-key go together; got only --grpc-tls-key')
   })
 })
