@@ -234,7 +234,13 @@ async function collected(t: Tracked[]): Promise<{ heap: number; alive: number }>
 async function metric(r: Rig, name: string): Promise<number> {
   const text = await r.epp.proxy.metricsText()
   let n = 0
-  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, 'gm'))) n += Number(m[1])
+  let series = 0
+  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, 'gm'))) {
+    n += Number(m[1])
+    series++
+  }
+  // A metric that is not there would read as 0 and pass for one that is.
+  if (series === 0) throw new Error(`no ${name} in the picker's /metrics`)
   return n
 }
 
