@@ -131,7 +131,7 @@ async function drive(d: Driver, i: number, way: Way): Promise<void> {
   switch (way) {
     case 'cancel-before-body':
       s.send({ request_headers: headers() })
-      // Once the picker holds the stream: cancelled sooner, the stream stays open (the known bug below).
+      // Once the picker's handler has the stream: cancelled sooner, it can stay open there (the known fault below).
       await d.taken(i)
       s.cancel()
       return
@@ -340,7 +340,7 @@ describe('epp: known faults the leak test found', () => {
     return { epp, client, close }
   }
 
-  it.fails('a stream the gateway cancels right after its request headers, before the picker has taken it, ends (it stays open: its Exchange never ends, and the server call it holds reads cancelled false)', async () => {
+  it.fails('a stream the gateway cancels right after its request headers ends in the picker (it stays open: the handler takes it, its Exchange never ends, and the server call it holds reads cancelled false)', async () => {
     const { epp, client, close } = await ownRig()
     try {
       for (let i = 0; i < 40; i++) {
