@@ -1,5 +1,7 @@
 // Shared set-up for discovery tests: a router whose first endpoint finds its instances
 // through the given sources, a log to read back, and simulated workers to be found.
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { capturedLog } from '../faults/log-lines.js'
 export { GatedClock } from '../helpers/gated-clock.js'
@@ -45,3 +47,25 @@ export async function untilLog(lines: Record<string, unknown>[], pred: (l: Recor
 export const membershipChange = (l: Record<string, unknown>) => l.msg === 'discovery: membership changed'
 export const sourceFailed = (l: Record<string, unknown>) => l.msg === 'discovery source failed; keeping its last list'
 
+
+/**
+ * A kubeconfig in `dir` pointing at a fake API server (plain HTTP, a bearer token), in
+ * `namespace`, made the one the client library reads (KUBECONFIG).
+ */
+export function useKubeconfig(dir: string, server: string, namespace: string): void {
+  const kubeconfig = join(dir, 'kubeconfig')
+  writeFileSync(
+    kubeconfig,
+    [
+      'apiVersion: v1',
+      'kind: Config',
+      // Plain HTTP: the client refuses it unless told TLS is not to be checked.
+      'clusters: [{ name: test, cluster: { server: "' + server + '", insecure-skip-tls-verify: true } }]',
+      'users: [{ name: tester, user: { token: secret-token } }]',
+      `contexts: [{ name: test, context: { cluster: test, user: tester, namespace: ${namespace} } }]`,
+      'current-context: test',
+      '',
+    ].join('\n'),
+  )
+  process.env.KUBECONFIG = kubeconfig
+}

@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
-import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, useKubeconfig } from './helpers.js'
 
 interface Meta {
   name: string
@@ -234,20 +234,7 @@ afterAll(async () => {
 async function startApi(): Promise<FakeApi> {
   api = new FakeApi()
   const server = await api.listen()
-  const kubeconfig = join(dir, 'kubeconfig')
-  writeFileSync(
-    kubeconfig,
-    [
-      'apiVersion: v1',
-      'kind: Config',
-      'clusters: [{ name: test, cluster: { server: "' + server + '", insecure-skip-tls-verify: true } }]',
-      'users: [{ name: tester, user: { token: secret-token } }]',
-      'contexts: [{ name: test, context: { cluster: test, user: tester, namespace: elsewhere } }]',
-      'current-context: test',
-      '',
-    ].join('\n'),
-  )
-  process.env.KUBECONFIG = kubeconfig
+  useKubeconfig(dir, server, 'elsewhere')
   delete process.env.KUBERNETES_SERVICE_HOST
   return api
 }

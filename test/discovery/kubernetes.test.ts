@@ -4,14 +4,14 @@
 // kubeconfig file as kubectl would find it. The instances are simulator workers on 127.0.0.x.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { totalInFlight, until } from '../proxy/helpers.js'
-import { members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+import { members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, useKubeconfig } from './helpers.js'
 
 interface Slice {
   apiVersion: 'discovery.k8s.io/v1'
@@ -145,21 +145,7 @@ afterAll(async () => {
 async function startApi(): Promise<FakeApi> {
   api = new FakeApi()
   const server = await api.listen()
-  const kubeconfig = join(dir, 'kubeconfig')
-  writeFileSync(
-    kubeconfig,
-    [
-      'apiVersion: v1',
-      'kind: Config',
-      // Plain HTTP: the client refuses it unless told TLS is not to be checked.
-      'clusters: [{ name: test, cluster: { server: "' + server + '", insecure-skip-tls-verify: true } }]',
-      'users: [{ name: tester, user: { token: secret-token } }]',
-      'contexts: [{ name: test, context: { cluster: test, user: tester, namespace: inference } }]',
-      'current-context: test',
-      '',
-    ].join('\n'),
-  )
-  process.env.KUBECONFIG = kubeconfig
+  useKubeconfig(dir, server, 'inference')
   delete process.env.KUBERNETES_SERVICE_HOST
   return api
 }

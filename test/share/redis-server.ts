@@ -3,6 +3,7 @@
 // same port. Without redis-server the tests fail saying how to install it: CI installs it.
 import { spawn, type ChildProcess } from 'node:child_process'
 import net from 'node:net'
+import { freePort } from '../helpers/ports.js'
 
 export interface RedisServer {
   port: number
@@ -15,14 +16,6 @@ export interface RedisServer {
 }
 
 export const NO_REDIS = 'redis-server is not installed: the share-load tests need it (Debian: apt-get install redis-server; .ci/run installs it)'
-
-async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
-  const port = (s.address() as net.AddressInfo).port
-  await new Promise<void>((r) => s.close(() => r()))
-  return port
-}
 
 /** Resolves once the server answers PING. */
 async function answers(port: number, timeoutMs: number): Promise<void> {

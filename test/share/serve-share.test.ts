@@ -150,10 +150,22 @@ describe('serve --share-load, as processes', () => {
     // Requests through b's workers: b's primary publishes what they queue on the shared state.
     const answers = [post(`${b.url}/v1/chat/completions`, body(3)), post(`${b.url}/v1/chat/completions`, body(4))]
     await until(async () => Object.values((await replicas(a.admin)).sharedPrefillBlocks.default ?? {}).some((n) => n > 0), 5000, "b's queued prefill at a")
-    const ra = await replicas(a.admin)
-    const rb = await replicas(b.admin)
+    // The two reports are read one after the other, and b publishes again in between when its
+    // queue moves: wait until a reads what b last published, rather than comparing one pair of reads.
+    let ra = await replicas(a.admin)
+    let rb = await replicas(b.admin)
+    const published = (r: ShareLoadReport) => Object.fromEntries(Object.entries(r.ownPrefillBlocks.default ?? {}).filter(([, n]) => n > 0))
+    await until(
+      async () => {
+        ;[ra, rb] = [await replicas(a.admin), await replicas(b.admin)]
+        const sorted = (o: Record<string, number>) => JSON.stringify(Object.entries(o).sort(([x], [y]) => x.localeCompare(y)))
+        return sorted(ra.sharedPrefillBlocks.default ?? {}) === sorted(published(rb))
+      },
+      5000,
+      "a's figure to equal what b publishes",
+    )
     expect(ra.peers[0]!.replica).toBe('proc-b')
-    expect(ra.sharedPrefillBlocks.default).toEqual(Object.fromEntries(Object.entries(rb.ownPrefillBlocks.default!).filter(([, n]) => n > 0)))
+    expect(ra.sharedPrefillBlocks.default).toEqual(published(rb))
     for (const r of await Promise.all(answers)) expect(r.status).toBe(200)
     expect(await metric(b.admin, 'prefix_router_share_load_peers')).toBe(1)
   })
