@@ -36,7 +36,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = COMMANDS[name]
   if (cmd === undefined) {
-    const { didYouMean } = await import('./suggest.js')
+    const { didYouMean } = await import('./config/suggest.js')
     process.stderr.write(`prefix-router: unknown command '${name}'${didYouMean(name, Object.keys(COMMANDS))}\n\n${usage()}`)
     return 2
   }

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ConfigError, endpointRouting, parseConfig } from '../src/config.js'
+import { ConfigError, endpointRouting, parseConfig } from '../src/config/config.js'
 import { buildConfig } from '../src/commands/serve-config.js'
 import { CliError } from '../src/commands/cli-error.js'
 

@@ -5,7 +5,7 @@
 // self-signed certificate made at start), with gRPC health in plaintext on a port of its own.
 import { setLogger } from '@grpc/grpc-js'
 import { pino } from 'pino'
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
 import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server.js'

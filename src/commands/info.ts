@@ -1,4 +1,4 @@
-import { buildInfo } from '../build-info.js'
+import { buildInfo } from '../core/build-info.js'
 import { parseFlags } from './cli-error.js'
 
 export async function run(argv: string[]): Promise<number> {

@@ -1,7 +1,7 @@
 // `prefix-router serve`: the router in front of a fleet. It needs instances to route to; with
 // --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
 import { availableParallelism } from 'node:os'
-import { ConfigError, MAX_WORKERS, type Config } from '../config.js'
+import { ConfigError, MAX_WORKERS, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'

@@ -1,7 +1,7 @@
 // The admin port (loopback by default): Prometheus metrics, instance state, reload.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError, type Config } from '../config/config.js'
 import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
 import type { ProxyServer } from './proxy.js'
 import { h1Options } from './server.js'
