@@ -5,7 +5,7 @@
 // in NODE_OPTIONS, hence the shebang; `npm start` and the benchmarks pass it too.
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
-import { CliError } from './commands/cli-error.js'
+import { CliError } from './cli/cli-error.js'
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },

@@ -12,10 +12,10 @@ import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server
 import { readPair, selfSignedPair, type KeyPair } from '../epp/tls.js'
 import { logDestination } from '../proxy/access-log.js'
 import { healthReport } from './banner.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
-import { listenError } from './listen-error.js'
+import { listenError } from '../cli/listen-error.js'
 import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
 

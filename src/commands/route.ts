@@ -7,7 +7,7 @@ import { xxh3 } from '../core/hash.js'
 import { RequestError } from '../core/errors.js'
 import { routingKey, textSpan } from '../core/key/index.js'
 import { keyHash } from '../core/key/key-hash.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { buildConfig, type ServeFlags } from './serve-config.js'
 

@@ -5,7 +5,7 @@ import { ConfigError, parseConfig, readConfigFile, type Config } from '../config
 import { dnsServer, dnsUrl } from '../fleet/discovery/schema.js'
 import { didYouMean } from '../config/suggest.js'
 import { upstreamUrlProblem } from '../fleet/upstream-url.js'
-import { CliError } from './cli-error.js'
+import { CliError } from '../cli/cli-error.js'
 import { EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, FLAGS, type FlagSpec } from './flags.js'
 
