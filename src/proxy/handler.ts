@@ -113,7 +113,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
       const read = await readInvoke(core, routing, req, out)
       out.status = await proxyTo(core, ep, req, route.eventStream ? new EventStreamResponse(res) : res, client, out, invokeOutbound(routing, route, req, read, model))
     } else if (route.kind === 'openai') {
-      out.status = await new ChatRequest(core, ep, route, req, res, client, out).proxy()
+      out.status = await new OpenAIBodyRequest(core, ep, route, req, res, client, out).proxy()
     }
   } catch (err) {
     answerError(core, req, res, client, out, err)
@@ -216,12 +216,13 @@ function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req
 }
 
 /**
- * An OpenAI request, from its body to its answer. A body declared small is read whole, then
+ * A request to one of the OpenAI-shaped routes (chat, completions, embeddings, responses,
+ * rerank, score, tokenize, detokenize), from its JSON body to its answer. A body declared small is read whole, then
  * parsed and sent upstream from inside its 'end' event (one promise, no copy of a body that
  * came in one chunk, no wait for Node to finish with the stream); any other is read chunk by
  * chunk under the shape and pacing limits.
  */
-class ChatRequest implements WholeUse<number> {
+class OpenAIBodyRequest implements WholeUse<number> {
   readonly limits: OpenAIBodyLimits
 
   constructor(
@@ -252,11 +253,11 @@ class ChatRequest implements WholeUse<number> {
 
   send(read: OpenAIBody): Promise<number> {
     const { core, ep, req } = this
-    return proxyTo(core, ep, req, this.res, this.client, this.out, chatOutbound(core, ep, this.route, req, read))
+    return proxyTo(core, ep, req, this.res, this.client, this.out, openAIOutbound(core, ep, this.route, req, read))
   }
 }
 
-function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
+function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
   const k = chatKey(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
