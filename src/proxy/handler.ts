@@ -17,6 +17,7 @@ import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
+import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
@@ -98,7 +99,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   // setHeader pass over every header the instance sent.
   try {
     const m = matchRoute(req.url ?? '/')
-    if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
+    if (m === undefined) throw notFound('not_found', `no route for ${echo(req.method ?? '')} ${echo((req.url ?? '').split('?')[0]!)}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
     if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
     const { route } = m
@@ -179,10 +180,10 @@ function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcom
   if (route.kind === 'unsupported') {
     // Refused rather than guessed at: an unknown API has no routing key, and vLLM's other /v1/
     // paths include ones that change one instance's state (LoRA loading).
-    throw notFound('unsupported_route', `the router does not forward ${route.path}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
+    throw notFound('unsupported_route', `the router does not forward ${echo(route.path)}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
   }
   const ep = core.endpoint(route.endpoint)
-  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${route.endpoint ?? 'default'}'`)
+  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(route.endpoint ?? 'default')}'`)
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
@@ -423,7 +424,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   out.tenant = o.tenant
   out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
   const strategy = ep.routing.strategy
-  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: echo(o.model) }) })
   const p = new Proxying(core, ep, req, client, out, span, o)
   const tries = p.tries
   let failure: unknown
