@@ -15,7 +15,7 @@ import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from '../core/key/invoke-key.js'
 import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
-import { bodyChunks, readWhole, type WholeUse } from './body.js'
+import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
@@ -44,8 +44,12 @@ export interface ProxyCore {
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
 
-/** The router's own answer, with the headers every answer to the request carries (forward adds them to the instances'). */
-function send(req: Req, res: Res, out: Outcome, status: number, body: string, headers: Record<string, string> = {}): void {
+/**
+ * The router's own answer, with the headers every answer to the request carries (forward adds
+ * them to the instances'). Given `rest`, an answer that closes the connection before the body
+ * was read to its end is ended only once the rest is read and thrown away (endAfterBody).
+ */
+function send(req: Req, res: Res, out: Outcome, status: number, body: string, headers: Record<string, string> = {}, rest?: Config['limits']): void {
   if (res.headersSent) {
     res.destroy()
     return
@@ -54,6 +58,11 @@ function send(req: Req, res: Res, out: Outcome, status: number, body: string, he
   if (out.sagemaker) h[VARIANT_HEADER] = VARIANT
   // Connection-specific headers are forbidden in HTTP/2 (RFC 9113 section 8.2.2).
   if (isH2(req)) delete h.connection
+  if (rest !== undefined && h.connection === 'close' && bodyLeft(req, rest.maxBodyBytes)) {
+    h['content-length'] = String(Buffer.byteLength(body))
+    res.writeHead(status, h)
+    return endAfterBody(req, res, body, rest.maxBodyBytes, rest.bodyTimeoutMs)
+  }
   res.writeHead(status, h)
   res.end(body)
 }
@@ -130,9 +139,12 @@ function answerError(core: ProxyCore, req: Req, res: Res, client: ClientState, o
   const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
   if (!(err instanceof RequestError)) core.log.error({ err }, 'request failed')
   out.status = e.status
-  // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
+  // A request whose body we refuse unread must not leave the rest on a kept-alive connection;
+  // but the rest is read before the connection is closed, so that the answer is not lost, unless
+  // the body's time is up already.
   const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
-  send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+  const rest = e.status === 408 ? undefined : core.config.limits
+  send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug }, rest)
 }
 
 // Label values are written into these and read at once: the metrics keep none of them.
