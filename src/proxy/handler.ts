@@ -22,6 +22,7 @@ import { RequestError } from '../core/errors.js'
 import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
+import { duplicateHost, repeatsHost } from './host-header.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
@@ -107,6 +108,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   // rather than set here: a response with no header set before writeHead skips Node's
   // setHeader pass over every header the instance sent.
   try {
+    if (req.httpVersionMajor === 1 && repeatsHost(req.rawHeaders)) throw duplicateHost()
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${echo(req.method ?? '')} ${echo((req.url ?? '').split('?')[0]!)}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
