@@ -4,6 +4,7 @@
 import { pino, type Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config/config.js'
 import { noHealthyInstance, RequestError } from '../core/errors.js'
+import { echo } from '../core/echo.js'
 import { NoInstanceError, Router, type Lease } from '../core/router.js'
 import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'
 import type { InstanceEntry } from './discovery/source.js'
@@ -430,7 +431,7 @@ export class Endpoint {
     if (model !== undefined) {
       const g = this.#groupOf(model)
       if (g === MODEL_DOWN) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
-      if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${model}' does not exist on endpoint '${this.name}'.`, 404)
+      if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${echo(model)}' does not exist on endpoint '${this.name}'.`, 404)
       group = g
     }
     try {

@@ -1,6 +1,7 @@
 // The access log: one `info` line per front request, built when the request ends.
 import { createHash } from 'node:crypto'
 import { pino, type DestinationStream, type Logger } from 'pino'
+import { echo } from '../core/echo.js'
 import * as line from './log-line.js'
 import type { Req } from './types.js'
 
@@ -80,7 +81,7 @@ export function tenantHash(tenant: string): string {
 function pathOf(url: string | undefined): string {
   if (url === undefined) return ''
   const q = url.indexOf('?')
-  return q === -1 ? url : url.slice(0, q)
+  return echo(q === -1 ? url : url.slice(0, q))
 }
 
 const ms = (x: number) => Math.round(x * 10) / 10
@@ -101,7 +102,7 @@ function fields(f: Fields, req: Req, out: Outcome, status: number, started: numb
   f.str('path', pathOf(req.url))
   f.num('status', status)
   f.str('endpoint', out.endpoint || undefined)
-  f.str('model', out.model)
+  f.str('model', out.model === undefined ? undefined : echo(out.model))
   f.str('tenant', out.tenant === undefined ? undefined : tenantHash(out.tenant))
   f.str('strategy', out.strategy || undefined)
   f.str('instance', proxied ? out.instance : undefined)

@@ -5,7 +5,7 @@
 import { constants as h2 } from 'node:http2'
 import type { Http2ServerRequest } from 'node:http2'
 import { bodyTimeout, tooLarge } from './errors.js'
-import type { Req } from './types.js'
+import type { Req, Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
 
 const clientGone = () => new PrefixRouterError('PR_CLIENT_GONE', 'client closed the request body')
@@ -81,6 +81,44 @@ abstract class Listener {
       else stream.once('finish', reset)
     }
   }
+}
+
+/**
+ * Whether an answer that closes the connection should wait for the rest of req's body: an
+ * HTTP/1.1 body not yet read to its end, and not declared longer than maxBytes (which
+ * endAfterBody would give up on anyway). HTTP/2 resets the stream instead (abandon).
+ */
+export function bodyLeft(req: Req, maxBytes: number): boolean {
+  if (req.httpVersionMajor !== 1 || req.complete) return false
+  return !(Number(req.headers['content-length']) > maxBytes)
+}
+
+/**
+ * Sends `body`, the rest of an answer whose headers are written (with content-length) and which
+ * closes the connection, and ends it once the rest of req's body has been read and thrown
+ * away: at most maxBytes more of it, within timeoutMs (0: no limit). A socket closed with
+ * bytes unread is reset, which loses the answer for a client still sending, or one that
+ * reads only once it has sent everything. Node reads the rest this way after an answer that
+ * keeps the connection, but without a bound.
+ */
+export function endAfterBody(req: Req, res: Res, body: string, maxBytes: number, timeoutMs: number): void {
+  res.write(body)
+  let left = maxBytes
+  const end = () => {
+    clearTimeout(timer)
+    req.off('data', onData)
+    req.off('end', end)
+    req.off('close', end)
+    res.end()
+  }
+  const onData = (chunk: Buffer) => {
+    if ((left -= chunk.length) < 0) end()
+  }
+  const timer = timeoutMs > 0 ? setTimeout(end, timeoutMs).unref() : undefined
+  req.on('data', onData)
+  req.once('end', end)
+  req.once('close', end)
+  req.resume()
 }
 
 /** The chunks of one request's body, as an async iterator: see bodyChunks. */
@@ -240,7 +278,7 @@ function settles(resolve: (value: unknown) => void, reject: (err: Error) => void
 /**
  * The chunks of req's body, failing with 408 once timeoutMs (0: no limit) have passed since
  * this call. Single use. A reader that gives up early leaves the rest unread, and the
- * answer says connection: close; on HTTP/2 the stream is reset with NO_ERROR once the
+ * answer says connection: close (and is ended once the rest is read: endAfterBody); on HTTP/2 the stream is reset with NO_ERROR once the
  * answer is out, which is how RFC 9113 (8.1) has a server stop a request it answered.
  * Memory stays bounded: past AHEAD_BYTES unread the request is paused until they are read.
  */

@@ -4,6 +4,7 @@
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
+import { echo, MAX_MODEL_CHARS, modelTooLong } from '../core/echo.js'
 import { requestKey, textSpan, type RoutingKey } from '../core/key/index.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
 import type { OpenAIBody, OpenAIBodyLimits } from './openai-body.js'
@@ -38,7 +39,9 @@ export function chatKey(config: Config, log: Logger, endpoint: string, tenantHea
     k = { bytes: n.key, tenant: tenantOf(tenantHeader, n.promptCacheKey), anchor: undefined, model: n.model, stream: n.stream }
   } else {
     k = requestKey(read.request, { tenant: tenantHeader })
-    if (config.log.prompts) log.info({ endpoint, model: k.model, text: read.request.text.slice(0, 2000) }, 'routing text')
+    if (config.log.prompts) log.info({ endpoint, model: k.model === undefined ? undefined : echo(k.model), text: read.request.text.slice(0, 2000) }, 'routing text')
   }
+  // Refused before the pick, whose 404 for an unknown model and the access log would repeat it.
+  if (k.model !== undefined && k.model.length > MAX_MODEL_CHARS) throw modelTooLong(k.model.length)
   return { key: k.text ?? k.bytes, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream }
 }

@@ -5,6 +5,7 @@
 import type http from 'node:http'
 import type http2 from 'node:http2'
 import type net from 'node:net'
+import { nghttp2Finished } from '../net/h2-finished.js'
 import type { Req, Res } from './types.js'
 
 type Handler = (req: Req, res: Res) => void
@@ -20,12 +21,19 @@ export interface ClientTimeouts {
   keepAliveTimeoutMs: number
 }
 
+/**
+ * How often connections are checked: for Node's HTTP/1.1 timeouts, which it checks only this
+ * often (30 s by default), and for HTTP/2 sessions nghttp2 has finished with.
+ */
+export const checkingIntervalMs = (headersTimeoutMs: number): number => Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4) || 1000))
+
 export class FrontConnections {
   readonly #sockets = new Set<net.Socket>()
   /** Connections that carried an HTTP/1.1 request (their responses not yet closed are counted on them, OPEN). */
   readonly #h1 = new Set<H1Socket>()
   readonly #sessions = new Set<http2.ServerHttp2Session>()
   #draining = false
+  #sweep: NodeJS.Timeout | undefined
 
   constructor(readonly timeouts: ClientTimeouts) {}
 
@@ -38,6 +46,10 @@ export class FrontConnections {
 
   readonly session = (s: http2.ServerHttp2Session): void => {
     this.#sessions.add(s)
+    if (this.#sweep === undefined) {
+      this.#sweep = setInterval(this.#closeFinished, checkingIntervalMs(this.timeouts.headersTimeoutMs))
+      this.#sweep.unref()
+    }
     let open = 0
     let timer: NodeJS.Timeout | undefined
     // close() sends GOAWAY and, with no stream open, ends the connection.
@@ -57,7 +69,18 @@ export class FrontConnections {
     s.once('close', () => {
       clearTimeout(timer)
       this.#sessions.delete(s)
+      if (this.#sessions.size === 0) this.#sweep = void clearInterval(this.#sweep)
     })
+  }
+
+  /**
+   * Destroys the sessions nghttp2 is done with but Node left open: after a GOAWAY for a
+   * connection error (rapid reset, a malformed frame) nghttp2 stops reading, so the peer's
+   * FIN goes unseen and the socket stays in CLOSE-WAIT, holding a place under maxConnections,
+   * until the keep-alive timer. RFC 9113 (5.4.1) has the connection closed after that GOAWAY.
+   */
+  readonly #closeFinished = (): void => {
+    for (const s of this.#sessions) if (!s.destroyed && nghttp2Finished(s)) s.destroy()
   }
 
   /** Wraps a request handler: a drain closes an HTTP/1.1 connection only between its answers. */

@@ -35,6 +35,9 @@ export const methodNotAllowed = (allow: string) =>
 export const tooLarge = (limit: number) => toProxyError(requestTooLarge(limit))
 export const noHealthyInstance = (endpoint: string, retryAfterSeconds: number) => toProxyError(noHealthy(endpoint, retryAfterSeconds))
 export const upstreamFailed = (code: string, message: string, status = 502) => new ProxyError(status, 'upstream_error', code, message)
+/** RFC 9112 3.2: more than one Host line. The request is malformed: nothing more on its connection is to be trusted. */
+export const duplicateHost = () =>
+  new ProxyError(400, 'invalid_request_error', 'invalid_host', 'the request has more than one Host header line', { connection: 'close' })
 export const shuttingDown = () =>
   new ProxyError(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })
 

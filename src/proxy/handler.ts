@@ -15,12 +15,14 @@ import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
 import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
-import { bodyChunks, readWhole, type WholeUse } from './body.js'
+import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
+import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
-import { isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
+import { duplicateHost, isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
+import { repeatsHost } from './host-header.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
@@ -43,8 +45,12 @@ export interface ProxyCore {
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
 
-/** The router's own answer, with the headers every answer to the request carries (forward adds them to the instances'). */
-function send(req: Req, res: Res, out: Outcome, status: number, body: string, headers: Record<string, string> = {}): void {
+/**
+ * The router's own answer, with the headers every answer to the request carries (forward adds
+ * them to the instances'). Given `rest`, an answer that closes the connection before the body
+ * was read to its end is ended only once the rest is read and thrown away (endAfterBody).
+ */
+function send(req: Req, res: Res, out: Outcome, status: number, body: string, headers: Record<string, string> = {}, rest?: Config['limits']): void {
   if (res.headersSent) {
     res.destroy()
     return
@@ -53,6 +59,11 @@ function send(req: Req, res: Res, out: Outcome, status: number, body: string, he
   if (out.sagemaker) h[VARIANT_HEADER] = VARIANT
   // Connection-specific headers are forbidden in HTTP/2 (RFC 9113 section 8.2.2).
   if (isH2(req)) delete h.connection
+  if (rest !== undefined && h.connection === 'close' && bodyLeft(req, rest.maxBodyBytes)) {
+    h['content-length'] = String(Buffer.byteLength(body))
+    res.writeHead(status, h)
+    return endAfterBody(req, res, body, rest.maxBodyBytes, rest.bodyTimeoutMs)
+  }
   res.writeHead(status, h)
   res.end(body)
 }
@@ -97,8 +108,9 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
   // rather than set here: a response with no header set before writeHead skips Node's
   // setHeader pass over every header the instance sent.
   try {
+    if (req.httpVersionMajor === 1 && repeatsHost(req.rawHeaders)) throw duplicateHost()
     const m = matchRoute(req.url ?? '/')
-    if (m === undefined) throw notFound('not_found', `no route for ${req.method ?? ''} ${(req.url ?? '').split('?')[0]}`)
+    if (m === undefined) throw notFound('not_found', `no route for ${echo(req.method ?? '')} ${echo((req.url ?? '').split('?')[0]!)}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
     if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
     const { route } = m
@@ -129,9 +141,12 @@ function answerError(core: ProxyCore, req: Req, res: Res, client: ClientState, o
   const e = err instanceof RequestError ? toProxyError(err) : upstreamError(err)
   if (!(err instanceof RequestError)) core.log.error({ err }, 'request failed')
   out.status = e.status
-  // A request whose body we refuse unread must not leave the rest on a kept-alive connection.
+  // A request whose body we refuse unread must not leave the rest on a kept-alive connection;
+  // but the rest is read before the connection is closed, so that the answer is not lost, unless
+  // the body's time is up already.
   const debug: Record<string, string> = core.config.debugHeaders && out.instance ? { 'x-prefix-router-instance': out.instance, 'x-prefix-router-retries': String(out.retries) } : {}
-  send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug })
+  const rest = e.status === 408 ? undefined : core.config.limits
+  send(req, res, out, e.status, e.body(), e.status === 413 ? { ...e.headers, ...debug, connection: 'close' } : { ...e.headers, ...debug }, rest)
 }
 
 // Label values are written into these and read at once: the metrics keep none of them.
@@ -179,10 +194,10 @@ function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcom
   if (route.kind === 'unsupported') {
     // Refused rather than guessed at: an unknown API has no routing key, and vLLM's other /v1/
     // paths include ones that change one instance's state (LoRA loading).
-    throw notFound('unsupported_route', `the router does not forward ${route.path}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
+    throw notFound('unsupported_route', `the router does not forward ${echo(route.path)}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
   }
   const ep = core.endpoint(route.endpoint)
-  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${route.endpoint ?? 'default'}'`)
+  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(route.endpoint ?? 'default')}'`)
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
@@ -424,7 +439,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
   out.tenant = o.tenant
   out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
   const strategy = ep.routing.strategy
-  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: o.model }) })
+  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: echo(o.model) }) })
   const p = new Proxying(core, ep, req, client, out, span, o)
   const tries = p.tries
   let failure: unknown

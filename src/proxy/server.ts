@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net'
 import type { Config } from '../config/config.js'
 import { frontMaxConnections } from '../net/fd-limit.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
-import { FrontConnections } from './connections.js'
+import { checkingIntervalMs, FrontConnections } from './connections.js'
 import { checkContinue } from './expect.js'
 import type { Req, Res } from './types.js'
 
@@ -43,8 +43,7 @@ export function h1Options(config: Config): Pick<http.ServerOptions, 'headersTime
     requestTimeout: requestTimeoutMs,
     // Node holds an idle connection a second longer than it advertises (Keep-Alive: timeout=).
     keepAliveTimeout: keepAliveTimeoutMs,
-    // Node checks both timeouts on this interval (default 30 s): keep it well under them.
-    connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4) || 1000)),
+    connectionsCheckingInterval: checkingIntervalMs(headersTimeoutMs),
   }
 }
 
