@@ -27,7 +27,7 @@ export class MissingPackageError extends PrefixRouterError {
   declare readonly details: Readonly<{ feature: OptionalFeature; packages: readonly string[]; command: string }>
   constructor(feature: OptionalFeature, packages: readonly string[]) {
     const command = `npm install ${packages.map((p) => `${p}@${testedVersion(p)}`).join(' ')}`
-    const list = packages.join(' and ')
+    const list = packages.length === 1 ? packages[0] : `${packages.slice(0, -1).join(', ')} and ${packages.at(-1)}`
     super(
       'ERR_MISSING_PACKAGE',
       `${OPTIONAL_FEATURES[feature].what} needs ${list}, ${packages.length === 1 ? 'an optional package that is' : 'optional packages that are'} not installed; install ${packages.length === 1 ? 'it' : 'them'} beside prefix-router: ${command}`,
