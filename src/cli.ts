@@ -5,8 +5,8 @@
 // in NODE_OPTIONS, hence the shebang; `npm start` and the benchmarks pass it too.
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
-import { CliError } from './commands/cli-error.js'
-import { MissingPackageError, requireFeature, type OptionalFeature } from './optional-packages.js'
+import { CliError } from './cli/cli-error.js'
+import { MissingPackageError, requireFeature, type OptionalFeature } from './core/optional-packages.js'
 
 // `needs`: a command whose own modules import optional packages; they are looked for before
 // it loads, so that one missing is the message naming it rather than the loader's stack.
@@ -39,7 +39,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = COMMANDS[name]
   if (cmd === undefined) {
-    const { didYouMean } = await import('./suggest.js')
+    const { didYouMean } = await import('./config/suggest.js')
     process.stderr.write(`prefix-router: unknown command '${name}'${didYouMean(name, Object.keys(COMMANDS))}\n\n${usage()}`)
     return 2
   }

@@ -9,7 +9,7 @@ import { resolveSim, type SimOptions } from '../sim/config.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
-import { requireFeature } from '../optional-packages.js'
+import { requireFeature } from '../core/optional-packages.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
 import { DEFAULT_ENGINE_LOAD_INTERVAL_MS, DEFAULT_KV_EVENTS_DELAY_MS, DEFAULT_SHARE_LOAD_DELAY_MS, DEFAULT_SHARE_LOAD_INTERVAL_MS, type ScaleEvent } from '../replay/lane.js'
 import { Progress } from '../replay/progress.js'
@@ -20,7 +20,7 @@ import { MIN_BLOCK_TOKENS } from '../replay/block-text.js'
 import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/trace.js'
 import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
 import { WORKLOADS } from '../replay/workloads/index.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 
 const KNOBS = new Map<string, WorkloadParam>()
 for (const w of Object.values(WORKLOADS)) for (const p of w.params) if (!KNOBS.has(p.flag)) KNOBS.set(p.flag, p)

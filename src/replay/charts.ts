@@ -1,7 +1,7 @@
 // The replay's charts, as Vega-Lite specs rendered to SVG in Node (vega's headless View;
 // no browser, no canvas: text is measured by estimate). Kept small: ~100 points per line.
 import type { TopLevelSpec } from 'vega-lite'
-import { requireFeature } from '../optional-packages.js'
+import { requireFeature } from '../core/optional-packages.js'
 import type { ReplayResult } from './result.js'
 
 const WIDTH = 560

@@ -18,7 +18,7 @@ import { ApiError } from './openai-shapes.js'
 import { responsesAnswer } from './responses.js'
 import { detokenizeAnswer, tokenizeAnswer } from './tokenize-route.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
-import { requireFeature } from '../optional-packages.js'
+import { requireFeature } from '../core/optional-packages.js'
 import type { KvEventEncoding } from '../fleet/events/types.js'
 import type { KvEventPublisher, KvPublishFaults } from './kv-publisher.js'
 

@@ -18,7 +18,7 @@
 import { Template } from '@huggingface/jinja'
 import { OutOfRangeError, TokenizerLoadError } from '../core/errors.js'
 import { xxh3 } from '../core/hash.js'
-import { requireFeature } from '../optional-packages.js'
+import { requireFeature } from '../core/optional-packages.js'
 import { conversation, detectContentFormat, vllmTools, type ContentFormat } from './chat-messages.js'
 import { readTokenizerFiles, type LoadOptions } from './hf-files.js'
 import { BoundedLru } from './lru.js'

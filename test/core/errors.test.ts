@@ -14,15 +14,15 @@ import {
   RouterClosedError,
   xxh3,
 } from '../../src/index.js'
-import { CliError } from '../../src/commands/cli-error.js'
-import { ConfigError, parseConfig } from '../../src/config.js'
+import { CliError } from '../../src/cli/cli-error.js'
+import { ConfigError, parseConfig } from '../../src/config/config.js'
 import { DiscoveryError } from '../../src/fleet/discovery/source.js'
 import { openAIRequest } from '../../src/core/key/openai-key.js'
 import { tenantOf } from '../../src/core/key/tenant.js'
 import { ProxyError, toProxyError } from '../../src/proxy/errors.js'
 import { UpstreamStatusError } from '../../src/proxy/forward.js'
 import { TraceError } from '../../src/replay/trace-error.js'
-import { MissingPackageError } from '../../src/optional-packages.js'
+import { MissingPackageError } from '../../src/core/optional-packages.js'
 
 const thrown = (f: () => unknown): unknown => {
   try {

@@ -3,7 +3,7 @@ import { DnsSource } from './dns.js'
 import { FileSource } from './file.js'
 import { InferencePoolSource } from './inference-pool.js'
 import { KubernetesSource } from './kubernetes.js'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import type { DiscoverySourceConfig } from './schema.js'
 import type { DiscoverySource } from './source.js'
 

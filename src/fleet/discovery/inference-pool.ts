@@ -6,7 +6,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { KubeConfig, KubernetesListObject, KubernetesObject, ListWatch, V1Pod, Watch } from '@kubernetes/client-node'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { describeError, loadKubeConfig, RETRY_MS, SERVICE_ACCOUNT } from './kubernetes.js'
 import type { InferencePoolSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'

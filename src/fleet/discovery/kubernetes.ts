@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import type { KubernetesSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 

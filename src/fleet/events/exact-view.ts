@@ -8,7 +8,7 @@
 import type { Logger } from 'pino'
 import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
 import type { KvEventBatch } from './types.js'

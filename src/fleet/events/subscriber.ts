@@ -21,7 +21,7 @@
 // No frame, however malformed, throws out of here: bad frames are counted and dropped.
 import { createRequire } from 'node:module'
 import type { Dealer, Subscriber } from 'zeromq'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
 import { END_OF_REPLAY, readSeq, seqFrame } from './frames.js'
 import type { KvEventBatch } from './types.js'

@@ -8,7 +8,7 @@
 // the others' figures expiring after expireMs; the connections come back by themselves.
 import { pino, type Logger } from 'pino'
 import type { Router } from '../../core/router.js'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
 import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'

@@ -8,9 +8,9 @@
 // only this encoding's ranks come with it) because prompts are prepared synchronously, in
 // VirtualFleet.prepare and a worker's request handler, where an import() cannot be awaited.
 import { createRequire } from 'node:module'
-import { requireFeature } from '../../optional-packages.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { preparePrompt } from '../block-hash.js'
-import type { Tokenizer } from './index.js'
+import type { Tokenizer } from './types.js'
 import { SegmentCache } from './segment-cache.js'
 
 type O200k = typeof import('gpt-tokenizer/encoding/o200k_base')

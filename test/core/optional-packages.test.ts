@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { MissingPackageError, OPTIONAL_FEATURES, type OptionalFeature } from '../src/optional-packages.js'
-import { post } from './proxy/helpers.js'
+import { MissingPackageError, OPTIONAL_FEATURES, type OptionalFeature } from '../../src/core/optional-packages.js'
+import { post } from '../proxy/helpers.js'
 
-const root = fileURLToPath(new URL('..', import.meta.url))
+const root = fileURLToPath(new URL('../..', import.meta.url))
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
   dependencies: Record<string, string>
   devDependencies: Record<string, string>

@@ -3,15 +3,15 @@
 import { readFileSync } from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
-import { knownKeysAt } from './config-keys.js'
-import { LIMITS, parseStrategy, PLACEMENTS } from './core/options.js'
+import { knownKeysAt } from './keys.js'
+import { LIMITS, parseStrategy, PLACEMENTS } from '../core/options.js'
 import { didYouMean } from './suggest.js'
-import { upstreamUrlProblem } from './upstream-url.js'
-import { DiscoverySourceSchema } from './fleet/discovery/schema.js'
-import { PrefixRouterError } from './core/errors.js'
-import { InstanceKvEventsSchema, KvEventsSchema } from './fleet/events/config.js'
-import { EngineLoadSchema } from './fleet/load/config.js'
-import { replicaIdSchema, ShareLoadSchema } from './fleet/share/config.js'
+import { upstreamUrlProblem } from '../fleet/upstream-url.js'
+import { DiscoverySourceSchema } from '../fleet/discovery/schema.js'
+import { PrefixRouterError } from '../core/errors.js'
+import { InstanceKvEventsSchema, KvEventsSchema } from '../fleet/events/config.js'
+import { EngineLoadSchema } from '../fleet/load/config.js'
+import { replicaIdSchema, ShareLoadSchema } from '../fleet/share/config.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
-import { PrefixRouterError } from './core/errors.js'
+import { PrefixRouterError } from './errors.js'
 
 export const OPTIONAL_FEATURES = {
   epp: { what: 'prefix-router epp (the endpoint picker)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
@@ -62,8 +62,8 @@ export function requireFeature(feature: OptionalFeature): void {
 
 /** The version of `name` this release is tested with: its peer range's lower bound. */
 function testedVersion(name: string): string {
-  // One folder up from src/ and from dist/ alike is the package's own package.json.
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { peerDependencies?: Record<string, string> }
+  // Two folders up from src/core/ and from dist/core/ alike is the package's own package.json.
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { peerDependencies?: Record<string, string> }
   const range = pkg.peerDependencies?.[name]
   return range === undefined ? 'latest' : range.replace(/^[\^~]/, '')
 }
