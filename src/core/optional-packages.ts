@@ -11,12 +11,12 @@ import { PrefixRouterError } from './errors.js'
 export const OPTIONAL_FEATURES = {
   epp: { what: 'prefix-router epp (the endpoint picker)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
   kubernetes: { what: 'Kubernetes discovery (kubernetes and inferencePool sources)', packages: ['@kubernetes/client-node'] },
-  kvEvents: { what: "the exact cache view's KV events (kvEvents)", packages: ['zeromq'] },
+  kvEvents: { what: 'the exact cache view (kvEvents, --kv-events-port)', packages: ['zeromq'] },
   simKvEvents: { what: "the simulator's KV-event publisher (--kv-events-port)", packages: ['zeromq'] },
   shareLoad: { what: 'sharing queued prefill between replicas (shareLoad)', packages: ['@redis/client'] },
   localTokenizer: { what: 'a local tokenizer (--tokenizer local)', packages: ['tokenizers'] },
   o200k: { what: 'the o200k tokenizer', packages: ['gpt-tokenizer'] },
-  charts: { what: "replay's charts", packages: ['vega', 'vega-lite'] },
+  charts: { what: 'prefix-router replay (for its charts)', packages: ['vega', 'vega-lite'] },
 } as const satisfies Record<string, { what: string; packages: readonly string[] }>
 
 export type OptionalFeature = keyof typeof OPTIONAL_FEATURES
