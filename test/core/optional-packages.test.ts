@@ -32,6 +32,22 @@ describe('package.json', () => {
   })
 })
 
+describe('deploy/Dockerfile', () => {
+  it('keeps in the image only optional peers, each pinned in devDependencies (a name that is neither would be dropped without a word)', () => {
+    const dockerfile = readFileSync(join(root, 'deploy', 'Dockerfile'), 'utf8')
+    const list = /for \(const n of \[([^\]]+)\]\) \{ p\.dependencies\[n\] = p\.devDependencies\[n\]/.exec(dockerfile)
+    expect(list, 'the step that keeps optional packages in the image').not.toBeNull()
+    const kept = [...list![1]!.matchAll(/'([^']+)'/g)].map((m) => m[1]!)
+    expect(kept.length).toBeGreaterThan(0)
+    for (const name of kept) {
+      expect(pkg.peerDependencies[name], name).toBeDefined()
+      expect(pkg.devDependencies[name], name).toBeDefined()
+    }
+    // The image serves Kubernetes deployments: discovery, the endpoint picker and KV events at least.
+    expect(kept).toEqual(expect.arrayContaining(['@kubernetes/client-node', ...OPTIONAL_FEATURES.epp.packages, 'zeromq']))
+  })
+})
+
 const dir = mkdtempSync(join(tmpdir(), 'pr-lean-'))
 const installed = join(dir, 'node_modules', 'prefix-router')
 const cli = join(installed, 'dist', 'cli.js')
