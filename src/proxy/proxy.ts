@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net'
 import { pino, type Logger } from 'pino'
 import { ConfigError, type Config } from '../config/config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
+import { requireSourcePackages } from '../fleet/discovery/create.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics/proxy-metrics.js'
@@ -123,6 +124,7 @@ export class ProxyServer implements ProxyCore {
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
+    for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
     const p = new ProxyServer(config, opts, await tokenizerFromConfig(config))
     const probes = opts.role !== 'worker'
     try {
@@ -219,6 +221,7 @@ export class ProxyServer implements ProxyCore {
     let config: Config
     try {
       config = next ?? this.#opts.reloadConfig?.() ?? this.config
+      for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
     } catch (err) {
       // Both paths (SIGHUP, POST /admin/reload) land here: the operator sees why in the log.
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')

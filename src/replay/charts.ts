@@ -1,6 +1,7 @@
 // The replay's charts, as Vega-Lite specs rendered to SVG in Node (vega's headless View;
 // no browser, no canvas: text is measured by estimate). Kept small: ~100 points per line.
 import type { TopLevelSpec } from 'vega-lite'
+import { requireFeature } from '../core/optional-packages.js'
 import type { ReplayResult } from './result.js'
 
 const WIDTH = 560
@@ -101,6 +102,7 @@ export function hitRateSpec(r: ReplayResult): TopLevelSpec {
 
 /** Renders a Vega-Lite spec to an SVG document. */
 export async function renderSvg(spec: TopLevelSpec): Promise<string> {
+  requireFeature('charts')
   const [vega, vl] = await Promise.all([import('vega'), import('vega-lite')])
   const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' })
   try {

@@ -18,6 +18,7 @@ import { ApiError } from './openai-shapes.js'
 import { responsesAnswer } from './responses.js'
 import { detokenizeAnswer, tokenizeAnswer } from './tokenize-route.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
+import { requireFeature } from '../core/optional-packages.js'
 import type { KvEventEncoding } from '../fleet/events/types.js'
 import type { KvEventPublisher, KvPublishFaults } from './kv-publisher.js'
 
@@ -124,7 +125,8 @@ export class SimWorker {
     if (this.listening) return
     const kv = this.opts.kvEvents
     if (kv !== undefined && this.publisher === null) {
-      // Loaded only here: a worker without KV events never loads ZeroMQ's addon.
+      // Loaded only here: a worker without KV events never loads ZeroMQ's addon (an optional package).
+      requireFeature('simKvEvents')
       const { KvEventPublisher } = await import('./kv-publisher.js')
       const pub = await KvEventPublisher.open({
         host: this.host,

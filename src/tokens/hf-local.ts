@@ -18,6 +18,7 @@
 import { Template } from '@huggingface/jinja'
 import { OutOfRangeError, TokenizerLoadError } from '../core/errors.js'
 import { xxh3 } from '../core/hash.js'
+import { requireFeature } from '../core/optional-packages.js'
 import { conversation, detectContentFormat, vllmTools, type ContentFormat } from './chat-messages.js'
 import { readTokenizerFiles, type LoadOptions } from './hf-files.js'
 import { BoundedLru } from './lru.js'
@@ -46,6 +47,7 @@ export async function hfLocalTokenizer(o: HfLocalOptions): Promise<RequestTokeni
   if (o.contentFormat !== undefined && o.contentFormat !== 'string' && o.contentFormat !== 'openai') {
     throw new OutOfRangeError('contentFormat', "'string' or 'openai'", o.contentFormat)
   }
+  requireFeature('localTokenizer')
   const files = readTokenizerFiles(o)
   const { Tokenizer } = (await import('tokenizers')) as typeof import('tokenizers')
   let rust: RustTokenizer

@@ -22,6 +22,7 @@ import { tenantOf } from '../../src/core/key/tenant.js'
 import { ProxyError, toProxyError } from '../../src/proxy/errors.js'
 import { UpstreamStatusError } from '../../src/proxy/forward.js'
 import { TraceError } from '../../src/replay/trace-error.js'
+import { MissingPackageError } from '../../src/core/optional-packages.js'
 
 const thrown = (f: () => unknown): unknown => {
   try {
@@ -109,6 +110,7 @@ describe('PrefixRouterError', () => {
       [new UpstreamStatusError(503), 'UpstreamStatusError', 'PR_UPSTREAM_STATUS'],
       [new TraceError('t.jsonl', 3, 'bad'), 'TraceError', 'ERR_TRACE'],
       [new ProxyError(404, 'invalid_request_error', 'not_found', 'no route'), 'ProxyError', 'not_found'],
+      [new MissingPackageError('kubernetes', ['@kubernetes/client-node']), 'MissingPackageError', 'ERR_MISSING_PACKAGE'],
     ]
     for (const [e, name, code] of cases) {
       expect(e).toBeInstanceOf(PrefixRouterError)

@@ -6,6 +6,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { KubeConfig, KubernetesListObject, KubernetesObject, ListWatch, V1Pod, Watch } from '@kubernetes/client-node'
+import { requireFeature } from '../../core/optional-packages.js'
 import { describeError, loadKubeConfig, RETRY_MS, SERVICE_ACCOUNT } from './kubernetes.js'
 import type { InferencePoolSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
@@ -165,6 +166,7 @@ export class InferencePoolSource implements DiscoverySource {
   }
 
   async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
+    requireFeature('kubernetes')
     const k8s = await import('@kubernetes/client-node')
     const kc = new k8s.KubeConfig()
     loadKubeConfig(kc)

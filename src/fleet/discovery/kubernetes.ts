@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
+import { requireFeature } from '../../core/optional-packages.js'
 import type { KubernetesSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
@@ -58,6 +59,7 @@ export class KubernetesSource implements DiscoverySource {
   }
 
   async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
+    requireFeature('kubernetes')
     const k8s = await import('@kubernetes/client-node')
     const kc = new k8s.KubeConfig()
     loadKubeConfig(kc)

@@ -8,6 +8,7 @@
 import type { Logger } from 'pino'
 import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
 import type { KvEventBatch } from './types.js'
@@ -64,6 +65,8 @@ export class ExactView {
   #closed = false
 
   constructor(host: ExactViewHost, cfg: KvEventsConfig, log: Logger) {
+    // Here, with the endpoint, not at the first instance: a discovered fleet joins later.
+    requireFeature('kvEvents')
     this.#host = host
     this.#cfg = cfg
     this.#log = log.child({ kvEvents: true })

@@ -19,10 +19,27 @@
 // from 0. After a disconnect the next batch is checked that way even when it follows on;
 // without a replay endpoint it cannot be, so the view is reset and marked stale instead.
 // No frame, however malformed, throws out of here: bad frames are counted and dropped.
-import { Dealer, Subscriber } from 'zeromq'
+import { createRequire } from 'node:module'
+import type { Dealer, Subscriber } from 'zeromq'
+import { requireFeature } from '../../core/optional-packages.js'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
 import { END_OF_REPLAY, readSeq, seqFrame } from './frames.js'
 import type { KvEventBatch } from './types.js'
+
+type ZeroMq = typeof import('zeromq')
+let zmq: ZeroMq | undefined
+
+/**
+ * ZeroMQ (an optional package), loaded when the first socket opens. Its CommonJS build is
+ * required rather than imported because start() is synchronous, as the view's sync() is.
+ */
+function zeromq(): ZeroMq {
+  if (zmq === undefined) {
+    requireFeature('kvEvents')
+    zmq = createRequire(import.meta.url)('zeromq') as ZeroMq
+  }
+  return zmq
+}
 
 export interface KvEventTarget {
   /** A batch, in sequence order, each applied once. */
@@ -157,7 +174,7 @@ export class KvEventSubscriber {
     if (this.sub !== null || this.closed) return
     // vLLM's PUB queues up to 100,000 messages per subscriber; queue as many here so a burst
     // waits in memory rather than being dropped (a gap) while a turn of the event loop runs.
-    const sub = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000, ipv6: /^tcp:\/\/\[/.test(this.o.endpoint) })
+    const sub = new (zeromq().Subscriber)({ linger: 0, receiveHighWaterMark: 100_000, ipv6: /^tcp:\/\/\[/.test(this.o.endpoint) })
     this.sub = sub
     sub.events.on('connect', () => {
       this.connected = true
@@ -489,7 +506,7 @@ export class KvEventSubscriber {
     const deadline = Date.now() + timeout
     const out: Pending[] = []
     let answered = false
-    const dealer = new Dealer({ linger: 0, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
+    const dealer = new (zeromq().Dealer)({ linger: 0, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
     this.dealer = dealer
     try {
       dealer.connect(this.o.replayEndpoint!)

@@ -8,6 +8,7 @@
 // the others' figures expiring after expireMs; the connections come back by themselves.
 import { pino, type Logger } from 'pino'
 import type { Router } from '../../core/router.js'
+import { requireFeature } from '../../core/optional-packages.js'
 import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
 import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'
@@ -123,6 +124,7 @@ export class ShareLoad {
    * (its connections are made, and made again, in the background).
    */
   static async start(opts: ShareLoadOptions): Promise<ShareLoad> {
+    requireFeature('shareLoad')
     const s = new ShareLoad(opts)
     const { RedisLink } = await import('./link.js')
     s.#link = new RedisLink(

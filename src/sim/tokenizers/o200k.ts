@@ -3,11 +3,12 @@
 // prompt's token ids become 4 little-endian bytes each, as token-id prompts already are,
 // so hashing stays one native call over blockSize × 4 bytes and the count is the ids'.
 //
-// The encoding (2 MB of ranks, ~0.2 s and ~70 MB to load) is loaded on first use, never
-// in `bytes` runs. It is required through createRequire (the package's CommonJS build;
+// The encoding (2 MB of ranks, ~0.2 s and ~70 MB to load; gpt-tokenizer is an optional
+// package) is loaded on first use, never in `bytes` runs. It is required through createRequire (the package's CommonJS build;
 // only this encoding's ranks come with it) because prompts are prepared synchronously, in
 // VirtualFleet.prepare and a worker's request handler, where an import() cannot be awaited.
 import { createRequire } from 'node:module'
+import { requireFeature } from '../../core/optional-packages.js'
 import { preparePrompt } from '../block-hash.js'
 import type { Tokenizer } from './types.js'
 import { SegmentCache } from './segment-cache.js'
@@ -20,6 +21,7 @@ let decodeIds: O200k['decode'] | undefined
 /** The o200k segment cache, loading the encoding on first use. */
 export function o200kCache(): SegmentCache {
   if (cache === undefined) {
+    requireFeature('o200k')
     const { encode, decode } = createRequire(import.meta.url)('gpt-tokenizer/encoding/o200k_base') as O200k
     decodeIds = decode
     // Special-token strings in a prompt ("<|endoftext|>", the template's "<|im_start|>")
