@@ -36,6 +36,9 @@ export class Instance {
   /** longest_prefix index capacity set in the config, if any. */
   indexBlocks: number | undefined
   requests = 0
+  /** How the pools are made, for oneConnection(). */
+  readonly #upstream: UpstreamOptions
+  readonly #common: object
 
   constructor(url: string, weight: number, models: string[], upstream: UpstreamOptions, indexBlocks?: number) {
     this.url = new URL(url)
@@ -50,8 +53,15 @@ export class Instance {
       bodyTimeout: upstream.bodyTimeoutMs,
       keepAliveTimeout: upstream.keepAliveTimeoutMs,
     }
+    this.#upstream = upstream
+    this.#common = common
     this.dispatcher = pool(this.url.origin, upstream, common, upstream.connections)
     this.probeDispatcher = pool(this.url.origin, upstream, common, 2)
+  }
+
+  /** A pool of one new connection, as the traffic pool's: the caller closes it. */
+  oneConnection(): Dispatcher {
+    return pool(this.url.origin, this.#upstream, this.#common, 1)
   }
 
   /** Passes health probes (or has not failed enough of them yet). */
