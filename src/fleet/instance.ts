@@ -3,6 +3,7 @@ import { H2CClient, Pool, type Dispatcher } from 'undici'
 import type { Config } from '../config.js'
 import { HealthState } from './health.js'
 import { OutlierState } from './outlier.js'
+import type { ProbeToken } from './probe-auth.js'
 
 export type UpstreamOptions = Config['upstream']
 
@@ -19,6 +20,10 @@ export class Instance {
    */
   readonly probeDispatcher: Dispatcher
   readonly health = new HealthState()
+  /** The endpoint's probe credentials (probeAuth), sent by the probes only. */
+  probeToken: ProbeToken | undefined
+  /** Why model discovery failed in a way worth fixing (a refused probe); cleared when it works. */
+  discoveryError: string | undefined
   readonly outlier = new OutlierState()
   weight: number
   #declared: string[] = []
@@ -74,8 +79,9 @@ export class Instance {
     return this.health.healthy && !this.outlier.ejected
   }
 
+  /** What is wrong with it: why it is down, else why its models cannot be discovered. */
   get lastError(): string | undefined {
-    return this.health.lastError
+    return this.health.lastError ?? this.discoveryError
   }
 
   get declaredModels(): string[] {
