@@ -3,6 +3,8 @@ import { request, type Dispatcher } from 'undici'
 import type { Instance } from './instance.js'
 import { Family, sumSamples } from './load/samples.js'
 import { authRefused } from './probe-auth.js'
+import { schemeSpoken } from './scheme-probe.js'
+import { errorTag, schemeAdvice } from '../upstream-url.js'
 
 /**
  * GET `url` on a probe's connections: the status and, for a 200, the body as text (any other
@@ -40,6 +42,8 @@ export async function probeHealth(inst: Instance, path: string, timeoutMs: numbe
     if (r.status === 200) return { ok: true, error: undefined }
     return { ok: false, error: refused(r.status) ? authRefused(`health check ${path}`, r.status, inst.probeToken) : `health check answered ${r.status}` }
   } catch (err) {
+    const speaks = await schemeSpoken(inst.url, err, timeoutMs)
+    if (speaks !== undefined) return { ok: false, error: `health check failed: ${schemeAdvice(speaks, inst.url)} (${errorTag(err)})` }
     return { ok: false, error: `health check failed: ${(err as Error).message}` }
   }
 }

@@ -15,6 +15,7 @@ import { connectionTokens, endToEndRaw, isConnectionHeader, valueOf, type Header
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
+import { errorTag, schemeAdvice, schemeShownBy } from '../upstream-url.js'
 
 /** Whether the client went away or the router is ending the request, and how to stop its upstream request. */
 export interface ClientState {
@@ -99,6 +100,8 @@ export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return upstreamFailed('upstream_timeout', 'the instance did not answer in time', 504)
   if (isConnectError(err)) return upstreamFailed('upstream_unavailable', `cannot reach the instance (${code})`)
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return upstreamFailed('upstream_reset', `the instance closed the connection (${code})`)
+  const speaks = schemeShownBy(err)
+  if (speaks !== undefined) return upstreamFailed('upstream_error', `the instance failed: ${schemeAdvice(speaks)} (${errorTag(err)})`)
   return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }
 
