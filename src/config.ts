@@ -164,7 +164,12 @@ export const ConfigSchema = z
         connectTimeoutMs: ms(5_000),
         headersTimeoutMs: ms(300_000),
         bodyTimeoutMs: ms(300_000),
-        keepAliveTimeoutMs: ms(60_000),
+        /**
+         * An idle connection to an instance is closed after this long, unless the instance's
+         * Keep-Alive hint says less. Below vLLM's 5 s (uvicorn, which sends no hint), so the
+         * router closes first and never writes a request to a connection being closed.
+         */
+        keepAliveTimeoutMs: ms(4_000),
       })
       .strict()
       .prefault({}),

@@ -137,3 +137,23 @@ describe('keep-alive connections the instance closes', () => {
     expect(await retriesMetric(router)).toEqual([])
   })
 })
+
+describe('idle connections without a Keep-Alive hint', () => {
+  it("are closed by the router before vLLM's (uvicorn's) 5 s idle timeout closes them under a request", async () => {
+    // An upstream that never closes: who closes the connection is the router, after upstream.keepAliveTimeoutMs.
+    const closed: number[] = []
+    const server = net.createServer((s) => {
+      s.on('error', () => undefined)
+      s.on('end', () => closed.push(Date.now()))
+      s.on('data', () => s.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}'))
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    upstream = { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, taken: [], connections: 0, close: () => new Promise((r) => server.close(() => r())) }
+    router = await startRouter([upstream.url])
+    expect(router.config.upstream.keepAliveTimeoutMs).toBeLessThan(5000)
+    const before = closed.length
+    expect((await post(`${router.url}/v1/chat/completions`, chat('q'))).status).toBe(200)
+    // The traffic connection goes idle and the router closes it (the old default kept it 60 s).
+    await until(() => closed.length > before, 20_000, 'the router to close the idle connection')
+  })
+})
