@@ -545,8 +545,8 @@ export class Endpoint {
   }
 }
 
-/** The probe token of an endpoint: its own probeAuth, else the top-level one (read now). */
-function probeToken(config: Config, ep: EndpointConfig): ProbeToken | undefined {
+/** The probe token of an endpoint: its own probeAuth, else the top-level one (read now: throws ConfigError if it cannot be). */
+export function probeToken(config: Config, ep: EndpointConfig): ProbeToken | undefined {
   if (ep.probeAuth !== undefined) return new ProbeToken(ep.probeAuth, `endpoints[${ep.name}].probeAuth`)
   return config.probeAuth === undefined ? undefined : new ProbeToken(config.probeAuth)
 }

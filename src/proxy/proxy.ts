@@ -7,7 +7,7 @@ import { pino, type Logger } from 'pino'
 import { ConfigError, type Config } from '../config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
+import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
@@ -219,6 +219,8 @@ export class ProxyServer implements ProxyCore {
     let config: Config
     try {
       config = next ?? this.#opts.reloadConfig?.() ?? this.config
+      // A probe token that cannot be read refuses the reload before any endpoint changes.
+      for (const epc of config.endpoints) probeToken(config, epc)
     } catch (err) {
       // Both paths (SIGHUP, POST /admin/reload) land here: the operator sees why in the log.
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')

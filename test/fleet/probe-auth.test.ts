@@ -122,6 +122,19 @@ describe('probes of instances behind an API key', () => {
     expect(lines.filter((l) => l.msg === 'model discovery works again')).toHaveLength(1)
   })
 
+  it('a reload whose key cannot be read is refused whole: the running endpoints keep their key', async () => {
+    sim = await startSimFleet({ instances: 1, apiKey: KEY })
+    const file = tokenFile(KEY)
+    const { router } = await routerFor(sim.urls, { probeAuth: { tokenFile: file } })
+    // The first endpoint's routing changes too: none of it may be applied.
+    const next = (probeAuth: unknown) => testConfig([{ name: 'default', instances: sim!.urls, routing: { strategy: 'random' } }, { name: 'second', instances: sim!.urls, probeAuth }], { probeAuth: { tokenFile: file } })
+    expect(() => router.reload(next({ tokenEnv: 'PROBE_AUTH_TEST_UNSET' }))).toThrow(new ConfigError('endpoints[second].probeAuth.tokenEnv: the environment variable PROBE_AUTH_TEST_UNSET is not set (or empty)'))
+    expect([...router.endpoints()].map((e) => e.name)).toEqual(['default'])
+    expect(router.endpoint('default')!.routing.strategy).toBe('prefix_aware')
+    await router.endpoint('default')!.probe()
+    expect((await instances(router)).list[0]!.lastError).toBeNull()
+  })
+
   it('a key that cannot be read stops the start with the setting named; a bad probeAuth is refused', async () => {
     sim = await startSimFleet({ instances: 1 })
     const start = (probeAuth: unknown, ep: Record<string, unknown> = {}) => ProxyServer.start(testConfig([{ name: 'default', instances: sim!.urls, ...ep }], probeAuth === undefined ? {} : { probeAuth }), { logger: capturedLog().logger })
