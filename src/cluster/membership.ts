@@ -1,7 +1,7 @@
 // An endpoint's instances as the cluster primary sees them (probes, discovery, ejections),
 // in a form that crosses the IPC channel, and how a worker makes its own copy match: each
 // worker needs its own Instance (its undici pool) for every id a pick can return.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { closeWhenDrained } from '../fleet/drain.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { Instance } from '../fleet/instance.js'

@@ -4,10 +4,10 @@ import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
 import { ExtractedKey } from './key/native-key.js'
+import { checkTenant } from './key/tenant.js'
 import { native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
-  checkTenant,
   LIMITS,
   PLACEMENT_CHOICES,
   resolveInstances,

@@ -4,7 +4,7 @@
 // Authorization, untouched.
 import { readFileSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
-import { ConfigError } from '../config.js'
+import { ConfigError } from '../config/config.js'
 import type { ProbeAuthConfig } from './probe-auth-config.js'
 
 export class ProbeToken {

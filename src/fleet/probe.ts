@@ -4,7 +4,7 @@ import type { Instance } from './instance.js'
 import { Family, sumSamples } from './load/samples.js'
 import { authRefused } from './probe-auth.js'
 import { schemeSpoken } from './scheme-probe.js'
-import { errorTag, schemeAdvice } from '../upstream-url.js'
+import { errorTag, schemeAdvice } from './upstream-url.js'
 
 /**
  * GET `url` on a probe's connections: the status and, for a 200, the body as text (any other
