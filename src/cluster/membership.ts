@@ -18,6 +18,8 @@ export interface InstanceState {
   kvCacheHitRatio: number | undefined
   healthy: boolean
   lastError: string | undefined
+  /** Why its models cannot be discovered (a refused probe), for the workers' /admin/instances. */
+  discoveryError: string | undefined
   ejectedUntil: number
   ejections: number
 }
@@ -42,6 +44,7 @@ export function membershipOf(ep: Endpoint): Membership {
       kvCacheHitRatio: i.kvCacheHitRatio,
       healthy: i.health.healthy,
       lastError: i.health.lastError,
+      discoveryError: i.discoveryError,
       ejectedUntil: i.outlier.ejectedUntil,
       ejections: i.outlier.ejections,
     })),
@@ -75,6 +78,7 @@ export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['u
     inst.kvCacheHitRatio = s.kvCacheHitRatio
     inst.health.healthy = s.healthy
     inst.health.lastError = s.lastError
+    inst.discoveryError = s.discoveryError
     inst.outlier.ejectedUntil = s.ejectedUntil
     inst.outlier.ejections = s.ejections
   }

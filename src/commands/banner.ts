@@ -14,7 +14,11 @@ export function healthReport(proxy: ProxyServer, config: Config): string {
     const up = all.filter((i) => i.inRotation)
     lines.push(`prefix-router: ${up.length} of ${all.length} instances healthy${eps.length > 1 ? ` in endpoint ${ep.name}` : ''}`)
     for (const i of all) {
-      if (i.inRotation) continue
+      if (i.inRotation) {
+        // Healthy but its models unknown for a reason to fix (a probe refused: probeAuth).
+        if (i.discoveryError !== undefined) lines.push(`  ${i.id}: ${i.discoveryError}`)
+        continue
+      }
       const why = i.lastError ?? (i.outlier.ejected ? 'ejected' : 'down')
       lines.push(`  ${i.id}: ${why}`)
       const hint = unhealthyHint(i.id, why, config)

@@ -100,6 +100,8 @@ export async function run(argv: string[]): Promise<number> {
     await closeSim()
     // A tokenizer that does not load is the operator's file: one line naming it, not a stack.
     if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
+    // A probe token that cannot be read (probeAuth) is found as the endpoints are made.
+    if (err instanceof ConfigError) throw new CliError(err.message)
     throw listenError(err, config) ?? err
   }
   const { proxy } = server

@@ -28,6 +28,7 @@ on ports PORT..PORT+N-1 until SIGINT or SIGTERM. Prints one URL per worker.
   --time-scale X              simulated time runs X times faster (${describeLimit('timeScale')}; default 1)
   --tokenizer NAME            ${TOKENIZERS.join(' | ')}: how prompt text becomes tokens (default ${DEFAULT_TOKENIZER};
                               bytes = 4 bytes of UTF-8 a token, o200k = OpenAI's o200k_base BPE)
+  --api-key KEY               as vLLM's --api-key: /v1/* answers 401 without Authorization: Bearer KEY
 
 KV-cache events (vLLM's --kv-events-config: ZeroMQ PUB, msgpack batches; see docs/simulator.md):
   --kv-events-port P          publish each worker's cache events, worker i on P + i (${describeLimit('port')}; 0 = free ports)
@@ -125,6 +126,7 @@ export async function run(argv: string[]): Promise<number> {
     'output-tokens': str,
     'time-scale': str,
     tokenizer: str,
+    'api-key': str,
     'kv-events-port': str,
     'kv-events-replay-port': str,
     'kv-events-encoding': str,
@@ -161,6 +163,7 @@ export async function run(argv: string[]): Promise<number> {
   if (values.model !== undefined && values.model.trim() === '') throw new CliError('--model must be a non-empty name')
   const tokenizer = values.tokenizer ?? DEFAULT_TOKENIZER
   if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
+  if (values['api-key'] !== undefined && values['api-key'].trim() === '') throw new CliError('--api-key must be a non-empty key')
   for (const l of values.lora ?? []) {
     if (l === '' || l.startsWith('=') || l.endsWith('=')) throw new CliError(`--lora must be NAME or NAME=PATH; got '${l}'`)
   }
@@ -218,6 +221,7 @@ export async function run(argv: string[]): Promise<number> {
       ...(nums.outputTokens !== undefined ? { outputTokens: nums.outputTokens } : {}),
       ...(nums.timeScale !== undefined ? { timeScale: nums.timeScale } : {}),
       tokenizer,
+      ...(values['api-key'] !== undefined ? { apiKey: values['api-key'] } : {}),
       faults,
       ...(faultInstances !== undefined ? { faultInstances } : {}),
       ...(kvEvents !== undefined ? { kvEvents } : {}),

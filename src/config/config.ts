@@ -12,6 +12,7 @@ import { PrefixRouterError } from '../core/errors.js'
 import { InstanceKvEventsSchema, KvEventsSchema } from '../fleet/events/config.js'
 import { EngineLoadSchema } from '../fleet/load/config.js'
 import { replicaIdSchema, ShareLoadSchema } from '../fleet/share/config.js'
+import { ProbeAuthSchema } from '../fleet/probe-auth-config.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -111,6 +112,8 @@ const Endpoint = z
     routing: RoutingOverride.default({}),
     /** This endpoint's KV-event publishers (replaces the top-level kvEvents for it). */
     kvEvents: KvEventsSchema.optional(),
+    /** The probes' bearer token for this endpoint's instances (replaces the top-level probeAuth for it). */
+    probeAuth: ProbeAuthSchema.optional(),
   })
   .strict()
   .refine((ep) => ep.instances.length > 0 || (ep.discovery?.length ?? 0) > 0, { message: 'must list at least one instance, or discovery sources', path: ['instances'] })
@@ -161,7 +164,12 @@ export const ConfigSchema = z
         connectTimeoutMs: ms(5_000),
         headersTimeoutMs: ms(300_000),
         bodyTimeoutMs: ms(300_000),
-        keepAliveTimeoutMs: ms(60_000),
+        /**
+         * An idle connection to an instance is closed after this long, unless the instance's
+         * Keep-Alive hint says less. Below vLLM's 5 s (uvicorn, which sends no hint), so the
+         * router closes first and never writes a request to a connection being closed.
+         */
+        keepAliveTimeoutMs: ms(4_000),
       })
       .strict()
       .prefault({}),
@@ -192,6 +200,8 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /** The probes' bearer token (instances behind an API key); client requests keep their own Authorization. */
+    probeAuth: ProbeAuthSchema.optional(),
     outlier: z
       .object({
         /** Consecutive 5xx answers (or failures to answer) that eject an instance; 0 turns it off. */

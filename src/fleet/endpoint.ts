@@ -12,7 +12,8 @@ import { closeWhenDrained } from './drain.js'
 import type { Transition } from './health.js'
 import { Instance } from './instance.js'
 import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
-import { instanceUrl, probeHealth, probeMetrics, probeModels } from './probe.js'
+import { instanceUrl, probeHealth, probeMetrics, probeModels, type ModelsProbe } from './probe.js'
+import { ProbeToken } from './probe-auth.js'
 import { ExactView } from './events/exact-view.js'
 import { EngineLoadScraper } from './load/scraper.js'
 import { LoadBeyondOwn } from './load/beyond.js'
@@ -101,6 +102,8 @@ export class Endpoint {
   readonly #beyond: LoadBeyondOwn
   /** Next instance asked for a remote tokenization, in rotation. */
   #tokenizeNext = 0
+  /** The probes' credentials: the endpoint's probeAuth, else the top-level one. */
+  #probeToken: ProbeToken | undefined
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -110,7 +113,8 @@ export class Endpoint {
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
     this.#static = events.remote ? [] : ep.instances
-    for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), new Instance(i.url, i.weight, i.models, config.upstream, i.indexBlocks))
+    this.#probeToken = probeToken(config, ep)
+    for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), this.#instance(i))
     // A router cannot be empty: an endpoint whose instances are all still to be discovered
     // starts with a stand-in, never picked (pick() needs a healthy instance) and replaced by
     // the first sync().
@@ -226,9 +230,13 @@ export class Endpoint {
 
   /** Applies a new config (reload): routing for later picks, instance list, probe intervals. */
   update(config: Config, ep: EndpointConfig): Instance[] {
+    // Read first: a token that cannot be read fails the reload before anything changes.
+    const token = probeToken(config, ep)
     this.#config = config
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
+    this.#probeToken = token
+    for (const i of [...this.instances.values(), ...this.#joining.values()]) i.probeToken = token
     const remote = this.#events.remote
     const blockSize = this.router.params.exactBlockSize
     // The owner publishes parameters and the instance list to the shared state.
@@ -306,7 +314,7 @@ export class Endpoint {
         cur.indexBlocks = i.indexBlocks
         continue
       }
-      const inst = new Instance(i.url, i.weight, i.models, this.#config.upstream, i.indexBlocks)
+      const inst = this.#instance(i)
       added.push(id)
       if (probeFirst) {
         this.#joining.set(id, inst)
@@ -315,6 +323,25 @@ export class Endpoint {
     }
     this.sync()
     return { added, removed, joined: Promise.all(joins).then(() => undefined) }
+  }
+
+  #instance(i: InstanceEntry): Instance {
+    const inst = new Instance(i.url, i.weight, i.models, this.#config.upstream, i.indexBlocks)
+    inst.probeToken = this.#probeToken
+    return inst
+  }
+
+  /** What GET /v1/models found: the models taken, a refused probe logged once and shown as the instance's error. */
+  #modelsFound(inst: Instance, m: ModelsProbe | undefined): void {
+    if (m === undefined) return
+    if ('error' in m) {
+      if (inst.discoveryError !== m.error) this.#log.warn({ instance: inst.id, reason: m.error }, 'model discovery failed')
+      inst.discoveryError = m.error
+      return
+    }
+    if (inst.discoveryError !== undefined) this.#log.info({ instance: inst.id }, 'model discovery works again')
+    inst.discoveryError = undefined
+    inst.setDiscoveredModels(m)
   }
 
   async #join(inst: Instance): Promise<void> {
@@ -460,7 +487,7 @@ export class Endpoint {
     const { health, discovery } = this.#config
     const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
     this.#changed(inst, inst.health.probe(r.ok, r.error, health))
-    if (models) inst.setDiscoveredModels(models)
+    this.#modelsFound(inst, models)
     if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
   }
 
@@ -487,8 +514,7 @@ export class Endpoint {
     every(
       discovery.modelsIntervalMs,
       each(async (i) => {
-        const m = await probeModels(i, health.timeoutMs)
-        if (m) i.setDiscoveredModels(m)
+        this.#modelsFound(i, await probeModels(i, health.timeoutMs))
       }),
     )
     every(discovery.metricsIntervalMs, each((i) => probeMetrics(i, health.timeoutMs)))
@@ -518,6 +544,12 @@ export class Endpoint {
     await Promise.all([...this.instances.values(), ...this.#joining.values(), ...this.#retiring].map((i) => i.close()))
     this.router.close()
   }
+}
+
+/** The probe token of an endpoint: its own probeAuth, else the top-level one (read now: throws ConfigError if it cannot be). */
+export function probeToken(config: Config, ep: EndpointConfig): ProbeToken | undefined {
+  if (ep.probeAuth !== undefined) return new ProbeToken(ep.probeAuth, `endpoints[${ep.name}].probeAuth`)
+  return config.probeAuth === undefined ? undefined : new ProbeToken(config.probeAuth)
 }
 
 /**

@@ -3,6 +3,7 @@ import { H2CClient, Pool, type Dispatcher } from 'undici'
 import type { Config } from '../config/config.js'
 import { HealthState } from './health.js'
 import { OutlierState } from './outlier.js'
+import type { ProbeToken } from './probe-auth.js'
 
 export type UpstreamOptions = Config['upstream']
 
@@ -19,6 +20,10 @@ export class Instance {
    */
   readonly probeDispatcher: Dispatcher
   readonly health = new HealthState()
+  /** The endpoint's probe credentials (probeAuth), sent by the probes only. */
+  probeToken: ProbeToken | undefined
+  /** Why model discovery failed in a way worth fixing (a refused probe); cleared when it works. */
+  discoveryError: string | undefined
   readonly outlier = new OutlierState()
   weight: number
   #declared: string[] = []
@@ -36,6 +41,9 @@ export class Instance {
   /** longest_prefix index capacity set in the config, if any. */
   indexBlocks: number | undefined
   requests = 0
+  /** How the pools are made, for oneConnection(). */
+  readonly #upstream: UpstreamOptions
+  readonly #common: object
 
   constructor(url: string, weight: number, models: string[], upstream: UpstreamOptions, indexBlocks?: number) {
     this.url = new URL(url)
@@ -50,8 +58,15 @@ export class Instance {
       bodyTimeout: upstream.bodyTimeoutMs,
       keepAliveTimeout: upstream.keepAliveTimeoutMs,
     }
+    this.#upstream = upstream
+    this.#common = common
     this.dispatcher = pool(this.url.origin, upstream, common, upstream.connections)
     this.probeDispatcher = pool(this.url.origin, upstream, common, 2)
+  }
+
+  /** A pool of one new connection, as the traffic pool's: the caller closes it. */
+  oneConnection(): Dispatcher {
+    return pool(this.url.origin, this.#upstream, this.#common, 1)
   }
 
   /** Passes health probes (or has not failed enough of them yet). */
@@ -64,8 +79,9 @@ export class Instance {
     return this.health.healthy && !this.outlier.ejected
   }
 
+  /** What is wrong with it: why it is down, else why its models cannot be discovered. */
   get lastError(): string | undefined {
-    return this.health.lastError
+    return this.health.lastError ?? this.discoveryError
   }
 
   get declaredModels(): string[] {

@@ -2,6 +2,7 @@
 // One class per failure with a stable code, as undici does, so tests and metrics can key on it.
 // The routing code throws RequestError (no HTTP in it); toProxyError gives it this shape.
 import { noHealthyInstance as noHealthy, RequestError, requestTooLarge } from '../core/errors.js'
+import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/upstream-url.js'
 
 export class ProxyError extends RequestError {
   constructor(
@@ -68,5 +69,8 @@ export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return upstreamFailed('upstream_timeout', 'the instance did not answer in time', 504)
   if (isConnectError(err)) return upstreamFailed('upstream_unavailable', `cannot reach the instance (${code})`)
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return upstreamFailed('upstream_reset', `the instance closed the connection (${code})`)
+  // A URL with the wrong scheme, when the error shows it: said as such rather than as raw TLS or parser text.
+  const speaks = schemeShownBy(err)
+  if (speaks !== undefined) return upstreamFailed('upstream_error', `the instance failed: ${schemeAdvice(speaks)} (${errorTag(err)})`)
   return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }

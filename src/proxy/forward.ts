@@ -77,6 +77,17 @@ export function requestWasSent(err: unknown): boolean {
 }
 
 /**
+ * The instance reset the connection before any byte of an answer (not even a 100 Continue).
+ * A reset says its socket did not take what was written: the socket was closed when the bytes
+ * arrived, or closed with them unread. That is what an instance closing an idle keep-alive
+ * connection as a request is written to it looks like, so the request may be sent again.
+ */
+export function resetUnanswered(err: unknown): boolean {
+  const e = err as { code?: string; answered?: boolean }
+  return (e.code === 'ECONNRESET' || e.code === 'EPIPE') && e.answered === false
+}
+
+/**
  * The client's headers as the instance gets them, as the flat list undici takes without
  * walking an object: end-to-end ones only, no AWS credentials, and the router's own
  * X-Forwarded-*, X-Request-Id and trace context in place of any the client sent.
@@ -123,6 +134,8 @@ class Upstream {
   first = true
   sse = false
   sent = false
+  /** Any answer came, a 1xx included: the instance read the request. */
+  answered = false
   retryWith = 0
   resume: (() => void) | undefined = undefined
   #onDrain: (() => void) | undefined = undefined
@@ -147,6 +160,7 @@ class Upstream {
 
   onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
     const { f, res } = this
+    this.answered = true
     if (statusCode < 200) return true // 1xx: informational, the real answer follows
     if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
       // Read to its end and dropped (error bodies are small): aborting would close a
@@ -195,7 +209,7 @@ class Upstream {
     f.client.abort = undefined
     if (f.client.gone) return this.resolve(499)
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
-    if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent }))
+    if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent, answered: this.answered }))
     if (err === SHUTDOWN) {
       // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
       const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
@@ -215,7 +229,7 @@ class Upstream {
 }
 
 /** Resolves with the upstream status once the whole answer has been written (or the stream ended). */
-export function forward(f: ForwardRequest, res: Res): Promise<number> {
+export function forward(f: ForwardRequest, res: Res, dispatcher: Dispatcher = f.instance.dispatcher): Promise<number> {
   return new Promise((resolve, reject) => {
     const options: Dispatcher.DispatchOptions = {
       path: f.instance.basePath + f.path,
@@ -224,6 +238,20 @@ export function forward(f: ForwardRequest, res: Res): Promise<number> {
       body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
     }
     if (f.headersTimeoutMs !== undefined) options.headersTimeout = f.headersTimeoutMs
-    f.instance.dispatcher.dispatch(options, new Upstream(f, res, resolve, reject) as unknown as Dispatcher.DispatchHandler)
+    dispatcher.dispatch(options, new Upstream(f, res, resolve, reject) as unknown as Dispatcher.DispatchHandler)
   })
+}
+
+/**
+ * forward() on a connection of its own, closed after the answer: for a request sent again
+ * after resetUnanswered, which on the shared pool could land on another connection the
+ * instance is closing.
+ */
+export async function forwardFresh(f: ForwardRequest, res: Res): Promise<number> {
+  const d = f.instance.oneConnection()
+  try {
+    return await forward(f, res, d)
+  } finally {
+    void d.close().catch(() => undefined)
+  }
 }

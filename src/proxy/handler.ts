@@ -20,7 +20,7 @@ import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
 import { duplicateHost, isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
-import { CLIENT_GONE, forward, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
+import { CLIENT_GONE, forward, forwardFresh, resetUnanswered, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
 import { repeatsHost } from './host-header.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
@@ -484,7 +484,12 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       const fwdSpan = startChild(span, 'prefix_router.forward', tracing ? { [ATTR.requestId]: out.requestId, [ATTR.instance]: instance.id, [ATTR.decision]: decision, [ATTR.retries]: attempt } : NO_ATTRIBUTES)
       p.begin(pick, attempt, fwdSpan, decision)
       try {
-        const status = await forward(p, res)
+        let status: number
+        try {
+          status = await forward(p, res)
+        } catch (err) {
+          status = await resendFresh(core, p, res, err)
+        }
         endSpan(fwdSpan, status)
         out.status = status
         return status
@@ -520,6 +525,20 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
     const status = failure === undefined ? (client.gone ? 499 : out.status) : failure instanceof RequestError ? failure.status : upstreamError(failure).status
     endSpan(span.span, status, failure)
   }
+}
+
+/**
+ * A try reset before any answer (resetUnanswered: the instance did not take it, as when it
+ * closes an idle keep-alive connection as the request is written) goes again to the same
+ * instance on a new connection: once, outside retries.max and the budget (it adds no load,
+ * like a refused connection), and not counted against the instance. Anything else rethrows.
+ */
+function resendFresh(core: ProxyCore, p: Proxying, res: Res, err: unknown): Promise<number> {
+  const { client } = p
+  if (!resetUnanswered(err) || !Buffer.isBuffer(p.body) || res.headersSent || client.gone || client.shutdown) throw err
+  core.metrics.retries.inc({ instance: p.instance.id, reason: 'stale_connection' })
+  core.log.debug({ instance: p.instance.id, err: (err as Error).message }, 'connection reset before the request was taken; sending it again on a new connection')
+  return forwardFresh(p, res)
 }
 
 /** When no instance is left to retry on, the client gets what the last try got. */

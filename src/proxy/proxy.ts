@@ -8,7 +8,7 @@ import { ConfigError, type Config } from '../config/config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { requireSourcePackages } from '../fleet/discovery/create.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import { Endpoint, type EndpointEvents } from '../fleet/endpoint.js'
+import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
@@ -222,6 +222,8 @@ export class ProxyServer implements ProxyCore {
     try {
       config = next ?? this.#opts.reloadConfig?.() ?? this.config
       for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
+      // A probe token that cannot be read refuses the reload before any endpoint changes.
+      for (const epc of config.endpoints) probeToken(config, epc)
     } catch (err) {
       // Both paths (SIGHUP, POST /admin/reload) land here: the operator sees why in the log.
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')

@@ -24,6 +24,8 @@ export interface SimOptions {
   timeScale?: number
   /** How prompt text becomes tokens: `bytes` (4 bytes a token, the default) or `o200k` (OpenAI's BPE). */
   tokenizer?: TokenizerName
+  /** vLLM's --api-key: /v1/* answers 401 without `Authorization: Bearer <key>`. */
+  apiKey?: string
 }
 
 export interface ResolvedSim {
@@ -34,6 +36,7 @@ export interface ResolvedSim {
   outputTokens: number
   timeScale: number
   tokenizer: TokenizerName
+  apiKey: string | undefined
 }
 
 interface Limit {
@@ -111,6 +114,7 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
   }
   const tokenizer = o.tokenizer ?? DEFAULT_TOKENIZER
   if (!isTokenizerName(tokenizer)) throw new OutOfRangeError('tokenizer', `one of ${TOKENIZERS.join(', ')}`, tokenizer)
+  if (o.apiKey !== undefined && o.apiKey.trim() === '') throw new OutOfRangeError('apiKey', 'a non-empty key', o.apiKey)
   return {
     profile,
     model,
@@ -119,5 +123,6 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
     outputTokens: opt('outputTokens', o.outputTokens) ?? profile.outputTokens,
     timeScale: opt('timeScale', o.timeScale) ?? 1,
     tokenizer,
+    apiKey: o.apiKey,
   }
 }

@@ -185,6 +185,11 @@ export class SimWorker {
     const q = url.indexOf('?')
     const path = q < 0 ? url : url.slice(0, q)
     const method = req.method ?? 'GET'
+    // As vLLM's --api-key: every /v1 route wants the key; /health, /metrics, /tokenize do not.
+    const key = this.opts.sim.apiKey
+    if (key !== undefined && path.startsWith('/v1') && method !== 'OPTIONS' && req.headers.authorization !== `Bearer ${key}`) {
+      return sendJson(res, 401, { error: 'Unauthorized' })
+    }
     try {
       const api = GENERATION[path]
       if (api !== undefined) {

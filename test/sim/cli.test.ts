@@ -37,6 +37,27 @@ describe.skipIf(!built)('prefix-router sim', () => {
     }
   })
 
+  it('--api-key guards /v1/* as vLLM does; /health stays open', async () => {
+    const child = spawn(process.execPath, [cli, 'sim', '--port', '0', '--profile', 'tiny', '--api-key', 'sk-cli'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = ''
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString()
+          const line = out.split('\n').find((l) => l.startsWith('http://'))
+          if (line) resolve(line)
+        })
+        child.once('exit', (code) => reject(new Error(`exited early with ${code}`)))
+      })
+      const refused = await fetch(`${url}/v1/models`)
+      expect([refused.status, await refused.text()]).toEqual([401, '{"error":"Unauthorized"}'])
+      expect((await fetch(`${url}/v1/models`, { headers: { authorization: 'Bearer sk-cli' } })).status).toBe(200)
+      expect((await fetch(`${url}/health`)).status).toBe(200)
+    } finally {
+      child.kill('SIGKILL')
+    }
+  })
+
   it('rejects bad flags with one line naming the flag and its range, exit 2', () => {
     const cases: [string[], RegExp][] = [
       [['--kv-blocks', '3'], /--kv-blocks must be an integer from 16 to 50000000; got '3'/],
@@ -45,6 +66,7 @@ describe.skipIf(!built)('prefix-router sim', () => {
       [['--profile', 'gpt'], /--profile must be one of llama-3.1-70b-p5, tiny; got 'gpt'/],
       [['--fault-error-rate', '1.5'], /--fault-error-rate must be a number from 0 to 1; got '1.5'/],
       [['--fault-instances', '7', '--instances', '2'], /--fault-instances must list worker indexes from 0 to 1/],
+      [['--api-key', ' '], /--api-key must be a non-empty key/],
     ]
     for (const [args, re] of cases) {
       const r = spawnSync(process.execPath, [cli, 'sim', ...args], { encoding: 'utf8' })
