@@ -25,8 +25,14 @@ export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: 
 /** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
 export class DiscoveryError extends PrefixRouterError {
   declare readonly code: 'ERR_DISCOVERY'
-  constructor(message: string) {
+  /**
+   * A failure of its own even if the last one said the same (a file's next bad version):
+   * reported again, where a repeated failure of the same lookup is reported once.
+   */
+  readonly distinct: boolean
+  constructor(message: string, opts: { distinct?: boolean } = {}) {
     super('ERR_DISCOVERY', message)
     this.name = 'DiscoveryError'
+    this.distinct = opts.distinct ?? false
   }
 }
