@@ -47,10 +47,15 @@ export class EndpointDiscovery {
       this.#running.set(key, r)
       first.push(
         new Promise<void>((answered) => {
-          const onChange = (list: InstanceEntry[]) => {
+          const onChange = (list: InstanceEntry[], partial?: Error) => {
             if (this.#running.get(key) !== r) return
-            if (r.failing !== undefined) this.#log.info({ source: r.label }, 'discovery source answers again')
-            r.failing = undefined
+            if (partial !== undefined) {
+              if (r.failing !== partial.message) this.#log.warn({ source: r.label, err: partial.message, instances: list.length }, "discovery source answered in part; keeping the failed query's last answer")
+              r.failing = partial.message
+            } else {
+              if (r.failing !== undefined) this.#log.info({ source: r.label }, 'discovery source answers again')
+              r.failing = undefined
+            }
             const change = this.#ep.setDiscovered(key, list)
             this.#changed(r.label, change)
             void change.joined.then(() => answered())

@@ -8,10 +8,12 @@ export type InstanceEntry = EndpointConfig['instances'][number]
 
 export interface DiscoverySource {
   /**
-   * Begins watching. `onChange` gets the whole current list (possibly unchanged); `onError`
-   * a failure to read it (the caller keeps the last list: a hiccup must not empty an endpoint).
+   * Begins watching. `onChange` gets the whole current list (possibly unchanged), and what
+   * failed in reading it when part of it is a last answer kept (`partial`: one DNS query of
+   * two refused); `onError` a failure to read it (the caller keeps the last list: a hiccup
+   * must not empty an endpoint).
    */
-  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void
+  start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): void
   stop(): Promise<void>
 }
 
