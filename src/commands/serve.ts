@@ -7,7 +7,7 @@ import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from './cli-error.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
-import { baseUrlWarnings } from './hints.js'
+import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from './listen-error.js'
 import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
@@ -69,7 +69,9 @@ export async function run(argv: string[]): Promise<number> {
   const built = build(flags)
   check(built)
   let { config } = built
-  for (const w of baseUrlWarnings(config)) process.stderr.write(`prefix-router: warning: ${w}\n`)
+  // Instances from --upstream or its variable are named by them; from the file, by key.
+  const from = built.upstreamsFrom?.startsWith('--') || built.upstreamsFrom?.startsWith(ENV_PREFIX) ? built.upstreamsFrom : undefined
+  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
 
   let closeSim = async (): Promise<void> => undefined
   if (built.demoFrom !== undefined) {
