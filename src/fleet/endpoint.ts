@@ -493,12 +493,13 @@ export class Endpoint {
   /** One round of probes: health, models, metrics. Resolves when all have answered. */
   async probe(): Promise<void> {
     await Promise.all([...this.instances.values()].map((inst) => this.#probeOne(inst)))
-    this.sync()
+    if (!this.#closed) this.sync()
   }
 
   async #probeOne(inst: Instance): Promise<void> {
     const { health, discovery } = this.#config
     const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
+    if (this.#closed) return
     this.#changed(inst, inst.health.probe(r.ok, r.error, health))
     if (models) inst.setDiscoveredModels(models)
     if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
@@ -513,15 +514,16 @@ export class Endpoint {
       t.unref()
       this.#timers.push(t)
     }
+    // A probe cut short by close() (its connections destroyed) says nothing about the instance.
     const each = (fn: (i: Instance) => Promise<void>) => async () => {
       await Promise.all([...this.instances.values()].map(fn))
-      this.sync()
+      if (!this.#closed) this.sync()
     }
     every(
       health.intervalMs,
       each(async (i) => {
         const r = await probeHealth(i, health.path, health.timeoutMs)
-        this.#changed(i, i.health.probe(r.ok, r.error, health))
+        if (!this.#closed) this.#changed(i, i.health.probe(r.ok, r.error, health))
       }),
     )
     every(

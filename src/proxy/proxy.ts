@@ -21,6 +21,9 @@ import { listenFront, type FrontServer } from './server.js'
 import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
 
+/** Of a drain's timeout, what is kept at its end for the requests ended then to write their answers. */
+const SETTLE_MS = 100
+
 export interface ProxyOptions {
   /** Re-reads the configuration for a reload (SIGHUP, POST /admin/reload). */
   reloadConfig?: () => Config
@@ -51,6 +54,13 @@ export interface ProxyOptions {
    * (default: each endpoint's router, counted with the engines' load; /admin/replicas shows it too).
    */
   shareLoadSink?: SharedLoadSink
+  /** The clock the drain waits on (default: the real one); a test's counts the drain's waits. */
+  drainClock?: DrainClock
+}
+
+export interface DrainClock {
+  now(): number
+  sleep(ms: number): Promise<void>
 }
 
 export interface ReloadResult {
@@ -297,6 +307,9 @@ export class ProxyServer implements ProxyCore {
   }
 
   async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
+    const now = () => this.#opts.drainClock?.now() ?? Date.now()
+    // The drain is over by then: ending what is left is counted in the timeout, not after it.
+    const end = now() + delayMs + timeoutMs
     this.draining = true
     const front = this.#front
     this.log.info({ delayMs, timeoutMs, inFlight: this.requests.size, connections: front?.openConnections() }, 'draining: /health answers 503')
@@ -304,8 +317,10 @@ export class ProxyServer implements ProxyCore {
     await this.#sleep(delayMs)
     if (this.#closing) return
     await front?.stopAccepting()
-    const deadline = Date.now() + timeoutMs
-    while (this.requests.size > 0 && Date.now() < deadline && !this.#closing) await this.#sleep(Math.min(100, Math.max(1, deadline - Date.now())))
+    // What still runs this long before the end is ended, so that its answer (an error event)
+    // is written inside the timeout.
+    const endAt = end - Math.min(SETTLE_MS, Math.floor(timeoutMs / 4))
+    while (this.requests.size > 0 && now() < endAt && !this.#closing) await this.#sleep(Math.min(100, Math.max(1, endAt - now())))
     if (this.#closing) return
     if (this.requests.size > 0) {
       this.log.warn({ inFlight: this.requests.size }, 'drain timeout: ending the requests still in flight')
@@ -314,7 +329,8 @@ export class ProxyServer implements ProxyCore {
         c.abort?.(SHUTDOWN)
       }
       // Each ends in a few event-loop turns: its upstream is aborted and its answer finished.
-      for (let i = 0; i < 50 && this.requests.size > 0; i++) await this.#sleep(10)
+      for (let i = 0; i < 3 && this.requests.size > 0; i++) await new Promise((r) => setImmediate(r))
+      while (this.requests.size > 0 && now() < end && !this.#closing) await this.#sleep(Math.min(10, Math.max(1, end - now())))
     }
     front?.destroyAll()
     await this.close()
@@ -322,6 +338,11 @@ export class ProxyServer implements ProxyCore {
 
   #sleep(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
+      const clock = this.#opts.drainClock
+      if (clock !== undefined) {
+        this.#wake = resolve
+        return void clock.sleep(ms).then(resolve)
+      }
       const t = setTimeout(() => resolve(), ms)
       this.#wake = () => {
         clearTimeout(t)
