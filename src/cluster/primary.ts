@@ -22,12 +22,18 @@ import { WorkerRequestCounts } from './request-counts.js'
 export interface ClusterOptions {
   workers: number
   reloadConfig?: () => Config
+  /**
+   * When the first worker listens, before any worker handles a request (they hold them until
+   * this has returned): where serve prints its banner.
+   */
+  onListening?(primary: ClusterPrimary): void
 }
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
 export class ClusterPrimary {
   #proxy!: ProxyServer
+  #onListening: ClusterOptions['onListening']
   #metrics: ClusterMetrics | undefined
   /** Every shared router made, until it is found closed: a removed endpoint's drains first. */
   #routers = new Set<Router>()
@@ -49,6 +55,7 @@ export class ClusterPrimary {
    */
   static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
     const c = new ClusterPrimary()
+    c.#onListening = opts.onListening
     c.#proxy = await ProxyServer.start(config, {
       role: 'primary',
       ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
@@ -150,7 +157,11 @@ export class ClusterPrimary {
           w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters(), fleet: [...this.#proxy.endpoints()].map(membershipOf) })
         } else if (m.prefixRouter === 'ready') {
           this.#ready.add(w)
-          if (this.#url === '') this.#url = m.url
+          if (this.#url === '') {
+            this.#url = m.url
+            this.#onListening?.(this)
+          }
+          w.send({ prefixRouter: 'serve' } satisfies ToWorker)
           resolve()
         } else if (m.prefixRouter === 'failed') {
           reject(new CliError(m.message, m.exitCode))

@@ -54,6 +54,16 @@ export interface ProxyOptions {
    * (default: each endpoint's router, counted with the engines' load; /admin/replicas shows it too).
    */
   shareLoadSink?: SharedLoadSink
+  /**
+   * Called the moment the front port listens, before any request on it is handled (the
+   * admin port is up by then): where serve prints its banner.
+   */
+  onListening?(p: ProxyServer): void
+  /**
+   * A cluster worker: requests that arrive are held, not handled, until serveHeld() (the
+   * primary says so once its banner is out).
+   */
+  holdRequests?: boolean
   /** The clock the drain waits on (default: the real one); a test's counts the drain's waits. */
   drainClock?: DrainClock
 }
@@ -84,6 +94,8 @@ export class ProxyServer implements ProxyCore {
   #discovery = new Map<string, EndpointDiscovery>()
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
+  /** Requests waiting for serveHeld() (holdRequests). */
+  #held: (() => void)[] | undefined
   #opts: ProxyOptions
   /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
   readonly #tokenizer: RequestTokenizer | undefined
@@ -95,6 +107,7 @@ export class ProxyServer implements ProxyCore {
   private constructor(config: Config, opts: ProxyOptions, tokenizer: RequestTokenizer | undefined) {
     this.config = config
     this.#opts = opts
+    this.#held = opts.holdRequests === true ? [] : undefined
     this.#tokenizer = tokenizer
     this.log = opts.logger ?? pino({ level: config.log.level }, logDestination())
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
@@ -143,11 +156,13 @@ export class ProxyServer implements ProxyCore {
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = p.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
-      if (opts.role !== 'primary') {
-        await p.#warmUp()
-        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
-      }
+      if (opts.role !== 'primary') await p.#warmUp()
+      // The admin port first: once the front listens, nothing more is awaited before onListening.
       if (opts.role !== 'worker') p.#admin = await listenAdmin(p, config.admin, opts.exclusive)
+      if (opts.role !== 'primary') {
+        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
+        opts.onListening?.(p)
+      }
     } catch (err) {
       await p.close()
       throw err
@@ -175,10 +190,18 @@ export class ProxyServer implements ProxyCore {
     if (this.#opts.role !== 'worker') return (req, res) => void handle(this, req, res)
     // Which process answered: with several serving one port, the only way a client can tell.
     const pid = String(process.pid)
-    return (req, res) => {
+    const serve: Parameters<typeof listenFront>[1] = (req, res) => {
       if (this.config.debugHeaders) (res as typeof res & { setHeader(name: string, value: string): unknown }).setHeader('x-prefix-router-worker', pid)
       void handle(this, req, res)
     }
+    return (req, res) => (this.#held !== undefined ? void this.#held.push(() => serve(req, res)) : serve(req, res))
+  }
+
+  /** Handles the requests held since the port opened (holdRequests), and every later one at once. */
+  serveHeld(): void {
+    const held = this.#held
+    this.#held = undefined
+    for (const next of held ?? []) next()
   }
 
   /** The text GET /metrics on the admin port answers. */
@@ -311,6 +334,8 @@ export class ProxyServer implements ProxyCore {
     // The drain is over by then: ending what is left is counted in the timeout, not after it.
     const end = now() + delayMs + timeoutMs
     this.draining = true
+    // Held requests are answered as any other during a drain, not left waiting.
+    this.serveHeld()
     const front = this.#front
     this.log.info({ delayMs, timeoutMs, inFlight: this.requests.size, connections: front?.openConnections() }, 'draining: /health answers 503')
     front?.beginDrain()
