@@ -23,7 +23,7 @@ export interface ClusterOptions {
   workers: number
   reloadConfig?: () => Config
   /**
-   * When the first worker listens, before any worker handles a request (they hold them until
+   * When every worker listens, before any of them handles a request (they hold them until
    * this has returned): where serve prints its banner.
    */
   onListening?(primary: ClusterPrimary): void
@@ -33,7 +33,8 @@ const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance
 
 export class ClusterPrimary {
   #proxy!: ProxyServer
-  #onListening: ClusterOptions['onListening']
+  /** The workers have been told to serve (and every one that becomes ready later is). */
+  #serving = false
   #metrics: ClusterMetrics | undefined
   /** Every shared router made, until it is found closed: a removed endpoint's drains first. */
   #routers = new Set<Router>()
@@ -55,7 +56,6 @@ export class ClusterPrimary {
    */
   static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
     const c = new ClusterPrimary()
-    c.#onListening = opts.onListening
     c.#proxy = await ProxyServer.start(config, {
       role: 'primary',
       ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
@@ -77,6 +77,10 @@ export class ClusterPrimary {
       await c.#stop(true)
       throw err
     }
+    // Every worker listens, holding what arrives: the banner, then they serve.
+    opts.onListening?.(c)
+    c.#serving = true
+    for (const w of c.#ready) if (w.isConnected()) w.send({ prefixRouter: 'serve' } satisfies ToWorker)
     return c
   }
 
@@ -157,11 +161,9 @@ export class ClusterPrimary {
           w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters(), fleet: [...this.#proxy.endpoints()].map(membershipOf) })
         } else if (m.prefixRouter === 'ready') {
           this.#ready.add(w)
-          if (this.#url === '') {
-            this.#url = m.url
-            this.#onListening?.(this)
-          }
-          w.send({ prefixRouter: 'serve' } satisfies ToWorker)
+          if (this.#url === '') this.#url = m.url
+          // A replacement worker serves at once; the first ones once all of them listen.
+          if (this.#serving) w.send({ prefixRouter: 'serve' } satisfies ToWorker)
           resolve()
         } else if (m.prefixRouter === 'failed') {
           reject(new CliError(m.message, m.exitCode))
