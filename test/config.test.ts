@@ -65,6 +65,16 @@ describe('configuration schema', () => {
     expect(msg).toMatch(/unknown key 'bogus'/)
   })
 
+  it('instances listed at the top level: the shape they go in, not a near name', () => {
+    for (const key of ['upstreams', 'instances']) {
+      const msg = messageOf(() => parseConfig({ [key]: ['http://a:8000'] }))
+      expect(msg).toMatch(new RegExp(`unknown key '${key}': instances belong to an endpoint: endpoints: \\[\\{ name: default, instances: \\[http://a:8000, \\.\\.\\.\\] \\}\\]`))
+      expect(msg).not.toMatch(/did you mean/)
+    }
+    // `upstream` is the connection settings: a list there is instances too.
+    expect(messageOf(() => parseConfig({ upstream: ['http://a:8000'] }))).toMatch(/upstream: .*expected object, received array; upstream is the connection settings \(timeouts, connections\); instances belong to an endpoint: endpoints: \[\{ name: default, instances: \[/)
+  })
+
   it('rejects duplicate endpoint names and empty instance lists', () => {
     expect(messageOf(() => parseConfig({ endpoints: [{ name: 'a', instances: ['http://x'] }, { name: 'a', instances: ['http://y'] }] }))).toMatch(/endpoints: endpoint names must be unique/)
     expect(messageOf(() => parseConfig({ endpoints: [{ name: 'a', instances: [] }] }))).toMatch(/endpoints\[0\]\.instances: must list at least one instance/)

@@ -17,6 +17,8 @@ export type ToWorker =
   | { prefixRouter: 'streak'; endpoint: string; instance: string; failing: boolean }
   | { prefixRouter: 'drain' }
   | { prefixRouter: 'metrics'; id: number }
+  /** Handle requests: until then a worker listening holds them (the primary's banner comes first). */
+  | { prefixRouter: 'serve' }
 
 export type RequestCounts = Record<string, Record<string, number>>
 

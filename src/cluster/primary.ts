@@ -22,12 +22,19 @@ import { WorkerRequestCounts } from './request-counts.js'
 export interface ClusterOptions {
   workers: number
   reloadConfig?: () => Config
+  /**
+   * When every worker listens, before any of them handles a request (they hold them until
+   * this has returned): where serve prints its banner.
+   */
+  onListening?(primary: ClusterPrimary): void
 }
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
 export class ClusterPrimary {
   #proxy!: ProxyServer
+  /** The workers have been told to serve (and every one that becomes ready later is). */
+  #serving = false
   #metrics: ClusterMetrics | undefined
   /** Every shared router made, until it is found closed: a removed endpoint's drains first. */
   #routers = new Set<Router>()
@@ -70,6 +77,10 @@ export class ClusterPrimary {
       await c.#stop(true)
       throw err
     }
+    // Every worker listens, holding what arrives: the banner, then they serve.
+    opts.onListening?.(c)
+    c.#serving = true
+    for (const w of c.#ready) if (w.isConnected()) w.send({ prefixRouter: 'serve' } satisfies ToWorker)
     return c
   }
 
@@ -151,6 +162,8 @@ export class ClusterPrimary {
         } else if (m.prefixRouter === 'ready') {
           this.#ready.add(w)
           if (this.#url === '') this.#url = m.url
+          // A replacement worker serves at once; the first ones once all of them listen.
+          if (this.#serving) w.send({ prefixRouter: 'serve' } satisfies ToWorker)
           resolve()
         } else if (m.prefixRouter === 'failed') {
           reject(new CliError(m.message, m.exitCode))

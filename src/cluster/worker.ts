@@ -82,6 +82,8 @@ export async function runWorker(): Promise<void> {
         return void proxy!.reload(m.config)
       case 'drain':
         return void drain()
+      case 'serve':
+        return proxy!.serveHeld()
       case 'metrics':
         return void proxy!.metrics.registry.getMetricsAsJSON().then((metrics) => send({ prefixRouter: 'metrics', id: m.id, metrics }))
       default:
@@ -109,7 +111,7 @@ export async function runWorker(): Promise<void> {
 
   try {
     // Its log lines carry its pid, as the primary's line about a worker's exit does.
-    proxy = await ProxyServer.start(start.config, { role: 'worker', endpointEvents: fleet.events() })
+    proxy = await ProxyServer.start(start.config, { role: 'worker', endpointEvents: fleet.events(), holdRequests: true })
   } catch (err) {
     send({ prefixRouter: 'failed', ...startError(err, start.config) })
     process.exit(1)

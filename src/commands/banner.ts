@@ -1,10 +1,18 @@
-// What serve prints once it is up, after the first round of probes: how much of the fleet is
-// healthy, why each instance that is not failed (with a hint), and a request to try with a
+// What serve prints once it listens (after the first round of probes, before it serves a
+// request): where, each endpoint's strategy, how much of the fleet is healthy, why each instance that is not failed (with a hint), and a request to try with a
 // model the fleet really serves.
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyServer } from '../proxy/proxy.js'
 import { unhealthyHint } from './hints.js'
+
+/** The first line: how many instances, each endpoint's strategy, in how many processes, where. */
+export function listeningLine(proxy: ProxyServer, url: string, workers: number): string {
+  const eps = [...proxy.endpoints()]
+  const total = eps.reduce((n, e) => n + e.instances.size, 0)
+  const how = eps.length === 1 ? `with ${eps[0]!.routing.strategy}` : `in ${eps.length} endpoints (${eps.map((e) => `${e.name}: ${e.instances.size} with ${e.routing.strategy}`).join('; ')})`
+  return `prefix-router: routing ${total} instance(s) ${how}${workers > 1 ? ` in ${workers} worker processes` : ''} on ${url} (admin ${proxy.adminUrl})\n`
+}
 
 export function healthReport(proxy: ProxyServer, config: Config): string {
   const eps = [...proxy.endpoints()]

@@ -18,6 +18,26 @@ export function baseUrlWarnings(config: Config): string[] {
   )
 }
 
+/**
+ * An instance listed twice (the same URL, a trailing slash aside) is one instance: one
+ * weight, one share of the traffic, not two. `firstFrom`: the flag or variable that gave the
+ * first endpoint's instances, named instead of the key.
+ */
+export function duplicateWarnings(config: Config, firstFrom?: string): string[] {
+  return config.endpoints.flatMap((ep, n) => {
+    const seen = new Set<string>()
+    const twice = new Set<string>()
+    for (const i of ep.instances) {
+      const id = i.url.replace(/\/+$/, '')
+      if (seen.has(id)) twice.add(id)
+      seen.add(id)
+    }
+    const where = (id: string) =>
+      n === 0 && firstFrom?.startsWith('--') ? `${firstFrom} ${id} given twice` : n === 0 && firstFrom !== undefined ? `${firstFrom} lists ${id} twice` : `endpoint ${ep.name} lists ${id} twice (endpoints[${n}].instances)`
+    return [...twice].map((id) => `${where(id)}: it is one instance (one weight, one share of the traffic)`)
+  })
+}
+
 /** A hint for an instance that failed its first health probe, or undefined when none fits. */
 export function unhealthyHint(url: string, lastError: string, config: Config): string | undefined {
   const bare = v1Suffix(url)

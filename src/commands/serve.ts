@@ -4,10 +4,10 @@ import { availableParallelism } from 'node:os'
 import { ConfigError, MAX_WORKERS, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import { ProxyServer } from '../proxy/proxy.js'
-import { healthReport, tryIt } from './banner.js'
+import { healthReport, listeningLine, tryIt } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
-import { baseUrlWarnings } from './hints.js'
+import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
@@ -69,7 +69,9 @@ export async function run(argv: string[]): Promise<number> {
   const built = build(flags)
   check(built)
   let { config } = built
-  for (const w of baseUrlWarnings(config)) process.stderr.write(`prefix-router: warning: ${w}\n`)
+  // Instances from --upstream or its variable are named by them; from the file, by key.
+  const from = built.upstreamsFrom?.startsWith('--') || built.upstreamsFrom?.startsWith(ENV_PREFIX) ? built.upstreamsFrom : undefined
+  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
 
   let closeSim = async (): Promise<void> => undefined
   if (built.demoFrom !== undefined) {
@@ -93,9 +95,22 @@ export async function run(argv: string[]): Promise<number> {
     return built.demoFrom === undefined ? next : { ...next, endpoints: config.endpoints }
   }
   const workers = config.workers === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : config.workers
+  // Written the moment the router listens, before it serves: nothing answered comes before it.
+  const banner = (proxy: ProxyServer, url: string) =>
+    process.stderr.write(
+      listeningLine(proxy, url, workers) +
+        (proxy.shareLoad === undefined
+          ? ''
+          : `prefix-router: sharing queued prefill with the other replicas through ${proxy.shareLoad.report().url} (channel ${proxy.shareLoad.channel}) as replica ${proxy.shareLoad.replica}; see /admin/replicas\n`) +
+        healthReport(proxy, config) +
+        tryIt({ url, endpoint: (name) => proxy.endpoint(name) }) +
+        (built.demoFrom === undefined
+          ? ''
+          : 'prefix-router: DEMO: answers are SIMULATED (a prefix cache and a latency model, no language model). Give --upstream URL to route to your vLLM servers.\n'),
+    )
   let server: Server
   try {
-    server = workers > 1 ? await clustered(config, workers, reloadConfig) : await single(config, reloadConfig)
+    server = workers > 1 ? await clustered(config, workers, reloadConfig, banner) : await single(config, reloadConfig, banner)
   } catch (err) {
     await closeSim()
     // A tokenizer that does not load is the operator's file: one line naming it, not a stack.
@@ -105,19 +120,6 @@ export async function run(argv: string[]): Promise<number> {
     throw listenError(err, config) ?? err
   }
   const { proxy } = server
-  const ep = proxy.endpoint(undefined)!
-  const processes = workers > 1 ? ` in ${workers} worker processes` : ''
-  process.stderr.write(
-    `prefix-router: routing ${[...proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}${processes} on ${server.url} (admin ${proxy.adminUrl})\n` +
-      (proxy.shareLoad === undefined
-        ? ''
-        : `prefix-router: sharing queued prefill with the other replicas through ${proxy.shareLoad.report().url} (channel ${proxy.shareLoad.channel}) as replica ${proxy.shareLoad.replica}; see /admin/replicas\n`) +
-      healthReport(proxy, config) +
-      tryIt({ url: server.url, endpoint: (name) => proxy.endpoint(name) }) +
-      (built.demoFrom === undefined
-        ? ''
-        : 'prefix-router: DEMO: answers are SIMULATED (a prefix cache and a latency model, no language model). Give --upstream URL to route to your vLLM servers.\n'),
-  )
 
   process.on('SIGHUP', () => {
     try {
@@ -156,13 +158,15 @@ interface Server {
   shutdown(): Promise<void>
 }
 
-async function single(config: Config, reloadConfig: () => Config): Promise<Server> {
-  const proxy = await ProxyServer.start(config, { reloadConfig })
+type Banner = (proxy: ProxyServer, url: string) => void
+
+async function single(config: Config, reloadConfig: () => Config, banner: Banner): Promise<Server> {
+  const proxy = await ProxyServer.start(config, { reloadConfig, onListening: (p) => banner(p, p.url) })
   return { proxy, url: proxy.url, reload: () => proxy.reload(), shutdown: () => proxy.shutdown() }
 }
 
-async function clustered(config: Config, workers: number, reloadConfig: () => Config): Promise<Server> {
+async function clustered(config: Config, workers: number, reloadConfig: () => Config, banner: Banner): Promise<Server> {
   // Loaded only here: one process never pays for node:cluster and the IPC plumbing.
   const { ClusterPrimary } = await import('../cluster/primary.js')
-  return ClusterPrimary.start(config, { workers, reloadConfig })
+  return ClusterPrimary.start(config, { workers, reloadConfig, onListening: (c) => banner(c.proxy, c.url) })
 }

@@ -311,6 +311,15 @@ function unionFit(issues: readonly Issue[], prefix: readonly PropertyKey[] = [])
   })
 }
 
+/** Top-level keys people give the instances under; the nearest real key (`upstream`) would mislead. */
+const INSTANCE_LIST_KEYS = new Set(['upstreams', 'instances'])
+
+/** Where instances typed at the top level go, shown with the first one given. */
+function instancesHint(value: unknown): string {
+  const first = Array.isArray(value) ? value[0] : value
+  return `instances belong to an endpoint: endpoints: [{ name: default, instances: [${typeof first === 'string' ? `${first}, ` : ''}...] }]`
+}
+
 /**
  * Validates raw config; throws ConfigError listing every bad key (`key: problem`). `originOf`
  * names the flag or environment variable that set a key, so the line says what was typed.
@@ -322,13 +331,16 @@ export function parseConfig(raw: unknown, source = 'config', originOf?: (keyPath
     const at = keyPath(i.path)
     if (i.code === 'unrecognized_keys') {
       const known = knownKeysAt(ConfigSchema, i.path)
-      const keys = i.keys.map((k) => `'${k}'${didYouMean(k, known, (s) => `'${s}'`).replace(/^;/, ',')}`)
+      const keys = i.keys.map((k) =>
+        i.path.length === 0 && INSTANCE_LIST_KEYS.has(k) ? `'${k}': ${instancesHint(valueAt(raw, [k]))}` : `'${k}'${didYouMean(k, known, (s) => `'${s}'`).replace(/^;/, ',')}`,
+      )
       return `${at ? `${at}: ` : ''}unknown key${i.keys.length > 1 ? 's' : ''} ${keys.join('; ')}`
     }
     const got = valueAt(raw, i.path)
     const shown = got === undefined || (typeof got === 'object' && got !== null) || /; got /.test(i.message) ? '' : `; got ${JSON.stringify(got)}`
     const origin = originOf?.(at)
-    return `${at || '(top level)'}: ${i.message}${shown}${origin ? ` (from ${origin})` : ''}`
+    const hint = at === 'upstream' && (Array.isArray(got) || typeof got === 'string') ? `; upstream is the connection settings (timeouts, connections); ${instancesHint(got)}` : ''
+    return `${at || '(top level)'}: ${i.message}${shown}${hint}${origin ? ` (from ${origin})` : ''}`
   })
   throw new ConfigError(`invalid ${source}:\n  ${lines.join('\n  ')}`)
 }

@@ -84,6 +84,9 @@ export class Endpoint {
   #joining = new Map<string, Instance>()
   /** Removed by discovery, waiting for their requests in flight to finish before closing. */
   #retiring = new Set<Instance>()
+  /** No list names them, but they stay in rotation until a listed instance is (#prune). */
+  #kept = new Set<string>()
+  #keptWarned: string | undefined
   #closed = false
   #events: EndpointEvents
   // What pick() reads on every request, rebuilt by sync(), where every change of membership,
@@ -258,19 +261,31 @@ export class Endpoint {
    * left are out of routing at once and closed when their requests have finished; new ones
    * take traffic after their first probe (`joined` resolves then). Returns the ids that
    * join or leave the endpoint: an id another source or `instances` still lists stays.
+   * While no listed instance is in rotation, the ones that left stay (see #prune).
    */
   setDiscovered(source: string, list: InstanceEntry[] | undefined): { added: string[]; removed: string[]; joined: Promise<void> } {
     if (list === undefined) this.#discovered.delete(source)
     else this.#discovered.set(source, list)
     const wanted = this.#wanted()
     const leaving = [...this.instances.keys(), ...this.#joining.keys()].filter((id) => !wanted.has(id))
-    // A fleet replaced whole (every address new at once) would answer nothing while the
-    // newcomers are probed: then the old instances stay until the probes are done.
-    const bridge = ![...this.instances.values()].some((i) => i.inRotation && wanted.has(i.id))
-    const { added, removed, joined } = this.#setInstances(true, !bridge)
+    const { added, removed, joined } = this.#setInstances(true)
     this.#retire(removed)
-    if (bridge) void joined.then(() => this.#closed || this.#retire(this.#setInstances(true).removed))
+    void joined.then(() => {
+      if (this.#closed || this.#kept.size === 0) return
+      const waitingFor = [...this.#wanted().keys()].filter((id) => this.instances.get(id)?.inRotation !== true)
+      const kept = [...this.#kept].sort()
+      // A source answering the same list every interval (DNS) warns once, not every time.
+      const key = JSON.stringify([kept, waitingFor])
+      if (key === this.#keptWarned) return
+      this.#keptWarned = key
+      this.#log.warn({ kept, waitingFor }, 'discovery: no listed instance is healthy; keeping the instances that left until one is')
+    })
     return { added, removed: leaving, joined }
+  }
+
+  /** Ids kept in rotation although no list names them any more: see #prune. */
+  keptUntilReplaced(id: string): boolean {
+    return this.#kept.has(id)
   }
 
   #retire(removed: Instance[]): void {
@@ -278,6 +293,32 @@ export class Endpoint {
       this.#retiring.add(inst)
       void closeWhenDrained(this, inst).finally(() => this.#retiring.delete(inst))
     }
+  }
+
+  /**
+   * Takes out the instances no list names, but not the last ones serving: while none of
+   * the listed instances is in rotation (they are being probed, or failed their probe: a
+   * fleet replaced whole, a file cut short naming an address that does not answer), the
+   * ones that left stay in rotation, until a listed one is healthy. An empty list empties
+   * the endpoint: nothing is meant to replace them.
+   */
+  #prune(): Instance[] {
+    const wanted = this.#wanted()
+    const replaced = wanted.size === 0 || [...this.instances.values()].some((i) => i.inRotation && wanted.has(i.id))
+    const removed: Instance[] = []
+    for (const set of [this.instances, this.#joining]) {
+      for (const [id, inst] of set) {
+        if (wanted.has(id)) continue
+        if (!replaced && set === this.instances) continue
+        set.delete(id)
+        removed.push(inst)
+      }
+    }
+    const before = this.#kept.size
+    this.#kept = new Set([...this.instances.keys()].filter((id) => !wanted.has(id)))
+    if (this.#kept.size === 0) this.#keptWarned = undefined
+    if (before > 0 && this.#kept.size === 0 && removed.length > 0) this.#log.info({ removed: removed.map((i) => i.id) }, 'discovery: a listed instance is healthy; the kept instances leave')
+    return removed
   }
 
   /** Static and discovered instances together, by id (the first listing of an id wins). */
@@ -292,18 +333,9 @@ export class Endpoint {
     return wanted
   }
 
-  /** Makes the membership what is wanted; `probeFirst`: new instances join once probed; `remove`: false keeps the ones that left, for now. */
-  #setInstances(probeFirst: boolean, remove = true): { added: string[]; removed: Instance[]; joined: Promise<void> } {
+  /** Makes the membership what is wanted (but see #prune); `probeFirst`: new instances join once probed. */
+  #setInstances(probeFirst: boolean): { added: string[]; removed: Instance[]; joined: Promise<void> } {
     const wanted = this.#wanted()
-    const removed: Instance[] = []
-    for (const set of remove ? [this.instances, this.#joining] : []) {
-      for (const [id, inst] of set) {
-        if (!wanted.has(id)) {
-          set.delete(id)
-          removed.push(inst)
-        }
-      }
-    }
     const added: string[] = []
     const joins: Promise<void>[] = []
     for (const [id, i] of wanted) {
@@ -321,7 +353,8 @@ export class Endpoint {
         joins.push(this.#join(inst))
       } else this.instances.set(id, inst)
     }
-    this.sync()
+    const removed = this.#prune()
+    this.#syncMembers()
     return { added, removed, joined: Promise.all(joins).then(() => undefined) }
   }
 
@@ -379,8 +412,16 @@ export class Endpoint {
     })
   }
 
-  /** Publishes the healthy instances and their models to the router, if they changed. */
+  /**
+   * Publishes the healthy instances and their models to the router, if they changed; kept
+   * instances leave once a listed one is in rotation (after a probe, a return from ejection).
+   */
   sync(): void {
+    if (this.#kept.size > 0) this.#retire(this.#prune())
+    this.#syncMembers()
+  }
+
+  #syncMembers(): void {
     this.#healthy = undefined
     this.#groups.clear()
     this.#events.onSync?.(this)
@@ -480,12 +521,13 @@ export class Endpoint {
   /** One round of probes: health, models, metrics. Resolves when all have answered. */
   async probe(): Promise<void> {
     await Promise.all([...this.instances.values()].map((inst) => this.#probeOne(inst)))
-    this.sync()
+    if (!this.#closed) this.sync()
   }
 
   async #probeOne(inst: Instance): Promise<void> {
     const { health, discovery } = this.#config
     const [r, models] = await Promise.all([probeHealth(inst, health.path, health.timeoutMs), probeModels(inst, health.timeoutMs)])
+    if (this.#closed) return
     this.#changed(inst, inst.health.probe(r.ok, r.error, health))
     this.#modelsFound(inst, models)
     if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
@@ -500,15 +542,16 @@ export class Endpoint {
       t.unref()
       this.#timers.push(t)
     }
+    // A probe cut short by close() (its connections destroyed) says nothing about the instance.
     const each = (fn: (i: Instance) => Promise<void>) => async () => {
       await Promise.all([...this.instances.values()].map(fn))
-      this.sync()
+      if (!this.#closed) this.sync()
     }
     every(
       health.intervalMs,
       each(async (i) => {
         const r = await probeHealth(i, health.path, health.timeoutMs)
-        this.#changed(i, i.health.probe(r.ok, r.error, health))
+        if (!this.#closed) this.#changed(i, i.health.probe(r.ok, r.error, health))
       }),
     )
     every(

@@ -123,8 +123,13 @@ export class Instance {
     return this.declaredModels.length > 0 || this.discoveredModels !== undefined
   }
 
+  /**
+   * Traffic finishes first (close waits for what is in flight); a probe or scrape does not:
+   * nobody waits for its answer, and one the instance never answers would hold the close (a
+   * shutdown) for the whole probe timeout.
+   */
   async close(): Promise<void> {
-    await Promise.all([this.dispatcher.close().catch(() => undefined), this.probeDispatcher.close().catch(() => undefined)])
+    await Promise.all([this.dispatcher.close().catch(() => undefined), this.probeDispatcher.destroy().catch(() => undefined)])
   }
 }
 

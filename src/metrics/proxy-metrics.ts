@@ -10,6 +10,7 @@ export class ProxyMetrics {
   readonly registry = new Registry()
   // Updated by every request: label values in labelNames order (see bound-metrics.ts).
   readonly requests: BoundCounter<'endpoint' | 'instance' | 'strategy' | 'status'>
+  readonly healthChecks: BoundCounter<'path' | 'status'>
   readonly decision: BoundHistogram<'strategy'>
   readonly ttfb: BoundHistogram<'instance'>
   readonly duration: BoundHistogram<'endpoint' | 'status'>
@@ -36,8 +37,16 @@ export class ProxyMetrics {
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     this.requests = new BoundCounter({
       name: 'prefix_router_requests_total',
-      help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status.',
+      help: 'Requests answered, by endpoint, instance (empty when none was chosen), strategy and HTTP status; /ping and /health are in prefix_router_health_checks_total.',
       labelNames: ['endpoint', 'instance', 'strategy', 'status'],
+      registers,
+    })
+    // Apart from requests: a load balancer's checks every few seconds would outnumber a quiet
+    // fleet's traffic, and show as answered requests that no client sent.
+    this.healthChecks = new BoundCounter({
+      name: 'prefix_router_health_checks_total',
+      help: 'Answers to /ping and /health (load balancer and orchestrator checks), by path and HTTP status; prefix_router_requests_total does not count them.',
+      labelNames: ['path', 'status'],
       registers,
     })
     this.decision = new BoundHistogram({

@@ -62,10 +62,12 @@ export interface Outcome {
   bytesIn: number | undefined
   /** A SageMaker invocation: every answer names the production variant. */
   sagemaker: boolean
+  /** A health check (/ping, /health): counted apart from requests. */
+  check: '/ping' | '/health' | undefined
 }
 
 export function newOutcome(requestId: string, requestIdReplaced: boolean): Outcome {
-  return { requestId, requestIdReplaced, endpoint: '', instance: '', strategy: '', status: 0, retries: 0, model: undefined, tenant: undefined, decision: undefined, firstByteAt: undefined, bytesIn: undefined, sagemaker: false }
+  return { requestId, requestIdReplaced, endpoint: '', instance: '', strategy: '', status: 0, retries: 0, model: undefined, tenant: undefined, decision: undefined, firstByteAt: undefined, bytesIn: undefined, sagemaker: false, check: undefined }
 }
 
 /**

@@ -37,6 +37,8 @@ export function instancesReport(p: AdminView) {
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         healthy: i.healthy,
+        // No discovery list names it any more, but none of the listed instances is healthy yet.
+        keptUntilReplacementHealthy: ep.keptUntilReplaced(i.id),
         // Outlier detection: out of rotation until this time (ISO), then back by probe.
         ejectedUntil: i.outlier.ejected ? new Date(i.outlier.ejectedUntil).toISOString() : null,
         ejections: i.outlier.ejections,

@@ -152,18 +152,25 @@ function answerError(core: ProxyCore, req: Req, res: Res, client: ClientState, o
 // Label values are written into these and read at once: the metrics keep none of them.
 const REQUEST_LABELS: [string, string, string, number] = ['', '', '', 0]
 const DURATION_LABELS: [string, number] = ['', 0]
+const CHECK_LABELS: [string, number] = ['', 0]
 
 function record(core: ProxyCore, req: Req, client: ClientState, out: Outcome, started: number): void {
   core.requests.delete(client)
   const ended = performance.now()
   const seconds = (ended - started) / 1000
   const status = client.gone ? 499 : out.status
-  const r = REQUEST_LABELS
-  r[0] = out.endpoint
-  r[1] = out.instance
-  r[2] = out.strategy
-  r[3] = status
-  core.metrics.requests.inc(r)
+  if (out.check !== undefined) {
+    CHECK_LABELS[0] = out.check
+    CHECK_LABELS[1] = status
+    core.metrics.healthChecks.inc(CHECK_LABELS)
+  } else {
+    const r = REQUEST_LABELS
+    r[0] = out.endpoint
+    r[1] = out.instance
+    r[2] = out.strategy
+    r[3] = status
+    core.metrics.requests.inc(r)
+  }
   if (out.endpoint) {
     DURATION_LABELS[0] = out.endpoint
     DURATION_LABELS[1] = status
@@ -177,6 +184,7 @@ function record(core: ProxyCore, req: Req, client: ClientState, out: Outcome, st
  * refuses what can be refused before the body is read, and gives the endpoint.
  */
 function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcome): Endpoint | undefined {
+  if (route.kind === 'ping' || route.kind === 'health') out.check = route.kind === 'ping' ? '/ping' : '/health'
   if (core.draining && (route.kind === 'ping' || route.kind === 'health')) {
     send(req, res, out, 503, JSON.stringify({ status: 'draining' }))
     return void (out.status = 503)

@@ -22,6 +22,9 @@ import { listenFront, type FrontServer } from './server.js'
 import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
 
+/** Of a drain's timeout, what is kept at its end for the requests ended then to write their answers. */
+const SETTLE_MS = 100
+
 export interface ProxyOptions {
   /** Re-reads the configuration for a reload (SIGHUP, POST /admin/reload). */
   reloadConfig?: () => Config
@@ -52,6 +55,23 @@ export interface ProxyOptions {
    * (default: each endpoint's router, counted with the engines' load; /admin/replicas shows it too).
    */
   shareLoadSink?: SharedLoadSink
+  /**
+   * Called the moment the front port listens, before any request on it is handled (the
+   * admin port is up by then): where serve prints its banner.
+   */
+  onListening?(p: ProxyServer): void
+  /**
+   * A cluster worker: requests that arrive are held, not handled, until serveHeld() (the
+   * primary says so once its banner is out).
+   */
+  holdRequests?: boolean
+  /** The clock the drain waits on (default: the real one); a test's counts the drain's waits. */
+  drainClock?: DrainClock
+}
+
+export interface DrainClock {
+  now(): number
+  sleep(ms: number): Promise<void>
 }
 
 export interface ReloadResult {
@@ -75,6 +95,8 @@ export class ProxyServer implements ProxyCore {
   #discovery = new Map<string, EndpointDiscovery>()
   #front: FrontServer | undefined
   #admin: AdminServer | undefined
+  /** Requests waiting for serveHeld() (holdRequests). */
+  #held: (() => void)[] | undefined
   #opts: ProxyOptions
   /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
   readonly #tokenizer: RequestTokenizer | undefined
@@ -86,6 +108,7 @@ export class ProxyServer implements ProxyCore {
   private constructor(config: Config, opts: ProxyOptions, tokenizer: RequestTokenizer | undefined) {
     this.config = config
     this.#opts = opts
+    this.#held = opts.holdRequests === true ? [] : undefined
     this.#tokenizer = tokenizer
     this.log = opts.logger ?? pino({ level: config.log.level }, logDestination())
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
@@ -135,11 +158,13 @@ export class ProxyServer implements ProxyCore {
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = p.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
-      if (opts.role !== 'primary') {
-        await p.#warmUp()
-        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
-      }
+      if (opts.role !== 'primary') await p.#warmUp()
+      // The admin port first: once the front listens, nothing more is awaited before onListening.
       if (opts.role !== 'worker') p.#admin = await listenAdmin(p, config.admin, opts.exclusive)
+      if (opts.role !== 'primary') {
+        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
+        opts.onListening?.(p)
+      }
     } catch (err) {
       await p.close()
       throw err
@@ -167,10 +192,18 @@ export class ProxyServer implements ProxyCore {
     if (this.#opts.role !== 'worker') return (req, res) => void handle(this, req, res)
     // Which process answered: with several serving one port, the only way a client can tell.
     const pid = String(process.pid)
-    return (req, res) => {
+    const serve: Parameters<typeof listenFront>[1] = (req, res) => {
       if (this.config.debugHeaders) (res as typeof res & { setHeader(name: string, value: string): unknown }).setHeader('x-prefix-router-worker', pid)
       void handle(this, req, res)
     }
+    return (req, res) => (this.#held !== undefined ? void this.#held.push(() => serve(req, res)) : serve(req, res))
+  }
+
+  /** Handles the requests held since the port opened (holdRequests), and every later one at once. */
+  serveHeld(): void {
+    const held = this.#held
+    this.#held = undefined
+    for (const next of held ?? []) next()
   }
 
   /** The text GET /metrics on the admin port answers. */
@@ -302,15 +335,22 @@ export class ProxyServer implements ProxyCore {
   }
 
   async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
+    const now = () => this.#opts.drainClock?.now() ?? Date.now()
+    // The drain is over by then: ending what is left is counted in the timeout, not after it.
+    const end = now() + delayMs + timeoutMs
     this.draining = true
+    // Held requests are answered as any other during a drain, not left waiting.
+    this.serveHeld()
     const front = this.#front
     this.log.info({ delayMs, timeoutMs, inFlight: this.requests.size, connections: front?.openConnections() }, 'draining: /health answers 503')
     front?.beginDrain()
     await this.#sleep(delayMs)
     if (this.#closing) return
     await front?.stopAccepting()
-    const deadline = Date.now() + timeoutMs
-    while (this.requests.size > 0 && Date.now() < deadline && !this.#closing) await this.#sleep(Math.min(100, Math.max(1, deadline - Date.now())))
+    // What still runs this long before the end is ended, so that its answer (an error event)
+    // is written inside the timeout.
+    const endAt = end - Math.min(SETTLE_MS, Math.floor(timeoutMs / 4))
+    while (this.requests.size > 0 && now() < endAt && !this.#closing) await this.#sleep(Math.min(100, Math.max(1, endAt - now())))
     if (this.#closing) return
     if (this.requests.size > 0) {
       this.log.warn({ inFlight: this.requests.size }, 'drain timeout: ending the requests still in flight')
@@ -319,7 +359,8 @@ export class ProxyServer implements ProxyCore {
         c.abort?.(SHUTDOWN)
       }
       // Each ends in a few event-loop turns: its upstream is aborted and its answer finished.
-      for (let i = 0; i < 50 && this.requests.size > 0; i++) await this.#sleep(10)
+      for (let i = 0; i < 3 && this.requests.size > 0; i++) await new Promise((r) => setImmediate(r))
+      while (this.requests.size > 0 && now() < end && !this.#closing) await this.#sleep(Math.min(10, Math.max(1, end - now())))
     }
     front?.destroyAll()
     await this.close()
@@ -327,6 +368,11 @@ export class ProxyServer implements ProxyCore {
 
   #sleep(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
+      const clock = this.#opts.drainClock
+      if (clock !== undefined) {
+        this.#wake = resolve
+        return void clock.sleep(ms).then(resolve)
+      }
       const t = setTimeout(() => resolve(), ms)
       this.#wake = () => {
         clearTimeout(t)

@@ -3,14 +3,15 @@
 // Each line is an OpenAI request body, exactly as a client sent it, plus:
 //   "timestamp"  required. A number of milliseconds (any origin: epoch or the start of a
 //                capture) or an ISO 8601 date string. The first request arrives at 0 and
-//                the others keep their offsets from it; timestamps must not decrease.
+//                the others keep their offsets from it; timestamps must not decrease,
+//                and are all numbers or all dates.
 //   "tenant"     optional. The X-Amzn-SageMaker-Prefix-Aware-Id header it carried.
 //   "api"        optional. "chat" or "completions"; by default a body with "messages" is
 //                a chat request and one with "prompt" a completions request.
 // These three keys are removed before the body is routed and served. Blank lines are
 // skipped. For example:
 //   {"timestamp": 0, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}
-//   {"timestamp": "2025-06-01T12:00:00.250Z", "tenant": "acme", "model": "m", "prompt": "Once"}
+//   {"timestamp": 250, "tenant": "acme", "model": "m", "prompt": "Once"}
 //
 // The other format, `hash-ids` (production trace releases: lengths and block ids, no text),
 // is parsed in src/replay/hash-id-trace.ts; both are read here, synchronously, so that a
@@ -37,7 +38,7 @@ export type TraceFormat = { kind: 'openai' } | { kind: 'hash-ids'; blockTokens: 
 export const OPENAI_TRACE: TraceFormat = { kind: 'openai' }
 
 /** Parses one line (1-based `line` for messages); null for a blank line. */
-export function parseTraceLine(text: string, file: string, line: number): { timestamp: number; request: Omit<TimedRequest, 'at'> } | null {
+export function parseTraceLine(text: string, file: string, line: number): { timestamp: number; iso: boolean; request: Omit<TimedRequest, 'at'> } | null {
   const obj = parseObjectLine(text, file, line, '(an OpenAI request body)')
   if (obj === null) return null
   const fail = (m: string): never => {
@@ -62,7 +63,7 @@ export function parseTraceLine(text: string, file: string, line: number): { time
   } catch (err) {
     return fail((err as Error).message)
   }
-  return { timestamp: ts, request: tenant === undefined ? { api, body } : { api, body, tenant } }
+  return { timestamp: ts, iso: typeof timestamp === 'string', request: tenant === undefined ? { api, body } : { api, body, tenant } }
 }
 
 export interface TraceSummary {
@@ -106,18 +107,30 @@ export function* readTrace(path: string, format: TraceFormat = OPENAI_TRACE): Ge
   }
 }
 
-/** Parsed lines with arrival times relative to the first; blank lines skipped, order checked. */
-function* timed<T extends { timestamp: number }>(
+const timestampForm = (iso: boolean) => (iso ? 'an ISO 8601 date' : 'a number of milliseconds')
+
+/**
+ * Parsed lines with arrival times relative to the first; blank lines skipped, order checked,
+ * and every timestamp given the same way (`iso`): a number on any origin beside a date would
+ * be decades apart, a replay of nothing for that long.
+ */
+function* timed<T extends { timestamp: number; iso?: boolean }>(
   path: string,
   parse: (text: string, file: string, line: number) => T | null,
 ): Generator<{ at: number; parsed: T }, void, undefined> {
   let n = 0
   let origin = NaN
   let prev = -Infinity
+  let first: { line: number; iso: boolean } | undefined
   for (const text of readLinesSync(path)) {
     n++
     const parsed = parse(text, path, n)
     if (parsed === null) continue
+    const iso = parsed.iso === true
+    first ??= { line: n, iso }
+    if (iso !== first.iso) {
+      throw new TraceError(path, n, `"timestamp" is ${timestampForm(iso)} here but ${timestampForm(first.iso)} on line ${first.line}; a trace gives every timestamp the same way`)
+    }
     if (Number.isNaN(origin)) origin = parsed.timestamp
     const at = parsed.timestamp - origin
     // Equal timestamps are fine: real traces are cut to the millisecond and have ties.

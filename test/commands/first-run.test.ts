@@ -191,6 +191,19 @@ describe('upstream URLs', () => {
     expect(s.banner).toContain('prefix-router: 1 of 2 instances healthy\n')
     expect(s.banner).toContain(`\n  ${withV1}: health check answered 404\n    the URL ends in /v1, so the health check asked for /v1/health; the router adds /v1/... itself: use ${fleet.urls[0]}\n`)
   })
+
+  it('an instance given twice: one instance, and a warning naming it and where it was given', async () => {
+    const [a, b] = fleet.urls as [string, string]
+    const f = await serve(['--config', patient, '--upstream', a, '--upstream', b, '--upstream', `${a}/`])
+    expect(f.banner).toContain(`prefix-router: warning: --upstream ${a} given twice: it is one instance (one weight, one share of the traffic)\n`)
+    expect(f.banner).toMatch(/routing 2 instance\(s\)/)
+    const e = await serve(['--config', patient], { PREFIX_ROUTER_UPSTREAMS: `${b},${b}` })
+    expect(e.banner).toContain(`prefix-router: warning: PREFIX_ROUTER_UPSTREAMS lists ${b} twice: it is one instance (one weight, one share of the traffic)\n`)
+    const file = join(dir, 'twice.yaml')
+    writeFileSync(file, `health: { timeoutMs: 60000 }\nendpoints: [{ name: main, instances: [${a}, ${b}, ${b}] }]\n`)
+    const c = await serve(['--config', file])
+    expect(c.banner).toContain(`prefix-router: warning: endpoint main lists ${b} twice (endpoints[0].instances): it is one instance (one weight, one share of the traffic)\n`)
+  })
 })
 
 describe('the start banner, after the first probe round', () => {

@@ -37,8 +37,9 @@ async function records(...addresses: number[]): Promise<void> {
   await answering(addresses)
 }
 
-function writeHosts(addresses: number[]): void {
-  const lines = [...addresses.map((n) => `127.0.0.${n} vllm.test`), '127.0.0.4 srv-a.test', '127.0.0.5 srv-b.test']
+/** `extra`: lines for names outside test. (dnsmasq, with no upstream server, refuses a query it cannot answer from the file). */
+function writeHosts(addresses: number[], extra: string[] = []): void {
+  const lines = [...addresses.map((n) => `127.0.0.${n} vllm.test`), '127.0.0.4 srv-a.test', '127.0.0.5 srv-b.test', ...extra]
   writeFileSync(hosts, `${lines.join('\n')}\n`, { mode: 0o644 })
 }
 
@@ -155,6 +156,44 @@ describe('DNS discovery', () => {
     await records(3)
     await untilMembers(router, [url(3)])
     expect(s.lines.some((l) => l.msg === 'discovery source answers again')).toBe(true)
+  })
+
+  it('a resolver that answers A and refuses AAAA: the A answer counts, the refused query is named, each family keeps its last answer', async () => {
+    const r = new Resolver({ timeout: 1000, tries: 1 })
+    r.setServers([server()])
+    const hostsSay = async (lines: string[], a: string, aaaa: string) => {
+      writeHosts([1], lines)
+      dnsmasq.kill('SIGHUP')
+      const six = () => r.resolve6('dual.other').then((l) => l.join(' '), (e: NodeJS.ErrnoException) => e.code ?? '')
+      await until(async () => (await r.resolve4('dual.other').catch(() => [])).join(' ') === a && (await six()) === aaaa, 20_000, `dnsmasq answering ${a}, ${aaaa}`)
+    }
+    const v6 = `http://[::1]:${port}`
+    const source = `dns http://dual.other:${port} @${server()}`
+    const partial = (l: Record<string, unknown>) => l.msg === 'discovery source answered in part; keeping the failed query\'s last answer'
+    await hostsSay(['127.0.0.1 dual.other'], '127.0.0.1', 'EREFUSED')
+    const s = await startDiscoveryRouter([{ type: 'dns', url: `http://dual.other:${port}`, server: server(), intervalMs: 100 }])
+    router = s.router
+    expect(members(router)).toEqual([url(1)])
+    const first = await untilLog(s.lines, partial, 'the refused AAAA query reported')
+    expect(first).toMatchObject({ level: 40, source })
+    expect(first.err).toMatch(/resolving 'dual\.other' at 127\.0\.0\.1:\d+: the AAAA query failed: EREFUSED; keeping its last answer \(none\)/)
+    expect(await reached(router, 10)).toEqual(new Set([url(1)]))
+
+    // Both answer: an AAAA address joins (no worker on ::1 here, so it is probed down).
+    await hostsSay(['127.0.0.1 dual.other', '::1 dual.other'], '127.0.0.1', '::1')
+    await until(() => s.endpoint.instances.has(v6), 20_000, 'the AAAA address listed')
+    // AAAA refused again, A changed: the A list follows, the AAAA address stays from its last answer.
+    let from = s.lines.length
+    await hostsSay(['127.0.0.2 dual.other'], '127.0.0.2', 'EREFUSED')
+    await untilMembers(router, [url(2)])
+    expect([...s.endpoint.instances.keys()].sort()).toEqual([url(2), v6])
+    expect((await untilLog(s.lines, partial, 'the refusal reported again', from)).err).toMatch(/the AAAA query failed: EREFUSED; keeping its last answer \(::1\)/)
+    expect(await reached(router, 10)).toEqual(new Set([url(2)]))
+    // Warned once while it goes on failing the same way, not every interval.
+    from = s.lines.length
+    await hostsSay(['127.0.0.3 dual.other'], '127.0.0.3', 'EREFUSED')
+    await untilMembers(router, [url(3)])
+    expect(s.lines.slice(from).filter(partial)).toEqual([])
   })
 
   it('static instances and DNS together: the union, and a static one stays when its address leaves DNS', async () => {

@@ -8,7 +8,9 @@ import type { Pool } from 'undici'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { instancesReport } from '../../src/proxy/admin.js'
 import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { freePort } from '../helpers/ports.js'
 import { GatedClock, MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-file-'))
@@ -73,6 +75,50 @@ describe('file discovery', () => {
     saveByRename(path, `- ${w2}\n`)
     await untilMembers(router, [w2])
     expect(s.lines.filter((l) => l.msg === 'discovery source answers again')).toHaveLength(1)
+  })
+
+  it('a list whose new instances all fail their first probe keeps the healthy ones that left until a replacement is up', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    const w0 = fleet.urls[0]!
+    const port = await freePort()
+    const dead = `http://127.0.0.1:${port}` // nothing listens here, until the worker started below
+    const path = join(dir, 'replaced.yaml')
+    writeFileSync(path, `- ${w0}\n`)
+    const s = await startDiscoveryRouter([{ type: 'file', path }], { config: { health: { intervalMs: 100, timeoutMs: 2000 } } })
+    router = s.router
+    expect(members(router)).toEqual([w0])
+
+    let from = s.lines.length
+    saveByRename(path, `- ${dead}\n`)
+    // The newcomer's first probe fails: w0, the only healthy instance, is kept and still serves.
+    await untilLog(s.lines, (l) => l.msg === 'instance down' && l.instance === dead, 'the newcomer probed down', from)
+    expect(members(router)).toEqual([w0])
+    expect(await reached(router, 20)).toEqual(new Set([w0]))
+    const kept = await untilLog(s.lines, (l) => l.msg === 'discovery: no listed instance is healthy; keeping the instances that left until one is', 'the keeping logged', from)
+    expect(kept).toMatchObject({ level: 40, endpoint: 'default', kept: [w0], waitingFor: [dead] })
+    const report = instancesReport(router)[0]!.instances
+    expect(report.find((i) => i.id === w0)).toMatchObject({ healthy: true, keptUntilReplacementHealthy: true })
+    expect(report.find((i) => i.id === dead)).toMatchObject({ healthy: false, keptUntilReplacementHealthy: false })
+
+    // Versions that do not parse keep the last good list; each new one is reported (here two
+    // with the same complaint), not only the first.
+    from = s.lines.length
+    writeFileSync(path, `- ${dead}\n- http:/\n`) // in place, as if cut short
+    await untilLog(s.lines, sourceFailed, 'the first bad version reported', from)
+    const second = s.lines.length
+    writeFileSync(path, `- ${w0}\n- http:/\n`)
+    const again = await untilLog(s.lines, sourceFailed, 'the second bad version reported', second)
+    expect(again.err).toMatch(/replaced\.yaml' must hold a list of instances .*\[1\]: /)
+    expect(members(router)).toEqual([w0])
+    expect(await reached(router, 10)).toEqual(new Set([w0]))
+
+    // The replacement comes up (the last good list named it): it takes over, w0 leaves.
+    from = s.lines.length
+    extra.push(...(await startSimFleet({ instances: 1, profile: 'tiny', host: '127.0.0.1', port })).workers)
+    await untilMembers(router, [dead])
+    expect(await untilLog(s.lines, (l) => l.msg === 'discovery: a listed instance is healthy; the kept instances leave', 'the release logged', from)).toMatchObject({ removed: [w0] })
+    expect(await reached(router, 10)).toEqual(new Set([dead]))
+    expect(s.endpoint.instances.has(w0)).toBe(false)
   })
 
   it('a reload starts, stops or keeps each source: a changed one takes its instances with it', async () => {

@@ -70,6 +70,14 @@ describe('JSONL traces', () => {
     await expect(checkTrace(file('empty.jsonl', ['', '']))).rejects.toThrow(/has no requests/)
   })
 
+  it('refuses a trace that mixes numbers of milliseconds and ISO dates, naming the line', async () => {
+    // A 0 and a 2025 date are 55 years apart: replayed, that is 485,772 hours of nothing.
+    const mixed = file('mixed.jsonl', [{ timestamp: 0, prompt: 'a' }, '', { timestamp: '2025-06-01T12:00:00.250Z', prompt: 'b' }])
+    await expect(checkTrace(mixed)).rejects.toThrow(/mixed\.jsonl line 3: "timestamp" is an ISO 8601 date here but a number of milliseconds on line 1; a trace gives every timestamp the same way/)
+    const other = file('mixed2.jsonl', [{ timestamp: '2025-06-01T12:00:00Z', prompt: 'a' }, { timestamp: 1_748_779_200_250, prompt: 'b' }])
+    await expect(all(other)).rejects.toThrow(/mixed2\.jsonl line 2: "timestamp" is a number of milliseconds here but an ISO 8601 date on line 1/)
+  })
+
   it('replays through the command line, and bad traces exit 2 naming --trace', () => {
     const lines = []
     for (let i = 0; i < 60; i++) {

@@ -4,7 +4,7 @@ import type { Logger } from 'pino'
 import type { Endpoint } from '../endpoint.js'
 import { createSource } from './create.js'
 import { describeSource, type DiscoverySourceConfig } from './schema.js'
-import type { DiscoverySource, InstanceEntry } from './source.js'
+import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** How long start and reload wait for a new source's first answer before going on without it. */
 const FIRST_ANSWER_WAIT_MS = 10_000
@@ -47,10 +47,15 @@ export class EndpointDiscovery {
       this.#running.set(key, r)
       first.push(
         new Promise<void>((answered) => {
-          const onChange = (list: InstanceEntry[]) => {
+          const onChange = (list: InstanceEntry[], partial?: Error) => {
             if (this.#running.get(key) !== r) return
-            if (r.failing !== undefined) this.#log.info({ source: r.label }, 'discovery source answers again')
-            r.failing = undefined
+            if (partial !== undefined) {
+              if (r.failing !== partial.message) this.#log.warn({ source: r.label, err: partial.message, instances: list.length }, "discovery source answered in part; keeping the failed query's last answer")
+              r.failing = partial.message
+            } else {
+              if (r.failing !== undefined) this.#log.info({ source: r.label }, 'discovery source answers again')
+              r.failing = undefined
+            }
             const change = this.#ep.setDiscovered(key, list)
             this.#changed(r.label, change)
             void change.joined.then(() => answered())
@@ -58,7 +63,8 @@ export class EndpointDiscovery {
           const onError = (err: Error) => {
             if (this.#running.get(key) !== r) return
             const kept = this.#ep.instances.size
-            if (r.failing !== err.message) this.#log.warn({ source: r.label, err: err.message, instances: kept }, 'discovery source failed; keeping its last list')
+            const repeat = r.failing === err.message && !(err instanceof DiscoveryError && err.distinct)
+            if (!repeat) this.#log.warn({ source: r.label, err: err.message, instances: kept }, 'discovery source failed; keeping its last list')
             else this.#log.debug({ source: r.label, err: err.message }, 'discovery source still failing')
             r.failing = err.message
             answered()

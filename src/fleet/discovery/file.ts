@@ -44,6 +44,7 @@ export class FileSource implements DiscoverySource {
   #watcher: FSWatcher | undefined
   #timer: NodeJS.Timeout | undefined
   #last: string | undefined
+  #lastBad: string | undefined
   #stopped = false
 
   constructor(cfg: FileSourceConfig) {
@@ -56,16 +57,23 @@ export class FileSource implements DiscoverySource {
       try {
         text = await readFile(this.#path, 'utf8')
       } catch (err) {
+        this.#last = undefined // the same list back is an answer again
         return onError(new DiscoveryError(`cannot read '${this.#path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`))
       }
-      if (this.#stopped || text === this.#last) return
+      // The text last applied, or the bad text last reported: nothing new to say about either.
+      if (this.#stopped || text === this.#last || text === this.#lastBad) return
+      let list: InstanceEntry[]
       try {
-        const list = parseInstanceFile(this.#path, text)
-        this.#last = text
-        onChange(list)
+        list = parseInstanceFile(this.#path, text)
       } catch (err) {
-        onError(err as Error)
+        // The last good list stays; each bad version is reported once, even when two versions
+        // are wrong the same way (a write cut short twice).
+        this.#lastBad = text
+        return onError(new DiscoveryError((err as Error).message, { distinct: true }))
       }
+      this.#last = text
+      this.#lastBad = undefined
+      onChange(list)
     }
     try {
       this.#watcher = watch(dirname(this.#path), { persistent: false }, () => {

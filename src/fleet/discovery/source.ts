@@ -8,10 +8,12 @@ export type InstanceEntry = EndpointConfig['instances'][number]
 
 export interface DiscoverySource {
   /**
-   * Begins watching. `onChange` gets the whole current list (possibly unchanged); `onError`
-   * a failure to read it (the caller keeps the last list: a hiccup must not empty an endpoint).
+   * Begins watching. `onChange` gets the whole current list (possibly unchanged), and what
+   * failed in reading it when part of it is a last answer kept (`partial`: one DNS query of
+   * two refused); `onError` a failure to read it (the caller keeps the last list: a hiccup
+   * must not empty an endpoint).
    */
-  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void
+  start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): void
   stop(): Promise<void>
 }
 
@@ -25,8 +27,14 @@ export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: 
 /** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
 export class DiscoveryError extends PrefixRouterError {
   declare readonly code: 'ERR_DISCOVERY'
-  constructor(message: string) {
+  /**
+   * A failure of its own even if the last one said the same (a file's next bad version):
+   * reported again, where a repeated failure of the same lookup is reported once.
+   */
+  readonly distinct: boolean
+  constructor(message: string, opts: { distinct?: boolean } = {}) {
     super('ERR_DISCOVERY', message)
     this.name = 'DiscoveryError'
+    this.distinct = opts.distinct ?? false
   }
 }
