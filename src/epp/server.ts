@@ -12,6 +12,7 @@ import { healthImplementation, servingStatus, type ServingStatus } from './healt
 import type { ProcessingRequest, ProcessingResponse } from './messages.js'
 import { EppMetrics } from './metrics.js'
 import { externalProcessor, healthService } from './protos.js'
+import { http2ServersOf, limitResets } from './reset-limit.js'
 import { ReloadableTlsCredentials, type KeyPair } from './tls.js'
 
 export interface EppOptions {
@@ -86,6 +87,14 @@ export class EppServer implements PickerCore {
     })
     this.#grpc.addService(healthService().service, healthImplementation(this, this.#watchers))
     this.#port = await bind(this.#grpc, host, port, this.#tls ?? ServerCredentials.createInsecure())
+    for (const h2 of http2ServersOf(this.#grpc)) {
+      limitResets(h2, {
+        onGoaway: ({ resets, remote }) => {
+          this.eppMetrics.goaways.inc({ reason: 'stream_resets' })
+          this.log.info({ resets, remote }, "a gateway connection's stream resets neared Node's HTTP/2 limit: asked it to reconnect (GOAWAY NO_ERROR)")
+        },
+      })
+    }
   }
 
   async #listenHealth(host: string, port: number): Promise<void> {
