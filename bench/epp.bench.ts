@@ -159,7 +159,7 @@ async function main(): Promise<void> {
   // The picker's own timing of each decision (bench/epp-timing.mjs), read through a file on SIGUSR2.
   const dir = mkdtempSync(join(tmpdir(), 'epp-bench-'))
   const timingFile = join(dir, 'timing.json')
-  const epp = await startProcess(process.execPath, ['--import', './bench/epp-timing.mjs', ...common, 'epp', ...flags, '--grpc-host', '127.0.0.1', '--grpc-port', '0'], /on grpc:\/\/([\d.:]+) \(.*?admin (http:\/\/[\d.:]+)\)/, 'stderr', { cwd: root, env: { ...process.env, EPP_TIMING_FILE: timingFile } })
+  const epp = await startProcess(process.execPath, ['--import', './bench/epp-timing.mjs', ...common, 'epp', ...flags, '--grpc-host', '127.0.0.1', '--grpc-port', '0', '--grpc-tls', 'off'], /on grpc:\/\/([\d.:]+) \(.*?admin (http:\/\/[\d.:]+)\)/, 'stderr', { cwd: root, env: { ...process.env, EPP_TIMING_FILE: timingFile } })
   const eppTiming = async (): Promise<{ count: number; p50: number; p99: number; p999: number }> => {
     rmSync(timingFile, { force: true })
     process.kill(epp.pid, 'SIGUSR2')
@@ -176,7 +176,7 @@ async function main(): Promise<void> {
     console.log(`prefix-router endpoint picker — ${machine()}`)
     console.log('note: the gateway client, the two stub pods, the picker and serve all share these CPUs: every figure includes their contention')
     console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the two paths in rotation`)
-    console.log(`picker: prefix-router epp, prefix_aware, grpc://${grpcAddress}; serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
+    console.log(`picker: prefix-router epp, prefix_aware, grpc://${grpcAddress} (plaintext: --grpc-tls off); serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
 
     const gwDecision = { h: histogram() }
     const gw = gatewaySender(grpcAddress!, gwDecision)

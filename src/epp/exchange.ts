@@ -19,6 +19,7 @@ import { openAIBodyOf } from '../proxy/openai-body.js'
 import { matchRoute } from '../proxy/routes.js'
 import { exactTokens } from '../tokens/request-tokens.js'
 import {
+  bytesOf,
   continueResponse,
   destinationResponse,
   headersOf,
@@ -31,6 +32,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from './messages.js'
+import type { Encoded } from './codec.js'
 import type { EppMetrics } from './metrics.js'
 import { hostPort, pickIn } from './subset.js'
 
@@ -51,7 +53,7 @@ export interface PickerCore {
   endpoint(name: string | undefined): Endpoint | undefined
 }
 
-type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>
+type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse | Encoded>
 
 /** How a stream ended, for the metrics and the log line. */
 type Ended = 'response' | 'cut' | 'immediate'
@@ -76,20 +78,22 @@ export class Exchange {
   #firstAt: number | undefined
   #answered = false
   #ended: Ended | undefined
-  /** Messages are handled one after another: a pick may wait (a parse in a worker, the exact view's tokens). */
-  #chain: Promise<void> = Promise.resolve()
+  /**
+   * Messages are handled one after another, at once while nothing waits; a pick that waits (a
+   * parse in a worker, the exact view's tokens) holds the later ones behind it until it is done.
+   * No promise per message otherwise: there are ten or so messages to a request.
+   */
+  #tail: Promise<void> | undefined
 
   constructor(
     readonly core: PickerCore,
     readonly call: Call,
     readonly onEnd: (x: Exchange) => void,
   ) {
-    call.on('data', (m: ProcessingRequest) => {
-      this.#chain = this.#chain.then(() => this.#handle(m)).catch((err: unknown) => this.#fail(err))
-    })
+    call.on('data', (m: ProcessingRequest) => this.#run(() => this.#handle(m)))
     call.on('end', () => {
       // The gateway half-closed: nothing more will come. What it sent before is answered first.
-      this.#chain = this.#chain.then(() => {
+      this.#run(() => {
         this.#finish('cut')
         if (!call.writableEnded) call.end()
       })
@@ -99,33 +103,57 @@ export class Exchange {
     call.on('close', () => this.#finish('cut'))
   }
 
+  /** Runs `step` now when nothing waits, else after what does; a step that returns a promise holds the next ones. */
+  #run(step: () => Promise<void> | void): void {
+    if (this.#tail !== undefined) return this.#hold(this.#tail.then(step))
+    let r: Promise<void> | void
+    try {
+      r = step()
+    } catch (err) {
+      return this.#fail(err)
+    }
+    if (r !== undefined) this.#hold(r)
+  }
+
+  #hold(p: Promise<void>): void {
+    const t: Promise<void> = p
+      .catch((err: unknown) => this.#fail(err))
+      .then(() => {
+        if (this.#tail === t) this.#tail = undefined
+      })
+    this.#tail = t
+  }
+
   /** Whether the stream has ended (its lease, if any, released). */
   get ended(): boolean {
     return this.#ended !== undefined
   }
 
-  #send(r: ProcessingResponse): void {
+  #send(r: ProcessingResponse | Encoded): void {
     if (this.#ended !== undefined || this.call.cancelled || this.call.destroyed || this.call.writableEnded) return
     this.call.write(r)
   }
 
-  async #handle(m: ProcessingRequest): Promise<void> {
-    if (this.#ended !== undefined || this.#answered) return
+  #handle(m: ProcessingRequest): Promise<void> | undefined {
+    if (this.#ended !== undefined || this.#answered) return undefined
     switch (m.request) {
       case 'request_headers':
         return this.#requestHeaders(m.request_headers ?? {}, m)
       case 'request_body':
         return this.#requestBody(m.request_body ?? {})
       case 'response_headers':
-        return this.#responseHeaders(m.response_headers ?? {}, m)
+        this.#responseHeaders(m.response_headers ?? {}, m)
+        return undefined
       case 'response_body':
-        return this.#responseBody(m.response_body ?? {}, m)
+        this.#responseBody(m.response_body ?? {}, m)
+        return undefined
       case 'request_trailers':
       case 'response_trailers':
         this.#send(continueResponse(m.request))
         if (m.request === 'response_trailers') this.#finish('response')
-        return
+        return undefined
     }
+    return undefined
   }
 
   #requestHeaders(h: HttpHeaders, m: ProcessingRequest): Promise<void> | undefined {
@@ -151,40 +179,59 @@ export class Exchange {
     return undefined
   }
 
-  async #requestBody(b: HttpBody): Promise<void> {
-    if (this.#ep === undefined) return
-    const chunk = Buffer.from(b.body ?? [])
+  #requestBody(b: HttpBody): Promise<void> | undefined {
+    if (this.#ep === undefined) return undefined
+    // A view into the received message (grpc-js allocates one per message), kept until the pick.
+    const chunk = bytesOf(b.body)
     this.#bytes += chunk.length
     const limit = this.core.config.limits.maxBodyBytes
     if (this.#bytes > limit) throw tooLarge(limit)
     this.#chunks.push(chunk)
-    if (!b.end_of_stream) return
-    await this.#pick(this.core.bodyMode === 'buffered' ? 'request_body' : 'request_headers')
-    if (this.#answered || this.core.bodyMode === 'buffered') return
-    // Full duplex: the body goes back as it came, after the headers' answer.
+    if (!b.end_of_stream) return undefined
+    const picking = this.#pick(this.core.bodyMode === 'buffered' ? 'request_body' : 'request_headers')
+    if (picking === undefined) return this.#handBack()
+    return picking.then(() => this.#handBack())
+  }
+
+  /** Full duplex: the body goes back as it came, after the headers' answer. */
+  #handBack(): undefined {
+    if (this.#answered || this.core.bodyMode === 'buffered') return undefined
     const chunks = this.#chunks
     this.#chunks = []
     for (let i = 0; i < chunks.length; i++) this.#send(streamedBody('request_body', chunks[i]!, i === chunks.length - 1))
+    return undefined
   }
 
-  /** Reads the whole body's routing key, picks, and answers `phase` with the destination. */
-  async #pick(phase: 'request_headers' | 'request_body'): Promise<void> {
+  /** Reads the whole body's routing key, picks, and answers `phase` with the destination; undefined when nothing had to wait. */
+  #pick(phase: 'request_headers' | 'request_body'): Promise<void> | undefined {
     const ep = this.#ep!
     const { core } = this
     const raw = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks)
     const tenantHeader = this.#headers[TENANT_HEADER]
-    const read = await openAIBodyOf(this.#api!, raw, openAILimits(core.config, ep.routing, tenantHeader))
+    const read = openAIBodyOf(this.#api!, raw, openAILimits(core.config, ep.routing, tenantHeader))
+    if (read instanceof Promise) return read.then((r) => this.#keyRead(phase, raw, tenantHeader, r))
+    return this.#keyRead(phase, raw, tenantHeader, read)
+  }
+
+  #keyRead(phase: 'request_headers' | 'request_body', raw: Buffer, tenantHeader: string | undefined, read: Awaited<ReturnType<typeof openAIBodyOf>>): Promise<void> | undefined {
+    const ep = this.#ep!
+    const { core } = this
     const k = chatKey(core.config, core.log, ep.name, tenantHeader, read)
     this.#model = k.model
     this.#tenant = k.tenant
-    let exact: ExactTokens | undefined
-    if (ep.tokenizer !== undefined) {
-      const t0 = performance.now()
-      exact = await exactTokens(ep.tokenizer, this.#api!, raw, k.model, ep.isAdapter(k.model), ep.tokenizeTarget(k.model))
+    if (ep.tokenizer === undefined) return this.#choose(phase, k, undefined)
+    const t0 = performance.now()
+    return exactTokens(ep.tokenizer, this.#api!, raw, k.model, ep.isAdapter(k.model), ep.tokenizeTarget(k.model)).then((exact) => {
       core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-    }
+      this.#choose(phase, k, exact)
+    })
+  }
+
+  #choose(phase: 'request_headers' | 'request_body', k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined): undefined {
+    const ep = this.#ep!
+    const { core } = this
     // The stream may have ended while the body was parsed or tokenized: then there is nothing to lease for.
-    if (this.#ended !== undefined) return
+    if (this.#ended !== undefined) return undefined
     const t0 = performance.now()
     const pick = pickIn(ep, k, this.#subset, exact)
     core.metrics.decision.observe([ep.routing.strategy], (performance.now() - t0) / 1000)
@@ -196,6 +243,7 @@ export class Exchange {
     this.#decision = targeted ? (pick.lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
     // The strategies give one instance, no fallback list: the header and the metadata name it alone.
     this.#send(destinationResponse(phase, this.#picked))
+    return undefined
   }
 
   #firstResponse(m: ProcessingRequest): void {
@@ -225,7 +273,7 @@ export class Exchange {
   #responseBody(b: HttpBody, m: ProcessingRequest): void {
     this.#firstResponse(m)
     const end = b.end_of_stream === true
-    if (this.core.bodyMode === 'streamed') this.#send(streamedBody('response_body', Buffer.from(b.body ?? []), end))
+    if (this.core.bodyMode === 'streamed') this.#send(streamedBody('response_body', bytesOf(b.body), end))
     else this.#send(continueResponse('response_body'))
     if (end) this.#finish('response')
   }

@@ -2,6 +2,7 @@
 // set oneof member named, google.protobuf.Struct's Value members camelCase as protobufjs keeps
 // them): what the picker reads from Envoy's requests and the responses it builds.
 import type { ProxyError } from '../proxy/errors.js'
+import { Encoded, encodeResponse } from './codec.js'
 
 /** The header and dynamic-metadata key naming the endpoints picked (protocol: Destination Endpoint). */
 export const DESTINATION = 'x-gateway-destination-endpoint'
@@ -49,13 +50,22 @@ export interface ProcessingRequest {
   observability_mode?: boolean
 }
 export type ProcessingResponse = Record<string, unknown>
+type Phase = 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'
+
+const EMPTY = Buffer.alloc(0)
+
+/** A bytes field as a Buffer: the same memory (protobufjs decodes views into the message on Node), never a copy. */
+export function bytesOf(b: Uint8Array | null | undefined): Buffer {
+  if (b === undefined || b === null || b.length === 0) return EMPTY
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)
+}
 
 /** The headers, names lowercased, values from `raw_value` (Envoy's choice) or `value`; repeated names joined by commas. */
 export function headersOf(h: HttpHeaders | null | undefined): Record<string, string> {
   const out: Record<string, string> = {}
   for (const { key, value, raw_value } of h?.headers?.headers ?? []) {
     const k = key.toLowerCase()
-    const v = raw_value && raw_value.length > 0 ? Buffer.from(raw_value).toString('latin1') : (value ?? '')
+    const v = raw_value && raw_value.length > 0 ? bytesOf(raw_value).toString('latin1') : (value ?? '')
     out[k] = out[k] === undefined ? v : `${out[k]},${v}`
   }
   return out
@@ -89,9 +99,14 @@ export function destinationResponse(phase: 'request_headers' | 'request_body', v
   }
 }
 
-/** Go on, unchanged (a headers or body message, request or response). */
-export const continueResponse = (phase: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'): ProcessingResponse =>
-  phase.endsWith('trailers') ? { [phase]: {} } : { [phase]: { response: {} } }
+const continued = new Map<Phase, Encoded>()
+
+/** Go on, unchanged (a headers or body message, request or response): the same bytes every time, encoded once. */
+export function continueResponse(phase: Phase): Encoded {
+  let e = continued.get(phase)
+  if (e === undefined) continued.set(phase, (e = new Encoded(encodeResponse(phase.endsWith('trailers') ? { [phase]: {} } : { [phase]: { response: {} } }))))
+  return e
+}
 
 /** A body chunk handed back as it came (full-duplex streamed mode). */
 export function streamedBody(phase: 'request_body' | 'response_body', body: Uint8Array, endOfStream: boolean): ProcessingResponse {

@@ -9,6 +9,8 @@ export class EppMetrics {
   readonly servedElsewhere: Counter<'endpoint'>
   /** Streams that ended, by how: response (the response path ended), cut (before it did), immediate (the picker answered). */
   readonly ended: Counter<'how'>
+  /** Gateway connections asked to reconnect (graceful GOAWAY), by why. */
+  readonly goaways: Counter<'reason'>
 
   constructor(registry: Registry, open: () => number) {
     this.streams = new Gauge({
@@ -31,5 +33,12 @@ export class EppMetrics {
       labelNames: ['how'],
       registers: [registry],
     })
+    this.goaways = new Counter({
+      name: 'prefix_router_epp_goaways_total',
+      help: "Gateway connections the picker asked to reconnect (graceful GOAWAY), by reason: stream_resets (the gateway's stream resets neared Node's HTTP/2 limit, which would end the connection with its streams).",
+      labelNames: ['reason'],
+      registers: [registry],
+    })
+    this.goaways.inc({ reason: 'stream_resets' }, 0)
   }
 }

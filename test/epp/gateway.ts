@@ -17,6 +17,9 @@ export class GatewayStream {
   #next = 0
   ended = false
   error: ServiceError | undefined
+  /** Writes not yet handed to the HTTP/2 stream (their callbacks not called yet). */
+  #unsent = 0
+  #cancelWanted = false
 
   constructor(readonly call: ClientDuplexStream<Msg, Msg>) {
     call.on('data', (m: Msg) => {
@@ -39,7 +42,11 @@ export class GatewayStream {
   }
 
   send(m: Msg): void {
-    this.call.write(m)
+    this.#unsent++
+    this.call.write(m, () => {
+      this.#unsent--
+      if (this.#cancelWanted && this.#unsent === 0) this.call.cancel()
+    })
   }
 
   /** The next answer, or undefined when the stream ended first. */
@@ -56,8 +63,15 @@ export class GatewayStream {
     while (!this.ended) await new Promise<void>((r) => this.#waiters.push(r))
   }
 
+  /**
+   * RST_STREAM, as Envoy resets a stream it gives up on. grpc-js's client drops a cancel made
+   * before the call has its HTTP/2 stream (its resolving call creates the stream after the
+   * cancel and never resets it: the stream stays open on the wire with what was written), so the
+   * cancel waits until what was written has reached the HTTP/2 stream: then it resets that.
+   */
   cancel(): void {
-    this.call.cancel()
+    this.#cancelWanted = true
+    if (this.#unsent === 0 || this.ended) this.call.cancel()
   }
 
   halfClose(): void {

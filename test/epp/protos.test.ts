@@ -6,6 +6,8 @@ import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { EXT_PROC_SERVICE, externalProcessor, healthService, protos } from '../../src/epp/protos.js'
+import { externalProcessorServer } from '../../src/epp/codec.js'
+import { continueResponse, headersOf, streamedBody, subsetHint } from '../../src/epp/messages.js'
 
 // ProcessingResponse { request_body(3) { response(1) { body_mutation(3) { streamed_response(3) { body(1) "hi", end_of_stream(2) true } } } } }
 const STREAMED_HI = Buffer.from([0x1a, 12, 0x0a, 10, 0x1a, 8, 0x1a, 6, 0x0a, 2, 0x68, 0x69, 0x10, 1])
@@ -39,6 +41,28 @@ describe('ext_proc protos', () => {
     expect(back.request).toBe('request_headers')
     expect(Buffer.from(back.request_headers.headers.headers[0]!.raw_value).toString()).toBe('/v1/chat/completions')
     expect(back.metadata_context.filter_metadata['envoy.lb.subset_hint']!.fields['x-gateway-destination-endpoint-subset']!.listValue.values[0]!.stringValue).toBe('10.0.0.1:8000')
+  })
+
+  it("the picker's own codec: its answers encode to the same bytes, and what proto-loader's clients send reads the same", () => {
+    const server = externalProcessorServer().Process!
+    const client = externalProcessor().service.Process!
+    expect(Buffer.from(server.responseSerialize(streamedBody('request_body', Buffer.from('hi'), true)))).toEqual(STREAMED_HI)
+    // An answer encoded once decodes as proto-loader's would have built it.
+    expect(client.responseDeserialize(server.responseSerialize(continueResponse('response_headers')))).toMatchObject({ response: 'response_headers', response_headers: { response: {} } })
+    const req = {
+      request_headers: { headers: { headers: [{ key: ':PATH', raw_value: Buffer.from('/v1/chat/completions') }, { key: 'x-a', value: 'plain' }] }, end_of_stream: false },
+      metadata_context: { filter_metadata: { 'envoy.lb.subset_hint': { fields: { 'x-gateway-destination-endpoint-subset': { listValue: { values: [{ stringValue: '10.0.0.1:8000' }] } } } } } },
+    }
+    const m = server.requestDeserialize(client.requestSerialize(req)) as import('../../src/epp/messages.js').ProcessingRequest
+    expect(m.request).toBe('request_headers')
+    expect(m.request_headers?.end_of_stream).toBe(false)
+    expect(headersOf(m.request_headers)).toEqual({ ':path': '/v1/chat/completions', 'x-a': 'plain' })
+    expect(subsetHint(m.metadata_context)).toEqual(['10.0.0.1:8000'])
+    const body = server.requestDeserialize(client.requestSerialize({ request_body: { body: Buffer.from('{"a":1}'), end_of_stream: true } })) as import('../../src/epp/messages.js').ProcessingRequest
+    expect(body.request).toBe('request_body')
+    expect(Buffer.isBuffer(body.request_body?.body)).toBe(true)
+    expect(Buffer.from(body.request_body!.body!).toString()).toBe('{"a":1}')
+    expect(body.request_body?.end_of_stream).toBe(true)
   })
 
   it('has the health service and the service name the picker reports', () => {
