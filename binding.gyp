@@ -11,12 +11,7 @@
         "native/prefix_index.cc",
         "native/ring.cc",
         "native/router.cc",
-        "native/strategy/common.cc",
-        "native/strategy/least_outstanding.cc",
-        "native/strategy/longest_prefix.cc",
-        "native/strategy/prefix_aware.cc",
-        "native/strategy/random.cc",
-        "native/strategy/registry.cc",
+        "<!@(node -p \"require('fs').readdirSync('native/strategy').filter((f) => f.endsWith('.cc')).sort().map((f) => 'native/strategy/' + f).join(' ')\")",
         "native/xxh3.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],

@@ -18,6 +18,7 @@
 #include "napi_throw.h"
 #include "prefix_index.h"
 #include "router.h"
+#include "strategy/request_key.h"
 #include "strategy/strategy.h"
 #include "xxh3.h"
 
@@ -493,12 +494,24 @@ Napi::Value RouterParams(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// strategy_names() -> string[]: the registry, in order.
-Napi::Value StrategyNames(const Napi::CallbackInfo& info) {
+// strategies() -> [{ name, targeted, blocks, exactView, engineLoad, placement, defaultThreshold }]:
+// the registry in order, each strategy with its traits (strategy/strategy.h).
+Napi::Value Strategies(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const auto& list = pr::strategy_registry();
   Napi::Array out = Napi::Array::New(env, list.size());
-  for (uint32_t i = 0; i < list.size(); i++) out.Set(i, list[i].name);
+  for (uint32_t i = 0; i < list.size(); i++) {
+    const pr::StrategyTraits& t = list[i].impl.traits();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", list[i].name);
+    o.Set("targeted", t.targeted);
+    o.Set("blocks", t.blocks);
+    o.Set("exactView", t.exact_view);
+    o.Set("engineLoad", t.engine_load);
+    o.Set("placement", t.placement);
+    o.Set("defaultThreshold", t.default_threshold);
+    out.Set(i, o);
+  }
   return out;
 }
 
@@ -555,8 +568,7 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
 // text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
 // (a copy of the key, parameters reloaded since the extraction, another tenant) null, and the
 // pick hashes the text.
-PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::RoutingParams& p, size_t span, bool longest,
-                            uint64_t seed) {
+PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, const pr::KeyPlan& plan, uint64_t seed) {
   size_t buffer_len = 0;
   void* base = nullptr;
   if (text.data == nullptr || text.buffer == nullptr || napi_get_arraybuffer_info(env, text.buffer, &base, &buffer_len) != napi_ok ||
@@ -566,8 +578,8 @@ PR_HOT const pr::KeyHashes* Hashed(napi_env env, const pr::ExtractedText& text, 
   const uint8_t* end = static_cast<const uint8_t*>(base) + buffer_len;
   if (at < static_cast<const uint8_t*>(base) || at > end || static_cast<size_t>(end - at) < sizeof(pr::KeyHashes)) return nullptr;
   const auto* h = reinterpret_cast<const pr::KeyHashes*>(at);
-  if (h->magic != pr::KeyHashes::kMagic || h->text_bytes != text.len || h->seed != seed || h->prefix != p.prefix_length ||
-      h->span != span || h->block_bytes != (longest ? p.block_bytes : 0))
+  if (h->magic != pr::KeyHashes::kMagic || h->text_bytes != text.len || h->seed != seed || h->prefix != plan.prefix ||
+      h->span != plan.span || h->block_bytes != plan.block_bytes)
     return nullptr;
   if (h->blocks > (static_cast<size_t>(end - at) - sizeof(pr::KeyHashes)) / sizeof(uint64_t) || h->anchor_blocks > h->blocks) return nullptr;
   return h;
@@ -596,11 +608,12 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
   // Everything below reads the parameters of one snapshot, the one the pick uses.
   pr::SnapshotGuard guard(*h->state, h->reader);
   const pr::RoutingParams& p = guard.params();
-  const bool longest = p.strategy == pr::Strategy::LongestPrefix;
-  // longest_prefix matches further into the prompt than the key reaches.
-  const size_t span = longest && p.match_length > p.prefix_length ? p.match_length : p.prefix_length;
+  // What the strategy reads of the text and hashes from it (strategy/request_key.h).
+  const pr::KeyPlan plan = pr::key_plan(guard.snap().strategy->traits(), p);
+  const size_t span = plan.span;
   const pr::ExtractedText* prepared = a.prepared;
-  const size_t anchor = !longest ? SIZE_MAX : prepared != nullptr ? prepared->anchor_bytes : a.anchor;
+  // Only a strategy matching blocks ends its key at the anchor: for the others it is not read.
+  const size_t anchor = plan.block_bytes == 0 ? SIZE_MAX : prepared != nullptr ? prepared->anchor_bytes : a.anchor;
   Marks marks;
   Bytes b;
   if (prepared != nullptr) {
@@ -632,28 +645,20 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
   uint64_t key = 0;
   const uint64_t* blocks = nullptr;
   size_t nblocks = 0, anchor_blocks = 0;
-  const pr::KeyHashes* hashed = prepared != nullptr && a.hashed ? Hashed(env, *prepared, p, span, longest, seed) : nullptr;
+  const pr::KeyHashes* hashed = prepared != nullptr && a.hashed ? Hashed(env, *prepared, plan, seed) : nullptr;
   if (hashed != nullptr) {
     key = hashed->key;
     nblocks = hashed->blocks;
     blocks = nblocks == 0 ? nullptr : reinterpret_cast<const uint64_t*>(hashed + 1);
     anchor_blocks = hashed->anchor_blocks;
   } else {
-    const size_t key_len = std::min({marks.key_bytes, marks.anchor_bytes, b.len});
-    key = pr::xxh3_64(b.data, key_len, seed);
-    if (longest) {
-      thread_local std::vector<uint64_t> chain;
-      const size_t block = p.block_bytes;
-      if (chain.size() < b.len / block + 1) chain.resize(b.len / block + 1);
-      nblocks = pr::chain_hashes(b.data, b.len, block, seed, chain.data());
-      blocks = chain.data();
-    }
-    // The opening's blocks that lie wholly inside it. The block it ends in also holds the start
-    // of the next message, so the instance that served the first turn (whose prompt ended
-    // there) never indexed it: holding the whole blocks is holding the opening. An anchor at or
-    // past the end still marks the key as a chat's opening (a first turn).
-    anchor_blocks =
-        anchor == SIZE_MAX || !longest || nblocks == 0 ? 0 : std::min(nblocks, std::max<size_t>(1, key_len / p.block_bytes));
+    thread_local std::vector<uint64_t> chain;
+    if (chain.size() < pr::chain_capacity(plan, b.len) + 1) chain.resize(pr::chain_capacity(plan, b.len) + 1);
+    const pr::RequestKey k = pr::hash_request(b.data, b.len, marks.key_bytes, anchor != SIZE_MAX, marks.anchor_bytes, plan, seed, chain.data());
+    key = k.key;
+    nblocks = k.blocks;
+    blocks = plan.block_bytes == 0 ? nullptr : chain.data();
+    anchor_blocks = k.anchor_blocks;
   }
   pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact)
                                : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact);
@@ -1037,7 +1042,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_group_id", Napi::Function::New(env, RouterGroupId, "router_group_id"));
   exports.Set("router_release", Napi::Function::New(env, RouterRelease, "router_release"));
   exports.Set("router_first_token", Napi::Function::New(env, RouterFirstToken, "router_first_token"));
-  exports.Set("strategy_names", Napi::Function::New(env, StrategyNames, "strategy_names"));
+  exports.Set("strategies", Napi::Function::New(env, Strategies, "strategies"));
   exports.Set("router_slot_id", Napi::Function::New(env, RouterSlotId, "router_slot_id"));
   exports.Set("router_in_flight", Napi::Function::New(env, RouterInFlight, "router_in_flight"));
   exports.Set("router_set_engine_load", Napi::Function::New(env, RouterSetEngineLoad, "router_set_engine_load"));

@@ -11,7 +11,7 @@
 #include "napi_throw.h"
 #include "key/openai_key.h"
 #include "xxh3.h"
-#include "prefix_index.h"
+#include "strategy/request_key.h"
 
 namespace {
 
@@ -77,13 +77,20 @@ bool TenantSeed(napi_env env, napi_value header, bool header_is_string, const ui
   return true;
 }
 
-// What Pick (addon.cc) computes from the text, computed now: the same calls on the same bytes.
-// Returns the bytes the record takes after the text, 0 when it is not written.
+// What the pick (addon.cc) computes from the text, computed now: the same function
+// (strategy/request_key.h) on the same bytes. A nonzero `block` is a strategy matching blocks
+// (StrategyTraits::blocks), whose key ends at the anchor. Returns the bytes the record takes
+// after the text, 0 when it is not written.
 size_t WriteHashes(uint8_t* text, const pr::key::KeyResult& r, size_t prefix, size_t span, size_t block, uint64_t seed,
                    uint8_t* end) {
   uint8_t* at = pr::key_hashes_at(text, r.len);
-  const size_t blocks = block == 0 ? 0 : r.len / block;
-  if (static_cast<size_t>(end - at) < sizeof(pr::KeyHashes) + blocks * sizeof(uint64_t)) return 0;
+  pr::KeyPlan plan;
+  plan.prefix = prefix;
+  plan.span = span;
+  plan.block_bytes = block;
+  if (static_cast<size_t>(end - at) < sizeof(pr::KeyHashes) + pr::chain_capacity(plan, r.len) * sizeof(uint64_t)) return 0;
+  const pr::RequestKey k = pr::hash_request(text, r.len, r.key_bytes, r.has_anchor, r.anchor_bytes, plan, seed,
+                                            reinterpret_cast<uint64_t*>(at + sizeof(pr::KeyHashes)));
   pr::KeyHashes h{};
   h.magic = pr::KeyHashes::kMagic;
   h.seed = seed;
@@ -91,14 +98,9 @@ size_t WriteHashes(uint8_t* text, const pr::key::KeyResult& r, size_t prefix, si
   h.span = span;
   h.block_bytes = block;
   h.text_bytes = r.len;
-  // The anchor bounds the key for longest_prefix only; other strategies hash the whole key.
-  size_t key_len = r.key_bytes < r.len ? r.key_bytes : r.len;
-  if (block != 0 && r.has_anchor && r.anchor_bytes < key_len) key_len = r.anchor_bytes;
-  h.key = pr::xxh3_64(text, key_len, seed);
-  if (block != 0) {
-    h.blocks = pr::chain_hashes(text, r.len, block, seed, reinterpret_cast<uint64_t*>(at + sizeof h));
-    if (r.has_anchor && h.blocks != 0) h.anchor_blocks = std::min<size_t>(h.blocks, std::max<size_t>(1, key_len / block));
-  }
+  h.key = k.key;
+  h.blocks = k.blocks;
+  h.anchor_blocks = k.anchor_blocks;
   std::memcpy(at, &h, sizeof h);
   return static_cast<size_t>(at - (text + r.len)) + sizeof h + h.blocks * sizeof(uint64_t);
 }
@@ -138,8 +140,8 @@ class TokenMemo {
 //          stream 0/1, escapes (1 model, 2 prompt_cache_key), hash bytes, and when io has room,
 //          model generation, prompt_cache_key generation (TokenMemo)]; a string member's span
 //          covers its quotes, begin = end = 0 when absent.
-// With hash 1, the routing hashes are written after the text as well (blockBytes: longest_prefix's
-// block size, 0 for the other strategies), for a router whose prefixLength is `prefix` and a
+// With hash 1, the routing hashes are written after the text as well (blockBytes: the block size
+// of a strategy matching blocks, 0 for the others), for a router whose prefixLength is `prefix` and a
 // request whose tenant header is `tenant` (undefined without one), when out has room for
 // them and the tenant is known (see TenantSeed); io[9] is the bytes they take, 0 when not.
 // A plain napi_callback rather than node-addon-api's CallbackInfo, which allocates its argument

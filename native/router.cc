@@ -551,7 +551,7 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
     in.blocks = blocks;
     in.nblocks = blocks == nullptr ? 0 : nblocks;
     in.anchor_blocks = anchor_blocks;
-    if (exact != nullptr && exact->ntokens > 0 && in.nblocks > 0 && s.params.strategy == Strategy::LongestPrefix) {
+    if (exact != nullptr && exact->ntokens > 0 && in.nblocks > 0 && impl.traits().exact_view) {
       // Hashed here, once per snapshot tried: the block size is the snapshot's.
       thread_local std::vector<uint64_t> chain;
       const uint32_t bs = std::max<uint32_t>(1, s.params.exact_block_size);

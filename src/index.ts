@@ -27,6 +27,7 @@ export {
   type RoutingParams,
   type ResolvedParams,
 } from './core/options.js'
+export { STRATEGY_INFO, strategyInfo, type StrategyInfo } from './core/strategies.js'
 export {
   PrefixRouterError,
   InvalidArgTypeError,

@@ -23,7 +23,7 @@ describe('configuration schema', () => {
     const c = parseConfig({ endpoints: [{ name: 'default', instances: ['http://a:8000'] }] })
     // concurrencyThreshold stays unset: the strategy's default (10, or none for longest_prefix).
     expect(c.routing).toEqual({
-      strategy: 'prefix_aware',
+      strategy: 'longest_prefix',
       prefixLength: 4096,
       vnodes: 8192,
       blockSize: 64,

@@ -35,11 +35,11 @@ struct KeyHashes {
   uint64_t seed;          // xxh3 of the tenant, 0 without one
   uint64_t prefix;        // prefixLength (code points) the key was cut at
   uint64_t span;          // code points of text extracted
-  uint64_t block_bytes;   // longest_prefix's block size; 0 for the strategies without a chain
+  uint64_t block_bytes;   // the chain's block size (a strategy matching blocks); 0 for none
   uint64_t text_bytes;    // the text's length, which the record must follow
-  uint64_t key;           // xxh3 of the key's bytes (up to the anchor for longest_prefix)
+  uint64_t key;           // xxh3 of the key's bytes (up to the anchor with a chain)
   uint64_t blocks;        // chained block hashes that follow
-  uint64_t anchor_blocks;  // as Pick computes it
+  uint64_t anchor_blocks;  // as the pick computes it (hash_request, strategy/request_key.h)
 };
 
 inline uint8_t* key_hashes_at(uint8_t* text, size_t text_bytes) {

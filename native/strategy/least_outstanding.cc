@@ -7,6 +7,11 @@ namespace {
 
 class LeastOutstandingStrategy final : public RoutingStrategy {
  public:
+  // No target, no blocks: load alone decides, with SageMaker's threshold for a cap.
+  const StrategyTraits& traits() const override {
+    static const StrategyTraits t;
+    return t;
+  }
   PR_HOT Choice pick(const PickContext& ctx) const override {
     const Ring& ring = *ctx.snap.ring;
     Choice c;

@@ -63,6 +63,19 @@ constexpr uint32_t kNoView = UINT32_MAX;
 
 class LongestPrefixStrategy final : public RoutingStrategy {
  public:
+  const StrategyTraits& traits() const override {
+    static const StrategyTraits t = [] {
+      StrategyTraits t;
+      t.targeted = true;
+      t.blocks = true;
+      t.exact_view = true;
+      t.engine_load = true;
+      t.placement = true;
+      t.default_threshold = kNoThreshold;
+      return t;
+    }();
+    return t;
+  }
   PR_HOT Choice pick(const PickContext& ctx) const override {
     const PickInput& in = ctx.in;
     const Ring& ring = *ctx.snap.ring;

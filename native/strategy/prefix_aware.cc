@@ -9,6 +9,14 @@ namespace {
 
 class PrefixAwareStrategy final : public RoutingStrategy {
  public:
+  const StrategyTraits& traits() const override {
+    static const StrategyTraits t = [] {
+      StrategyTraits t;
+      t.targeted = true;
+      return t;
+    }();
+    return t;
+  }
   PR_HOT Choice pick(const PickContext& ctx) const override {
     return place_with_overflow(ctx, home_position(*ctx.snap.ring, ctx.in.key, ctx.eligible), ctx.snap.params.engine_load_all);
   }

@@ -6,6 +6,11 @@ namespace {
 
 class RandomStrategy final : public RoutingStrategy {
  public:
+  // No target, no blocks: load alone decides, with SageMaker's threshold for a cap.
+  const StrategyTraits& traits() const override {
+    static const StrategyTraits t;
+    return t;
+  }
   PR_HOT Choice pick(const PickContext& ctx) const override {
     const Snapshot& s = ctx.snap;
     const size_t n = s.ring->member_count();

@@ -1,7 +1,9 @@
 // The one interface every routing strategy implements: given the published snapshot, the
 // live counters and (for strategies that want it) the prefix index, choose a member and take
-// its lease. Adding a strategy is one file with a RoutingStrategy and one line in
-// registry.cc; the TypeScript layer reads the names from the registry.
+// its lease; and say what it needs and does (StrategyTraits), which the rest of the router
+// asks instead of comparing names. Adding a strategy is one file with a RoutingStrategy and
+// one line in registry.cc (binding.gyp builds every file here); the TypeScript layer reads
+// the names and traits from the registry (the `strategies` binding).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -62,9 +64,40 @@ struct Choice {
   uint32_t prefill = 0;    // blocks added to the member's queued prefill (returned on first token)
 };
 
+// Concurrency thresholds a strategy may default to: SageMaker's, and none (the highest an
+// operator may set, LIMITS.concurrencyThreshold.max in src/core/options.ts) for a strategy
+// that bounds load itself, so that a threshold is only an operator's cap.
+constexpr uint32_t kSageMakerThreshold = 10;
+constexpr uint32_t kNoThreshold = 1024;
+
+// What a strategy needs from the request and the fleet, and what the router may say of its
+// choices. Read by the pick's key computation (request_key.h), the exact view's hashing
+// (router.cc) and, through the `strategies` binding, by every layer above.
+struct StrategyTraits {
+  // It has a target of its own (the key's home, or the instance holding the prompt), which
+  // load may send a request away from: its picks are `target` or `overflow`.
+  bool targeted = false;
+  // It matches the prompt's chained block hashes (block_bytes each, up to match_length)
+  // against the prefix index of what was sent where: the text is read that far, the key of a
+  // chat ends at its anchor (the opening up to the first user message, whose blocks are the
+  // conversation's own), and the blocks a pick must compute are queued on the instance until
+  // its first token.
+  bool blocks = false;
+  // It routes by the engines' KV events (exact_index.h) when the request brings token ids.
+  bool exact_view = false;
+  // It weighs the engines' reported load (Slot::ext_in_flight) always, not only with
+  // engine_load_all: reading the engines' /metrics is worth it by default.
+  bool engine_load = false;
+  // It reads placement_choices: where a prompt no instance holds goes.
+  bool placement = false;
+  // The concurrency threshold when the operator sets none.
+  uint32_t default_threshold = kSageMakerThreshold;
+};
+
 class RoutingStrategy {
  public:
   virtual ~RoutingStrategy() = default;
+  virtual const StrategyTraits& traits() const = 0;
   // Chooses a member among the eligible ones (at least one) and takes its lease: the chosen
   // slot's in-flight count is one higher on return.
   virtual Choice pick(const PickContext& ctx) const = 0;

@@ -28,6 +28,7 @@
 #include "../prefix_index.h"
 #include "../ring.h"
 #include "../router.h"
+#include "../strategy/request_key.h"
 #include "../strategy/strategy.h"
 #include "../xxh3.h"
 
@@ -928,6 +929,41 @@ void test_shared_index_owner_died() {
 
 }  // namespace
 
+// The hashes a pick routes by, as each strategy's traits plan them (strategy/request_key.h):
+// the key alone for prefix_aware; for longest_prefix the chain too, to match_length, and a
+// chat's key cut at its anchor, whose whole blocks are the opening.
+void test_request_key() {
+  pr::RoutingParams p;
+  p.prefix_length = 1024;
+  p.match_length = 4096;
+  p.block_bytes = 16;
+  const auto& reg = pr::strategy_registry();
+  const pr::KeyPlan hashed = pr::key_plan(reg[pr::strategy_index("prefix_aware")].impl.traits(), p);
+  const pr::KeyPlan chained = pr::key_plan(reg[pr::strategy_index("longest_prefix")].impl.traits(), p);
+  CHECK(hashed.block_bytes == 0 && hashed.span == 1024 && hashed.prefix == 1024);
+  CHECK(chained.block_bytes == 16 && chained.span == 4096 && chained.prefix == 1024);
+  std::vector<uint8_t> text(200);
+  for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<uint8_t>('a' + i % 26);
+  std::vector<uint64_t> chain(pr::chain_capacity(chained, text.size()) + 1), want(chain.size());
+  // Without a chain the anchor is ignored: the key is the first key_bytes.
+  pr::RequestKey k = pr::hash_request(text.data(), text.size(), 150, true, 100, hashed, 7, chain.data());
+  CHECK(k.key == pr::xxh3_64(text.data(), 150, 7) && k.blocks == 0 && k.anchor_blocks == 0);
+  // With one: the key ends at the anchor, and its 6 whole blocks are the opening.
+  k = pr::hash_request(text.data(), text.size(), 150, true, 100, chained, 7, chain.data());
+  CHECK(k.key == pr::xxh3_64(text.data(), 100, 7));
+  CHECK(k.blocks == 12 && pr::chain_hashes(text.data(), text.size(), 16, 7, want.data()) == 12);
+  CHECK(std::equal(want.begin(), want.begin() + 12, chain.begin()));
+  CHECK(k.anchor_blocks == 6);
+  // An anchor past the text (SIZE_MAX) still marks a first turn: the key's blocks, at least 1.
+  k = pr::hash_request(text.data(), text.size(), 150, true, SIZE_MAX, chained, 7, chain.data());
+  CHECK(k.key == pr::xxh3_64(text.data(), 150, 7) && k.anchor_blocks == 9);
+  k = pr::hash_request(text.data(), 10, 150, true, SIZE_MAX, chained, 7, chain.data());
+  CHECK(k.blocks == 0 && k.anchor_blocks == 0);
+  // No anchor: the whole key, no opening.
+  k = pr::hash_request(text.data(), text.size(), 150, false, SIZE_MAX, chained, 7, chain.data());
+  CHECK(k.key == pr::xxh3_64(text.data(), 150, 7) && k.blocks == 12 && k.anchor_blocks == 0);
+}
+
 int main() {
   struct { const char* name; void (*fn)(); } tests[] = {
       {"xxh3 vs reference", test_xxh3},
@@ -951,6 +987,7 @@ int main() {
       {"router longest_prefix queue outweighs match", test_longest_prefix_queue_outweighs_match},
       {"router longest_prefix balanced", test_longest_prefix_balanced},
       {"router configure publishes", test_configure_publishes},
+      {"request key by strategy traits", test_request_key},
       {"router multi-thread stress", test_stress},
       {"shared state attach", test_shared_attach},
       {"shared state file", test_shared_file},

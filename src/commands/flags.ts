@@ -25,7 +25,7 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: 'upstream', env: 'PREFIX_ROUTER_UPSTREAMS', kind: 'list', arg: 'URL', help: 'an instance, e.g. http://10.0.0.5:8000 (repeat for each; the variable takes a comma- or space-separated list)' },
   { name: 'demo', env: 'PREFIX_ROUTER_DEMO', kind: 'boolean', serveOnly: true, help: 'no instances of your own: start an embedded fleet of simulated vLLM workers (answers are simulated)' },
   { name: 'sim-instances', env: 'PREFIX_ROUTER_SIM_INSTANCES', kind: 'int', arg: 'N', serveOnly: true, help: 'with --demo: workers in the simulated fleet, 1-64 (default 4)' },
-  { name: 'strategy', env: 'PREFIX_ROUTER_STRATEGY', kind: 'string', key: ['routing', 'strategy'], arg: 'NAME', help: 'prefix_aware (default), longest_prefix, least_outstanding_requests, random' },
+  { name: 'strategy', env: 'PREFIX_ROUTER_STRATEGY', kind: 'string', key: ['routing', 'strategy'], arg: 'NAME', help: "longest_prefix (default: the instance holding most of the prompt, weighed against its queue), prefix_aware (SageMaker's PREFIX_AWARE exactly: a hash of the first prefix-length characters), least_outstanding_requests, random" },
   { name: 'prefix-length', env: 'PREFIX_ROUTER_PREFIX_LENGTH', kind: 'int', key: ['routing', 'prefixLength'], arg: 'N', help: 'routing prefix: bytes (invoke) or code points (OpenAI), 1024-65536 (default 4096)' },
   {
     name: 'concurrency-threshold',

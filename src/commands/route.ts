@@ -7,6 +7,7 @@ import { xxh3 } from '../core/hash.js'
 import { RequestError } from '../core/errors.js'
 import { routingKey, textSpan } from '../core/key/index.js'
 import { keyHash } from '../core/key/key-hash.js'
+import { decisionOf, strategyInfo, type StrategyInfo } from '../core/strategies.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { buildConfig, type ServeFlags } from './serve-config.js'
@@ -111,10 +112,11 @@ export async function run(argv: string[]): Promise<number> {
     }
     const { lease, instance } = ep.pick(key, tenant, model, anchor)
     lease.release()
-    const targeted = routing.strategy === 'prefix_aware' || routing.strategy === 'longest_prefix'
+    const info = strategyInfo(routing.strategy)
     const hash = (
       typeof key === 'string'
-        ? keyHash(key, tenant, routing.prefixLength, routing.strategy === 'longest_prefix' ? anchor : undefined)
+        ? // A strategy matching blocks ends a chat's key at its anchor (native/strategy/request_key.cc).
+          keyHash(key, tenant, routing.prefixLength, info.blocks ? anchor : undefined)
         : xxh3(key, tenant === undefined ? 0n : xxh3(tenant))
     )
       .toString(16)
@@ -122,17 +124,17 @@ export async function run(argv: string[]): Promise<number> {
     const result = {
       instance: instance.id,
       // What the running router's x-prefix-router-decision header would say.
-      reason: targeted ? (lease.overflow ? 'overflow' : 'target') : routing.strategy,
+      reason: decisionOf(routing.strategy, lease.overflow),
       key: { xxh3: hash, ...keyInfo },
       endpoint: ep.name,
       strategy: routing.strategy,
-      ...(routing.strategy === 'longest_prefix' && { placement: routing.placement }),
+      ...(info.placement && { placement: routing.placement }),
       api,
       apiFrom,
       tenant: tenant ?? null,
       model: model ?? null,
       candidates: model === undefined ? ep.healthy().length : ep.healthy().filter((i) => !i.knowsModels() || i.serves(model)).length,
-      note: noteOf(routing.strategy, routing.placement),
+      note: noteOf(info, routing.placement),
     }
     if (json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`)
     else {
@@ -155,13 +157,13 @@ export async function run(argv: string[]): Promise<number> {
   }
 }
 
-/** What a dry run cannot know: no in-flight counts, and no longest_prefix index. */
-function noteOf(strategy: string, placement: string): string {
-  if (strategy === 'prefix_aware') return 'with every instance idle; the running router overflows past the target once it holds concurrencyThreshold requests in flight'
-  if (strategy === 'longest_prefix') {
-    return placement === 'hash'
+/** What a dry run cannot know: no in-flight counts, and no index of what was sent where. */
+function noteOf(info: StrategyInfo, placement: string): string {
+  if (info.blocks) {
+    return info.placement && placement === 'hash'
       ? 'where the hash places a prompt no instance holds; the running router also weighs its index of what it sent where and the prefill queued on each instance'
       : 'with every instance idle; balanced placement also weighs the prefill queued on each instance, and the running router its index of what it sent where, which a dry run does not have'
   }
+  if (info.targeted) return 'with every instance idle; the running router overflows past the target once it holds concurrencyThreshold requests in flight'
   return 'another run may pick differently'
 }

@@ -17,6 +17,11 @@ const HELP = `usage: prefix-router serve (--upstream URL ... | --config FILE | -
 Routes OpenAI-API and SageMaker-invoke requests to a fleet of vLLM (or OpenAI-compatible)
 servers, sending requests that share a prefix to the same instance.
 
+The default strategy, longest_prefix, sends a prompt where the prefix cached for it saves the
+most prefill against the prefill queued there: requests that share a long opening stay
+together even when the rest of the first 4096 characters differs, which prefix_aware's hash
+of them does not do. For Amazon SageMaker's PREFIX_AWARE exactly: --strategy prefix_aware.
+
 ${helpLines(FLAGS, [
   { usage: '--help, -h', help: 'this text' },
   { usage: '--version, -v', help: 'the version of prefix-router' },

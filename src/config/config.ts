@@ -26,6 +26,9 @@ const strategy = z.string().transform((s, ctx) => {
   }
 })
 
+/** serve's, epp's and route's strategy unless the configuration names one (see Routing below). */
+export const DEFAULT_STRATEGY = 'longest_prefix'
+
 const routingFields = {
   strategy,
   prefixLength: int(LIMITS.prefixLength.min, LIMITS.prefixLength.max),
@@ -45,7 +48,11 @@ const routingFields = {
 }
 const Routing = z
   .object({
-    strategy: routingFields.strategy.default('prefix_aware'),
+    // longest_prefix, the strategy we recommend: it keeps a prompt with the instance holding the
+    // most of it, where prefix_aware hashes the first prefixLength code points, which spreads
+    // prompts that share a long opening but not its whole key. `--strategy prefix_aware` is
+    // SageMaker's PREFIX_AWARE exactly. (The library's Router keeps prefix_aware as its default.)
+    strategy: routingFields.strategy.default(DEFAULT_STRATEGY),
     prefixLength: routingFields.prefixLength.default(LIMITS.prefixLength.default),
     // Unset: the strategy's own default (10, or none for longest_prefix; see defaultThreshold).
     concurrencyThreshold: routingFields.concurrencyThreshold.optional(),

@@ -63,6 +63,27 @@ export interface NativeParams {
 declare const handleBrand: unique symbol
 export type NativeHandle = { readonly [handleBrand]: true }
 
+/** A strategy and its traits (StrategyTraits, native/strategy/strategy.h). */
+export interface NativeStrategyInfo {
+  name: string
+  /** It has a target of its own, which load may overflow: its picks are `target` or `overflow`. */
+  targeted: boolean
+  /**
+   * It matches the prompt's chained blocks (blockSize bytes, up to matchLength) against an
+   * index of what was sent where: the text is read that far, a chat's key ends at its anchor,
+   * and a pick's blocks to compute are queued on the instance until its first token.
+   */
+  blocks: boolean
+  /** It routes by the engines' KV events when the request brings token ids. */
+  exactView: boolean
+  /** It weighs the engines' reported load without engineLoadAll (engine load `auto` reads it). */
+  engineLoad: boolean
+  /** It reads `placement`: where a prompt no instance holds goes. */
+  placement: boolean
+  /** Its concurrency threshold when none is given. */
+  defaultThreshold: number
+}
+
 export interface NativeBinding {
   xxh3(data: Uint8Array | string, seed?: bigint): bigint
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
@@ -109,7 +130,8 @@ export interface NativeBinding {
   router_group_id(h: NativeHandle, name: string): number
   router_release(h: NativeHandle, slot: number, prefill?: number): boolean
   router_first_token(h: NativeHandle, slot: number, prefill: number): void
-  strategy_names(): string[]
+  /** The strategy registry in order, each with its traits (native/strategy/strategy.h). */
+  strategies(): NativeStrategyInfo[]
   router_slot_id(h: NativeHandle, slot: number): string
   router_in_flight(h: NativeHandle, id: string): number
   /** The load at `id` beyond the router's own leases (its engine's report); false for an id no member has. */

@@ -1,13 +1,13 @@
 // Validation and defaults for Router options: the ranges every entry point (library, config,
 // flags) shares, with errors that name the option.
 import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
-import { native } from './native.js'
+import { STRATEGY_INFO, strategyInfo } from './strategies.js'
 
 /**
  * Strategy names, read from the native core's registry (one entry per file under
  * native/strategy/), so a strategy added there is accepted here without a second list.
  */
-export const STRATEGIES: readonly string[] = native.strategy_names()
+export const STRATEGIES: readonly string[] = STRATEGY_INFO.map((s) => s.name)
 /** A name from STRATEGIES: random, least_outstanding_requests, prefix_aware, longest_prefix, … */
 export type Strategy = string
 
@@ -148,13 +148,13 @@ export function checkInt(key: string, value: unknown, min: number, max: number):
 }
 
 /**
- * The concurrency threshold a strategy uses when none is given. longest_prefix bounds load
- * itself (loadFactor, queued prefill), so its threshold is only an operator's cap: none unless
- * set. A fixed in-flight count is too low for long requests (which sit decoding) and too high
- * for short ones.
+ * The concurrency threshold a strategy uses when none is given, as the strategy says: SageMaker's
+ * 10, or none (the highest allowed) for one that bounds load itself (longest_prefix: loadFactor,
+ * queued prefill), for which a threshold is only an operator's cap. A fixed in-flight count is
+ * too low for long requests (which sit decoding) and too high for short ones.
  */
 export function defaultThreshold(strategy: Strategy): number {
-  return strategy === 'longest_prefix' ? LIMITS.concurrencyThreshold.max : LIMITS.concurrencyThreshold.default
+  return strategyInfo(strategy).defaultThreshold
 }
 
 export function checkBoolean(key: string, value: unknown): boolean {

@@ -9,6 +9,7 @@ import type { Config } from '../config/config.js'
 import type { ExactTokens, Lease } from '../core/router.js'
 import { TENANT_HEADER } from '../core/key/index.js'
 import { RequestError } from '../core/errors.js'
+import { decisionOf } from '../core/strategies.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
@@ -239,8 +240,7 @@ export class Exchange {
     this.lease = pick.lease
     this.#instance = pick.instance
     this.#picked = hostPort(pick.instance)
-    const targeted = ep.routing.strategy === 'prefix_aware' || ep.routing.strategy === 'longest_prefix'
-    this.#decision = targeted ? (pick.lease.overflow ? 'overflow' : 'target') : ep.routing.strategy
+    this.#decision = decisionOf(ep.routing.strategy, pick.lease.overflow)
     // The strategies give one instance, no fallback list: the header and the metadata name it alone.
     this.#send(destinationResponse(phase, this.#picked))
     return undefined

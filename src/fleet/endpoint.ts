@@ -7,6 +7,7 @@ import { noHealthyInstance, RequestError } from '../core/errors.js'
 import { echo } from '../core/echo.js'
 import { NoInstanceError, Router, type Lease } from '../core/router.js'
 import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'
+import { STRATEGY_INFO, strategyInfo } from '../core/strategies.js'
 import type { InstanceEntry } from './discovery/source.js'
 import { closeWhenDrained } from './drain.js'
 import type { Transition } from './health.js'
@@ -180,7 +181,10 @@ export class Endpoint {
   #exactView(config: Config, ep: EndpointConfig): ExactView | undefined {
     const kv = ep.kvEvents ?? config.kvEvents
     if (kv === undefined) return undefined
-    if (this.routing.strategy !== 'longest_prefix') this.#log.warn({ strategy: this.routing.strategy }, 'kvEvents: only longest_prefix routes by the exact view; the events are read for /admin/instances and /admin/route only')
+    if (!strategyInfo(this.routing.strategy).exactView) {
+      const by = STRATEGY_INFO.filter((s) => s.exactView).map((s) => s.name).join(', ')
+      this.#log.warn({ strategy: this.routing.strategy }, `kvEvents: only ${by} routes by the exact view; the events are read for /admin/instances and /admin/route only`)
+    }
     const router = this.router
     return new ExactView({ name: ep.name, router, blockSize: () => router.params.exactBlockSize }, kv, this.#log)
   }
@@ -204,7 +208,7 @@ export class Endpoint {
 
   /** The tokenizer, when this endpoint routes by the exact view. */
   get tokenizer(): RequestTokenizer | undefined {
-    return this.exact === undefined || this.routing.strategy !== 'longest_prefix' ? undefined : this.#events.tokenizer
+    return this.exact === undefined || !strategyInfo(this.routing.strategy).exactView ? undefined : this.#events.tokenizer
   }
 
   /** The instance to ask for a remote tokenization of a request for `model`: healthy ones serving it, in turn. */

@@ -61,7 +61,11 @@ export class Instance {
     this.#upstream = upstream
     this.#common = common
     this.dispatcher = pool(this.url.origin, upstream, common, upstream.connections)
-    this.probeDispatcher = pool(this.url.origin, upstream, common, 2)
+    // One stream each for the router's periodic reads of an instance (health probe, /v1/models,
+    // the engine-load scrape of /metrics), so none waits in an h2c client's queue: undici
+    // writes a queued request onto a session that an aborted stream has just destroyed, and
+    // that throws outside any request (seen: serve crashed against an HTTP/1-only server).
+    this.probeDispatcher = pool(this.url.origin, upstream, common, PERIODIC_READS)
   }
 
   /** A pool of one new connection, as the traffic pool's: the caller closes it. */
@@ -132,6 +136,9 @@ export class Instance {
     await Promise.all([this.dispatcher.close().catch(() => undefined), this.probeDispatcher.destroy().catch(() => undefined)])
   }
 }
+
+/** Requests the router's own periodic reads keep in flight at one instance: health, models, engine load. */
+const PERIODIC_READS = 3
 
 function pool(origin: string, upstream: UpstreamOptions, common: object, connections: number): Dispatcher {
   if (upstream.protocol === 'h2c') {

@@ -6,6 +6,7 @@ import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
 import type { AdminView } from './admin-view.js'
 import { h1Options } from './server.js'
 import { adminRoute } from './admin-route.js'
+import { strategyInfo } from '../core/strategies.js'
 import type { EngineLoadStatus } from '../fleet/load/scraper.js'
 
 export interface AdminServer {
@@ -30,6 +31,7 @@ export function instancesReport(p: AdminView) {
     const queued = new Map(live.map((i) => [i.id, i.queuedPrefillBlocks]))
     const engine = new Map(live.map((i) => [i.id, i.engineInFlight]))
     const total = [...ep.instances.values()].reduce((n, i) => n + i.requests, 0)
+    const { blocks } = strategyInfo(ep.routing.strategy)
     return {
       name: ep.name,
       routing: ep.routing,
@@ -44,14 +46,14 @@ export function instancesReport(p: AdminView) {
         ejections: i.outlier.ejections,
         weight: i.weight,
         inFlight: counts.get(i.id) ?? p.endpoint(ep.name)!.router.inFlight(i.id),
-        // longest_prefix: routing-key blocks sent here whose first token has not come back.
-        queuedPrefillBlocks: ep.routing.strategy === 'longest_prefix' ? (queued.get(i.id) ?? 0) : null,
+        // A strategy matching blocks: routing-key blocks sent here whose first token has not come back.
+        queuedPrefillBlocks: blocks ? (queued.get(i.id) ?? 0) : null,
         models: i.models(),
         requests: i.requests,
         share: total > 0 ? i.requests / total : 0,
         kvCacheHitRatio: i.kvCacheHitRatio ?? null,
         kvCacheBlocks: i.kvCacheBlocks ?? null,
-        indexBlocks: ep.routing.strategy === 'longest_prefix' ? (i.indexCapacity(ep.routing.blockSize) ?? ep.routing.indexBlocks) : null,
+        indexBlocks: blocks ? (i.indexCapacity(ep.routing.blockSize) ?? ep.routing.indexBlocks) : null,
         lastError: i.lastError ?? null,
         // The exact view: the instance's event stream and the blocks it reports holding.
         kvEvents: ep.exact?.status(i.id) ?? null,

@@ -7,6 +7,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import { echo, MAX_MODEL_CHARS, modelTooLong } from '../core/echo.js'
 import { requestKey, textSpan, type RoutingKey } from '../core/key/index.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'
+import { strategyInfo } from '../core/strategies.js'
 import type { OpenAIBody, OpenAIBodyLimits } from './openai-body.js'
 
 /** The limits an OpenAI body is read and parsed under for the endpoint's routing. */
@@ -16,8 +17,9 @@ export function openAILimits(config: Config, routing: Endpoint['routing'], tenan
   // Logging the routing text needs it as a string, which only openAIRequest builds.
   const prefixLength = config.log.prompts ? undefined : routing.prefixLength
   // The pick's hashes are made in the scan, while the text is in cache; the tenant header is
-  // known already (tenantOf checks it after the read, as before).
-  const hash = { tenant: tenantHeaderValue(tenantHeader), blockBytes: routing.strategy === 'longest_prefix' ? routing.blockSize : 0 }
+  // known already (tenantOf checks it after the read, as before). The chain only for a
+  // strategy matching blocks.
+  const hash = { tenant: tenantHeaderValue(tenantHeader), blockBytes: strategyInfo(routing.strategy).blocks ? routing.blockSize : 0 }
   return { maxBytes, maxDepth, span, prefixLength, hash }
 }
 

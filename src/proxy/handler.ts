@@ -19,6 +19,7 @@ import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
+import { decisionOf } from '../core/strategies.js'
 import { duplicateHost, isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
 import { CLIENT_GONE, forward, forwardFresh, resetUnanswered, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
@@ -484,8 +485,7 @@ async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client
       core.metrics.decision.observe([strategy], decisionSeconds)
       if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
       // Strategies with a target of their own say whether they kept it; the others name themselves.
-      const targeted = strategy === 'prefix_aware' || strategy === 'longest_prefix'
-      const decision = targeted ? (lease.overflow ? 'overflow' : 'target') : strategy
+      const decision = decisionOf(strategy, lease.overflow)
       out.decision = decision
       if (pickSpan.isRecording()) pickSpan.setAttributes({ [ATTR.instance]: instance.id, [ATTR.decision]: decision })
       endSpan(pickSpan, undefined)

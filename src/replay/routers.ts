@@ -5,6 +5,7 @@ import type { KvEvent } from '../fleet/events/types.js'
 import type { SimEngine } from '../sim/engine.js'
 import { Router, type PickOptions } from '../core/router.js'
 import { LIMITS, parsePlacement, parseStrategy, STRATEGIES, type InstanceSpec, type Placement as KeyPlacement, type RouterOptions, type RoutingParams } from '../core/options.js'
+import { STRATEGY_INFO } from '../core/strategies.js'
 import { BYTES_PER_TOKEN } from '../sim/tokenizer.js'
 import type { PreparedRequest } from './prepare.js'
 
@@ -75,11 +76,12 @@ export interface RouterFactory {
 }
 
 /**
- * Our native strategies, read from the core's list at run time, and longest_prefix once more
- * with `placement: hash` (named `longest_prefix:hash`), so both placements show side by side.
+ * Our native strategies, read from the core's list at run time, and each that reads a
+ * placement once more with `placement: hash` (`longest_prefix:hash`), so both placements show
+ * side by side.
  */
 export function nativeStrategies(): string[] {
-  return [...STRATEGIES, 'longest_prefix:hash']
+  return [...STRATEGIES, ...STRATEGY_INFO.filter((s) => s.placement).map((s) => `${s.name}:hash`)]
 }
 
 /**

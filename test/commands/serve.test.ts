@@ -118,7 +118,7 @@ describe('prefix-router serve', () => {
 describe('prefix-router route (dry run)', () => {
   it('names the instance the router would use, and the live router agrees', async () => {
     const file = join(dir, 'route.yaml')
-    writeFileSync(file, `endpoints:\n  - name: default\n    instances:\n${fleet.urls.map((u) => `      - ${u}\n`).join('')}`)
+    writeFileSync(file, `routing: { strategy: prefix_aware }\nendpoints:\n  - name: default\n    instances:\n${fleet.urls.map((u) => `      - ${u}\n`).join('')}`)
     const s = await serve(['--config', file, '--debug-headers'])
     for (let i = 0; i < 6; i++) {
       const body = chat(`dry run ${i} `.repeat(30), { model: 'sim-tiny', max_tokens: 1 })
@@ -133,7 +133,7 @@ describe('prefix-router route (dry run)', () => {
 
   it('invoke bytes and tenants; text output; errors name the problem', () => {
     const file = join(dir, 'route2.yaml')
-    writeFileSync(file, `endpoints:\n  - name: default\n    instances: [http://10.1.0.1:8000, http://10.1.0.2:8000, http://10.1.0.3:8000]\n`)
+    writeFileSync(file, `routing: { strategy: prefix_aware }\nendpoints:\n  - name: default\n    instances: [http://10.1.0.1:8000, http://10.1.0.2:8000, http://10.1.0.3:8000]\n`)
     const a = spawnSync(process.execPath, [cli, 'route', '--config', file, '--api', 'invoke', '--tenant', 'acme'], { input: 'x'.repeat(5000), encoding: 'utf8' })
     expect(a.status, a.stderr).toBe(0)
     expect(a.stdout).toMatch(/^http:\/\/10\.1\.0\.\d:8000\n  endpoint default, strategy prefix_aware, reason target, api invoke\n  key: first 4096 of 5000 body bytes, xxh3 [0-9a-f]{16}, tenant 'acme'/)

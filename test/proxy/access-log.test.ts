@@ -180,7 +180,7 @@ describe('x-request-id', () => {
 
 describe('the access log', () => {
   it('one line per request with every field: id, method, path without the query, status, endpoint, model, hashed tenant, strategy, instance, decision, retries, times, bytes', async () => {
-    const { router, lines, requestLines } = await fleet([undefined])
+    const { router, lines, requestLines } = await fleet([undefined], { routing: { strategy: 'prefix_aware' } })
     const body = chat('fields', { model: 'm-7' })
     const r = await h1(`${router.url}/v1/chat/completions?api-key=hunter2`, 'POST', body, { 'x-request-id': 'line-1', 'x-amzn-sagemaker-prefix-aware-id': TENANT })
     expect(r.status).toBe(200)

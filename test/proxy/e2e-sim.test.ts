@@ -52,7 +52,7 @@ async function setup(n: number, overrides: Record<string, unknown> = {}, sim: Re
 
 
 /** Like setup(), on tiny-profile workers that generate nothing until `open()`. */
-async function setupGated(n: number): Promise<{ fleet: SimFleet; router: ProxyServer; open: () => void }> {
+async function setupGated(n: number, overrides: Record<string, unknown> = {}): Promise<{ fleet: SimFleet; router: ProxyServer; open: () => void }> {
   const sim = resolveSim({ profile: 'tiny' })
   const clocks = Array.from({ length: n }, () => new GatedClock())
   const workers = clocks.map((clock, i) => new SimWorker({ id: `sim-${i}`, index: i, sim, clock }))
@@ -65,7 +65,7 @@ async function setupGated(n: number): Promise<{ fleet: SimFleet; router: ProxySe
   }
   for (const w of workers) await w.start()
   fleet.urls = workers.map((w) => w.url)
-  router = await startRouter(fleet.urls)
+  router = await startRouter(fleet.urls, overrides)
   return { fleet, router, open: () => clocks.forEach((c) => c.open()) }
 }
 
@@ -147,7 +147,7 @@ describe('through the router to simulated vLLM workers', () => {
   it('a reload that changes the strategy while 50 streams are open drops none of them', async () => {
     // The workers hold every token until the reload is done: on a slowed clock instead, the first
     // streams could finish before the last ones were sent whenever the machine was busy.
-    const { router, open } = await setupGated(3)
+    const { router, open } = await setupGated(3, { routing: { strategy: 'prefix_aware' } })
     const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 })
     const streams = Array.from({ length: 50 }, (_, i) =>
       (async () => {
@@ -198,7 +198,7 @@ describe('through the router to simulated vLLM workers', () => {
   })
 
   it('metrics: requests by instance and status, TTFB, and each instance’s KV-cache hit ratio', async () => {
-    const { router } = await setup(2, { discovery: { modelsIntervalMs: 0, metricsIntervalMs: 50 } })
+    const { router } = await setup(2, { routing: { strategy: 'prefix_aware' }, discovery: { modelsIntervalMs: 0, metricsIntervalMs: 50 } })
     for (let i = 0; i < 3; i++) await post(`${router.url}/v1/chat/completions`, chat(longSystem, { model: MODEL, max_tokens: 2 }))
     // The hit ratio comes from the router's next scrape of the workers, 50 ms apart when the
     // machine is idle and later when it is busy: wait for the one that saw all 3 requests

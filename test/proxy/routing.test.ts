@@ -11,7 +11,7 @@ const system = 'You are a meticulous assistant for the ACME support desk. '.repe
 
 describe('prefix-aware routing through the proxy', () => {
   it('requests sharing a 6,000-character system prompt land on one instance (prefixLength 4096)', async () => {
-    const r = await fleet(4, { routing: { prefixLength: 4096 } })
+    const r = await fleet(4, { routing: { strategy: 'prefix_aware', prefixLength: 4096 } })
     const where = new Set<string>()
     for (let i = 0; i < 20; i++) {
       const res = await post(`${r.url}/v1/chat/completions`, chat(system, { messages: [{ role: 'system', content: system }, { role: 'user', content: `question ${i}` }] }))

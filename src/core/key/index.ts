@@ -4,6 +4,7 @@
 // is parsed in a worker), so it calls the two halves, invokeKey and requestKey, itself.
 import { InvalidArgTypeError, OutOfRangeError } from '../errors.js'
 import { checkInt, LIMITS } from '../options.js'
+import { strategyInfo } from '../strategies.js'
 import { openAIRequest, type OpenAIApi, type OpenAIRequest } from './openai-key.js'
 import { tenantOf } from './tenant.js'
 
@@ -18,9 +19,10 @@ export interface RoutingKeyOptions {
   /** The router's prefixLength: code points of text, or bytes of an invoke body. */
   prefixLength: number
   /**
-   * The router's strategy and matchLength: longest_prefix matches further into the prompt than
-   * the hashed prefix reaches, so the text is kept to max(prefixLength, matchLength) code
-   * points for it. Spreading `router.params` into the options passes both.
+   * The router's strategy and matchLength: a strategy matching blocks (longest_prefix) matches
+   * further into the prompt than the hashed prefix reaches, so the text is kept to
+   * max(prefixLength, matchLength) code points for it. Spreading `router.params` into the
+   * options passes both.
    */
   strategy?: string
   matchLength?: number
@@ -47,9 +49,12 @@ export type RoutingKey = TextRoutingKey | BytesRoutingKey
 
 const APIS: readonly RoutingApi[] = ['chat', 'completions', 'embeddings', 'responses', 'rerank', 'score', 'tokenize', 'detokenize', 'invoke']
 
-/** Code points of routing text a strategy reads: longest_prefix reads up to matchLength as well. */
+/**
+ * Code points of routing text a strategy reads: one matching blocks reads up to matchLength as
+ * well (as key_plan in native/strategy/request_key.cc). No strategy: the key alone.
+ */
 export function textSpan(prefixLength: number, strategy?: string, matchLength?: number): number {
-  return strategy === 'longest_prefix' ? Math.max(prefixLength, matchLength ?? LIMITS.matchLength.default) : prefixLength
+  return strategy !== undefined && strategyInfo(strategy).blocks ? Math.max(prefixLength, matchLength ?? LIMITS.matchLength.default) : prefixLength
 }
 
 function headerOf(tenant: string | readonly string[] | undefined): string | string[] | undefined {

@@ -2,6 +2,7 @@
 // constant holds the interval's default, which the flag's help, the schema and the README
 // all say.
 import { z } from 'zod'
+import { strategyInfo } from '../../core/strategies.js'
 
 /** Default time between two reads of an instance's /metrics. */
 export const ENGINE_LOAD_INTERVAL_MS = 100
@@ -42,7 +43,7 @@ export function staleAfter(c: EngineLoadConfig): number {
   return c.staleAfterMs ?? STALE_INTERVALS * c.intervalMs
 }
 
-/** Whether an endpoint routing with `strategy` reads its engines. */
+/** Whether an endpoint routing with `strategy` reads its engines: with auto, if the strategy weighs what they report. */
 export function scrapes(c: EngineLoadConfig, strategy: string): boolean {
-  return c.mode === 'on' || (c.mode === 'auto' && strategy === 'longest_prefix')
+  return c.mode === 'on' || (c.mode === 'auto' && strategyInfo(strategy).engineLoad)
 }
