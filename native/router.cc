@@ -243,8 +243,14 @@ void RouterState::refresh() {
   Snapshot* next;
   std::vector<RingMember> members;
   std::vector<uint32_t> slots;
-  if (members_version == cur->members_version || !deserialize(blob, slots_.capacity(), &members, &slots)) {
+  const bool torn = members_version != cur->members_version && !deserialize(blob, slots_.capacity(), &members, &slots);
+  if (members_version == cur->members_version || torn) {
     next = new Snapshot(*cur);  // parameters only (or an unreadable record: keep the last membership)
+    // Under the version it was built from: the stale-lease check then sees that it is out of
+    // date, and no pick leases on it (its slots may be other instances' by now) until a
+    // record that reads arrives.
+    if (torn) members_version = cur->members_version;
+    next->torn = torn || cur->torn;
   } else {
     next = new Snapshot();
     next->ring = std::make_shared<const Ring>(members, vnodes_);
@@ -257,7 +263,10 @@ void RouterState::refresh() {
   next->params = params;
   next->version = version;
   next->members_version = members_version;
-  if (members_version != cur->members_version) forget_exact(*cur, *next);
+  if (members_version != cur->members_version) {
+    next->torn = false;
+    forget_exact(*cur, *next);
+  }
   swap_locked(next);
 }
 
@@ -510,6 +519,7 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
   for (;;) {
     PickResult r;
     const Snapshot& s = g.snap();
+    if (s.torn) return r;  // the region's membership record could not be read (refresh)
     Eligible eligible;
     eligible.count = s.ring->member_count();
     if (name != nullptr || id != kNoGroup) {

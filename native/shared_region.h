@@ -168,6 +168,13 @@ class Region {
       *err = "'" + path + "' is not a router state file";
       return nullptr;
     }
+    // pids[] has kMaxProcesses rows whatever the header says: a larger count would have
+    // claim_row and release_process index past it.
+    if (h->processes > kMaxProcesses) {
+      *err = "'" + path + "' has an inconsistent header: a process table of " + std::to_string(h->processes) + " rows, at most " +
+             std::to_string(kMaxProcesses);
+      return nullptr;
+    }
     const Layout l = layout(h->slot_capacity, h->processes, h->index_bytes);
     if (h->index_bytes < uint64_t{h->index_nodes} * 40) {
       *err = "'" + path + "' has an inconsistent header";

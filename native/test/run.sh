@@ -31,6 +31,10 @@ step "unit tests (address,undefined): $OUT/unit"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit.cc "${CORE[@]}" -o "$OUT/unit"
 "$OUT/unit"
 
+step "shared region unit tests (address,undefined): $OUT/unit_region"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_region.cc "${CORE[@]}" -o "$OUT/unit_region"
+"$OUT/unit_region"
+
 step "routing-key unit tests (address,undefined): $OUT/unit_key"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
 "$OUT/unit_key"
