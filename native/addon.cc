@@ -217,14 +217,17 @@ Napi::Value Xxh3Chain(const Napi::CallbackInfo& info) {
   bool ok;
   const uint64_t seed = GetSeed(info[2], &ok);
   if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
-  if (!info[3].IsTypedArray()) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
-  Napi::TypedArray out = info[3].As<Napi::TypedArray>();
-  const napi_typedarray_type type = out.TypedArrayType();
-  if (type != napi_biguint64_array && type != napi_float64_array)
+  // The typed array's own data pointer (offset applied), as GetBytes takes it: one over a
+  // SharedArrayBuffer has no ArrayBuffer to ask (ArrayBuffer().Data() was null, and the
+  // hashes were written through it).
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* dst = nullptr;
+  if (!info[3].IsTypedArray() || napi_get_typedarray_info(env, info[3], &type, &length, &dst, nullptr, nullptr) != napi_ok ||
+      (type != napi_biguint64_array && type != napi_float64_array))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
   const size_t n = b.len / static_cast<size_t>(block);
-  if (out.ElementLength() < n) return Throw(env, "ERR_OUT_OF_RANGE", "out is shorter than the number of full blocks");
-  void* dst = static_cast<uint8_t*>(out.ArrayBuffer().Data()) + out.ByteOffset();
+  if (length < n || (dst == nullptr && n > 0)) return Throw(env, "ERR_OUT_OF_RANGE", "out is shorter than the number of full blocks");
   if (type == napi_biguint64_array) {
     pr::chain_hashes(b.data, b.len, static_cast<size_t>(block), seed, static_cast<uint64_t*>(dst));
   } else {
