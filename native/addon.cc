@@ -553,6 +553,35 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// router_set_fleet(h, text): the fleet record attached processes read (router_fleet).
+Napi::Value RouterSetFleet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator publishes the fleet record");
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a string", true);
+  const std::string err = h->state->set_fleet(info[1].As<Napi::String>().Utf8Value());
+  if (!err.empty()) return Throw(env, "ROUTER_CAPACITY", err);
+  return env.Undefined();
+}
+
+// router_fleet(h, since) -> { version, text } when the fleet record's version is not `since`, else undefined.
+Napi::Value RouterFleet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "since must be a number", true);
+  const double since = info[1].As<Napi::Number>().DoubleValue();
+  if (!(since >= 0 && since <= 9007199254740991.0)) return Throw(env, "ERR_OUT_OF_RANGE", "since must be a version from 0 to 2^53-1");
+  uint64_t version = 0;
+  std::string text;
+  if (!h->state->fleet(static_cast<uint64_t>(since), &version, &text)) return env.Undefined();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("version", static_cast<double>(version));
+  o.Set("text", Napi::String::New(env, text));
+  return o;
+}
+
 // The hashes key_extract wrote after an extracted key's text (key/bindings.h), when they are
 // what this pick would compute: the record lies inside the text's buffer and follows this
 // text, and its stamp matches the snapshot's parameters and the tenant's seed. Otherwise
@@ -1033,6 +1062,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_close", Napi::Function::New(env, RouterClose, "router_close"));
   exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
+  exports.Set("router_set_fleet", Napi::Function::New(env, RouterSetFleet, "router_set_fleet"));
+  exports.Set("router_fleet", Napi::Function::New(env, RouterFleet, "router_fleet"));
   exports.Set("router_io", Napi::Function::New(env, RouterIo, "router_io"));
   napi_value pick_io;
   if (napi_create_function(env, "router_pick_io", NAPI_AUTO_LENGTH, RouterPickIo, nullptr, &pick_io) == napi_ok)

@@ -416,6 +416,8 @@ void RouterState::publish_locked(Snapshot* next, bool members_changed) {
   if (members_changed && region_->shared()) {
     std::memcpy(region_->blob(), blob.data(), blob.size());
     header_->blob_len = blob.size();
+    // The fleet record follows the membership record: moved with it, unchanged.
+    std::memcpy(region_->blob() + blob.size(), fleet_.data(), fleet_.size());
   }
   const uint64_t mv = header_->members_version.load(std::memory_order_relaxed) + (members_changed ? 1 : 0);
   const uint64_t v = header_->version.load(std::memory_order_relaxed) + 1;
@@ -462,7 +464,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       bytes += 24 + m.id.size();
       for (const auto& g : m.groups) bytes += 4 + g.size();
     }
-    if (bytes > kBlobCapacity) return "the membership is too large for a shared router (over 16 MiB of ids and groups)";
+    if (bytes + fleet_.size() > kBlobCapacity) return "the membership is too large for a shared router (over 16 MiB of ids, groups and fleet record)";
   }
 
   auto* snap = new Snapshot();
@@ -495,6 +497,34 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   fill_derived(snap);
   publish_locked(snap, true);
   return {};
+}
+
+std::string RouterState::set_fleet(const std::string& text) {
+  if (!writable()) return "this router is attached to another process's state: only its creator publishes the fleet record";
+  std::lock_guard<std::mutex> lock(writer_);
+  header_->meta.lock_repairing();
+  const uint64_t at = header_->blob_len;
+  if (at + text.size() > kBlobCapacity) {
+    header_->meta.unlock();
+    return "the fleet record is too large for a shared router (over 16 MiB with the membership)";
+  }
+  std::memcpy(region_->blob() + at, text.data(), text.size());
+  header_->fleet_len = text.size();
+  header_->fleet_version.store(header_->fleet_version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  header_->meta.unlock();
+  fleet_ = text;
+  return {};
+}
+
+bool RouterState::fleet(uint64_t since, uint64_t* version, std::string* text) {
+  if (header_->fleet_version.load(std::memory_order_acquire) == since) return false;
+  header_->meta.lock_repairing();
+  *version = header_->fleet_version.load(std::memory_order_acquire);
+  // Bounded by the blob whatever the header says: another process wrote it.
+  const uint64_t at = std::min(header_->blob_len, kBlobCapacity);
+  text->assign(region_->blob() + at, std::min(header_->fleet_len, kBlobCapacity - at));
+  header_->meta.unlock();
+  return *version != since;
 }
 
 PickResult RouterState::pick(int reader, uint64_t key, const std::string* group, const uint64_t* blocks, size_t nblocks,

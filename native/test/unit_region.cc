@@ -92,12 +92,41 @@ void test_torn_record_keeps_old_version() {
   other->release_reader(ro);
 }
 
+// The fleet record an attached process reads: as the creator last set it, through membership
+// changes that rewrite the record before it in the blob, and versioned so a reader copies it
+// only when it moved.
+void test_fleet_record() {
+  std::string err;
+  auto creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
+  CHECK(creator != nullptr);
+  if (!creator) return;
+  auto other = pr::RouterState::attach(creator->shared_path(), &err);
+  CHECK(other != nullptr);
+  if (!other) return;
+  uint64_t v = 0;
+  std::string text;
+  CHECK(!other->fleet(0, &v, &text));  // nothing published yet
+  CHECK(creator->set_fleet("{\"a\":1}").empty());
+  CHECK(other->fleet(0, &v, &text) && v == 1 && text == "{\"a\":1}");
+  CHECK(!other->fleet(v, &v, &text));
+  // A membership change moves the record along with the membership's, unchanged.
+  CHECK(creator->set_instances(named("abcdef")).empty());
+  CHECK(!other->fleet(1, &v, &text));
+  CHECK(other->fleet(0, &v, &text) && text == "{\"a\":1}");
+  CHECK(creator->set_fleet("second").empty());
+  CHECK(other->fleet(1, &v, &text) && v == 2 && text == "second");
+  CHECK(!other->set_fleet("x").empty());  // only the creator writes it
+  CHECK(!creator->set_fleet(std::string(pr::kBlobCapacity, 'x')).empty());
+  CHECK(other->fleet(1, &v, &text) && text == "second");
+}
+
 }  // namespace
 
 int main() {
   struct { const char* name; void (*fn)(); } tests[] = {
       {"attach bounds the process table", test_attach_bounds_processes},
       {"torn membership record keeps the old version", test_torn_record_keeps_old_version},
+      {"fleet record", test_fleet_record},
   };
   for (const auto& t : tests) {
     std::printf("%s\n", t.name);

@@ -94,6 +94,10 @@ export interface NativeBinding {
     engineLoadAll?: boolean,
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
+  /** The fleet record (creator only): text published beside the membership, in the shared state. */
+  router_set_fleet(h: NativeHandle, text: string): void
+  /** The fleet record and its version, unless its version is still `since` (0: none read yet). */
+  router_fleet(h: NativeHandle, since: number): { version: number; text: string } | undefined
   /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
   router_io(h: NativeHandle): Float64Array
   /** 0 with the result in the io block; -1 no instances; -2 no instance in the group. Its numeric arguments are in the io block (src/core/router.ts names its words). */

@@ -485,6 +485,24 @@ export class Router {
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
   }
 
+  /**
+   * @internal Publishes text beside the membership in the shared state (the cluster primary's
+   * record of each instance's address, models and health), which attached processes read
+   * with `_fleet`: written before the membership it describes, in the same memory.
+   */
+  _publishFleet(text: string): void {
+    const h = this.#h()
+    this.#writable()
+    if (typeof text !== 'string') throw new InvalidArgTypeError('text', 'a string', text)
+    native.router_set_fleet(h, text)
+  }
+
+  /** @internal The fleet record `_publishFleet` last wrote, unless its version is still `since` (0 before the first read). */
+  _fleet(since: number): { version: number; text: string } | undefined {
+    checkInt('since', since, 0, Number.MAX_SAFE_INTEGER)
+    return native.router_fleet(this.#h(), since)
+  }
+
   /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */
   inFlight(id: string): number {
     if (typeof id !== 'string') throw new InvalidArgTypeError('id', 'a string', id)
