@@ -328,6 +328,19 @@ Handle* GetHandle(const Napi::CallbackInfo& info) {
   return h;
 }
 
+// router_configure's ranges, for its arguments 2 to 13 in order: a backstop (src/core/options.ts
+// checks narrower ones), exported by abi() so that TypeScript's are checked to lie inside.
+struct ParamRange {
+  const char* name;
+  double min, max;
+};
+constexpr ParamRange kConfigureRanges[] = {
+    {"prefixLength", 1, 1 << 20},  {"concurrencyThreshold", 1, 1 << 20}, {"blockSize", 1, 1 << 20},    {"indexBlocks", 0, 1 << 28},
+    {"placementChoices", 1, 64},   {"loadFactor", 0, 1e6},               {"prefillWeight", 0, 1e6},    {"matchLength", 1, 1 << 20},
+    {"exactBlockSize", 1, 1024},   {"exactCapacity", 1, 1 << 30},        {"cpuBlockWeight", 0, 1},     {"pendingMs", 0, 1e9},
+};
+constexpr double kMaxVnodes = 65536, kMaxSlots = 16384;
+
 // router_create(name | undefined, vnodes, slotCapacity, sharedDir?, anonymous?): with
 // sharedDir, the state lives in shared memory that other processes open with router_attach:
 // a memfd if `anonymous` and the system allows, else a new file in sharedDir.
@@ -337,8 +350,8 @@ Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
     return Throw(env, "ERR_INVALID_ARG_TYPE", "vnodes and slots must be numbers", true);
   const int64_t vnodes = info[1].As<Napi::Number>().Int64Value();
   const int64_t slots = info[2].As<Napi::Number>().Int64Value();
-  if (vnodes < 1 || vnodes > 65536) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
-  if (slots < 1 || slots > 16384) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
+  if (vnodes < 1 || vnodes > kMaxVnodes) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
+  if (slots < 1 || slots > kMaxSlots) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
   if (!info[3].IsUndefined() && !info[3].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "sharedDir must be a string", true);
   std::shared_ptr<RouterState> state;
   if (info[3].IsString()) {
@@ -445,11 +458,11 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   const double len = num(2), thr = num(3), block = num(4), blocks = num(5), choices = num(6), load = num(7), weight = num(8),
                match = num(9), exact_block = opt(10, defaults.exact_block_size), exact_cap = opt(11, defaults.exact_capacity),
                cpu_weight = opt(12, defaults.cpu_block_weight), pending = opt(13, defaults.pending_ms);
-  if (!(len >= 1 && len <= (1 << 20) && thr >= 1 && thr <= (1 << 20) && block >= 1 && block <= (1 << 20) && blocks >= 0 &&
-        blocks <= (1 << 28) && choices >= 1 && choices <= 64 && load >= 0 && load <= 1e6 && weight >= 0 && weight <= 1e6 &&
-        match >= 1 && match <= (1 << 20) && exact_block >= 1 && exact_block <= 1024 && exact_cap >= 1 && exact_cap <= (1 << 30) &&
-        cpu_weight >= 0 && cpu_weight <= 1 && pending >= 0 && pending <= 1e9))
-    return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
+  const double values[] = {len, thr, block, blocks, choices, load, weight, match, exact_block, exact_cap, cpu_weight, pending};
+  static_assert(sizeof values / sizeof values[0] == sizeof kConfigureRanges / sizeof kConfigureRanges[0], "one range per parameter");
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+    if (!(values[i] >= kConfigureRanges[i].min && values[i] <= kConfigureRanges[i].max))
+      return Throw(env, "ERR_OUT_OF_RANGE", std::string("routing parameter ") + kConfigureRanges[i].name + " out of range");
   pr::RoutingParams p;
   p.strategy = static_cast<pr::Strategy>(strategy);
   p.prefix_length = static_cast<uint32_t>(len);
@@ -1047,11 +1060,56 @@ Napi::Value RouterExactMatch(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// abi() -> every offset, size and limit TypeScript must agree with (src/core/abi.ts checks them
+// at load): the io block's words, key_extract's io, the KeyHashes record, the process table,
+// the membership's bounds and router_configure's ranges.
+Napi::Value Abi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  Napi::Object w = Napi::Object::New(env);
+  w.Set("kind", static_cast<double>(io::kKind));
+  w.Set("keyBytes", static_cast<double>(io::kKeyBytes));
+  w.Set("anchor", static_cast<double>(io::kAnchor));
+  w.Set("hashed", static_cast<double>(io::kHashed));
+  w.Set("group", static_cast<double>(io::kGroup));
+  w.Set("tenant", static_cast<double>(io::kTenant));
+  w.Set("avoidCount", static_cast<double>(io::kAvoidCount));
+  w.Set("avoid", static_cast<double>(io::kAvoid));
+  w.Set("maxAvoid", static_cast<double>(io::kMaxAvoid));
+  w.Set("exact", static_cast<double>(io::kExact));
+  w.Set("now", static_cast<double>(io::kNow));
+  w.Set("words", static_cast<double>(io::kWords));
+  o.Set("io", w);
+  Napi::Object key = Napi::Object::New(env);
+  key.Set("words", static_cast<double>(pr::kKeyMetaWords));
+  key.Set("required", static_cast<double>(pr::kKeyMetaRequired));
+  o.Set("keyMeta", key);
+  Napi::Object hashes = Napi::Object::New(env);
+  hashes.Set("bytes", static_cast<double>(sizeof(pr::KeyHashes)));
+  hashes.Set("align", static_cast<double>(alignof(pr::KeyHashes)));
+  o.Set("keyHashes", hashes);
+  o.Set("maxProcesses", static_cast<double>(pr::kMaxProcesses));
+  o.Set("maxMembers", static_cast<double>(pr::kMaxMembers));
+  o.Set("maxIdBytes", static_cast<double>(pr::kMaxIdBytes));
+  o.Set("maxVnodes", kMaxVnodes);
+  o.Set("maxSlots", kMaxSlots);
+  Napi::Object ranges = Napi::Object::New(env);
+  for (const ParamRange& r : kConfigureRanges) {
+    Napi::Object range = Napi::Object::New(env);
+    range.Set("min", r.min);
+    range.Set("max", r.max);
+    ranges.Set(r.name, range);
+  }
+  o.Set("configure", ranges);
+  return o;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("xxh3", Napi::Function::New(env, Xxh3, "xxh3"));
   exports.Set("xxh3_path", Napi::Function::New(env, Xxh3Path, "xxh3_path"));
   exports.Set("xxh3_chain", Napi::Function::New(env, Xxh3Chain, "xxh3_chain"));
   exports.Set("build_info", Napi::Function::New(env, BuildInfo, "build_info"));
+  exports.Set("abi", Napi::Function::New(env, Abi, "abi"));
   exports.Set("router_create", Napi::Function::New(env, RouterCreate, "router_create"));
   exports.Set("router_open", Napi::Function::New(env, RouterOpen, "router_open"));
   exports.Set("router_params", Napi::Function::New(env, RouterParams, "router_params"));

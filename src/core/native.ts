@@ -2,6 +2,7 @@
 // otherwise the prebuild for this platform in prebuilds/. PREBUILDS_ONLY=1 skips local builds.
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
+import { checkAbi, type NativeAbi } from './abi.js'
 
 export interface NativeBuildInfo {
   simd: 'scalar' | 'sse2' | 'avx2' | 'neon'
@@ -68,6 +69,8 @@ export interface NativeBinding {
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
   xxh3_chain(data: Uint8Array | string, blockBytes: number, seed: bigint, out: BigUint64Array | Float64Array): number
   build_info(): NativeBuildInfo
+  /** Every offset, size and limit the TypeScript side must agree with (src/core/abi.ts). */
+  abi(): NativeAbi
   router_create(name: string | undefined, vnodes: number, slots: number, sharedDir?: string, anonymous?: boolean): NativeHandle
   router_open(name: string): NativeHandle
   router_attach(path: string): NativeHandle
@@ -146,3 +149,5 @@ const packageRoot = fileURLToPath(new URL('../..', import.meta.url))
 /** Absolute path of the binary in use. */
 export const bindingPath: string = nodeGypBuild.resolve(packageRoot)
 export const native = require(bindingPath) as NativeBinding
+// A build whose layout differs from this package's fails here, naming what moved.
+checkAbi(typeof native.abi === 'function' ? native.abi() : {}, bindingPath)
