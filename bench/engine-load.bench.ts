@@ -9,7 +9,7 @@
 //
 // Run: npm run bench:engine-load   (ROUNDS=3, WINDOW_S=10, WARMUP_S=2, INTERVALS=50,100,250, ENGINES=16, DP_ENGINES=1)
 import { PerformanceObserver } from 'node:perf_hooks'
-import { ConfigSchema } from '../src/config.js'
+import { ConfigSchema } from '../src/config/config.js'
 import { Router } from '../src/core/router.js'
 import { Instance } from '../src/fleet/instance.js'
 import { instanceUrl } from '../src/fleet/probe.js'

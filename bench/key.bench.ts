@@ -12,7 +12,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import readline from 'node:readline'
-import { parseConfig } from '../src/config.js'
+import { parseConfig } from '../src/config/config.js'
 import { keyBinding, nativeRequest } from '../src/core/key/native-key.js'
 import { openAIRequest } from '../src/core/key/openai-key.js'
 import { Router } from '../src/core/router.js'

@@ -1,11 +1,11 @@
 // What a proxied request's metric updates cost: the four the handler makes (the requests
 // counter, the decision, upstream TTFB and duration histograms), through prom-client's
 // labelled calls, which find a series by hashing a labels object on every call, against the
-// router's bound metrics (src/bound-metrics.ts), which walk one Map per label. Same labels,
+// router's bound metrics (src/metrics/bound-metrics.ts), which walk one Map per label. Same labels,
 // same registry kind, same run; label values rotate over 8 instances as a fleet's would.
 // Run: npm run bench:metrics   (BENCH_TIME_MS per task, default 500)
 import { Counter, Histogram, Registry } from 'prom-client'
-import { BoundCounter, BoundHistogram } from '../src/bound-metrics.js'
+import { BoundCounter, BoundHistogram } from '../src/metrics/bound-metrics.js'
 import { machine, perCall } from './harness.js'
 
 const TIME = Number(process.env.BENCH_TIME_MS ?? 500)

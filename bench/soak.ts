@@ -16,7 +16,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Pool, request } from 'undici'
-import { parseConfig, readConfigFile, type Config } from '../src/config.js'
+import { parseConfig, readConfigFile, type Config } from '../src/config/config.js'
 
 const { values: flags } = parseArgs({
   options: { seconds: { type: 'string', default: '60' }, concurrency: { type: 'string', default: '200' }, warmup: { type: 'string', default: '20' }, 'node-flags': { type: 'string', default: '--initial-old-space-size=128' } },

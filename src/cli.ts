@@ -5,7 +5,7 @@
 // in NODE_OPTIONS, hence the shebang; `npm start` and the benchmarks pass it too.
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
-import { CliError } from './commands/cli-error.js'
+import { CliError } from './cli/cli-error.js'
 
 const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
@@ -36,7 +36,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = COMMANDS[name]
   if (cmd === undefined) {
-    const { didYouMean } = await import('./suggest.js')
+    const { didYouMean } = await import('./config/suggest.js')
     process.stderr.write(`prefix-router: unknown command '${name}'${didYouMean(name, Object.keys(COMMANDS))}\n\n${usage()}`)
     return 2
   }

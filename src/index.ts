@@ -1,5 +1,5 @@
 export { xxh3, xxh3Blocks } from './core/hash.js'
-export { buildInfo, type BuildInfo } from './build-info.js'
+export { buildInfo, type BuildInfo } from './core/build-info.js'
 export {
   Router,
   Lease,

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { xxh3 } from '../src/core/hash.js'
 import { native } from '../src/core/native.js'
-import { buildInfo } from '../src/build-info.js'
+import { buildInfo } from '../src/core/build-info.js'
 
 const hex = (h: bigint) => h.toString(16).padStart(16, '0')
 

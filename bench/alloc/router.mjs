@@ -3,7 +3,7 @@
 // stub upstream given, with the access log on or off. Prints "listening <port>".
 // Usage: node --import ./bench/alloc/probe.mjs bench/alloc/router.mjs UPSTREAM_URL on|off
 import { pino } from 'pino'
-import { parseConfig } from '../../dist/config.js'
+import { parseConfig } from '../../dist/config/config.js'
 import { batched } from '../../dist/proxy/access-log.js'
 import { ProxyServer } from '../../dist/proxy/proxy.js'
 

@@ -168,7 +168,7 @@ async function routing() {
   }
 }
 
-/** The per-request series serve keeps (src/metrics.ts), in a registry of their own. */
+/** The per-request series serve keeps (src/metrics/proxy-metrics.ts), in a registry of their own. */
 async function metrics() {
   const { Registry, Counter, Histogram } = await import('prom-client')
   const registers = [new Registry()]
@@ -178,7 +178,7 @@ async function metrics() {
   const duration = { name: 'prefix_router_request_duration_seconds', help: 'Request duration.', labelNames: ['endpoint', 'status'], buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120], registers }
   if (paths === 'serve') {
     // serve's own: label values in labelNames order, found without building a labels key.
-    const { BoundCounter, BoundHistogram } = await dist('bound-metrics.js')
+    const { BoundCounter, BoundHistogram } = await dist('metrics/bound-metrics.js')
     const [r, d, t, u] = [new BoundCounter(requests), new BoundHistogram(decision), new BoundHistogram(ttfb), new BoundHistogram(duration)]
     return {
       decision: (strategy, s) => d.observe([strategy], s),

@@ -3,7 +3,7 @@
 // that picks from a ring reads the instances it names from the same memory), and how a worker
 // makes its own copy match: each worker needs its own Instance (its undici pool) for every id
 // a pick can return.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { closeWhenDrained } from '../fleet/drain.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { Instance } from '../fleet/instance.js'

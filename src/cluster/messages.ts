@@ -2,7 +2,7 @@
 // channel. Every message carries `prefixRouter`, so that other users of the channel
 // (prom-client's own cluster support, for one) are told apart.
 import type { Registry } from 'prom-client'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import type { TryResult } from '../fleet/outlier.js'
 
 /** Each endpoint's shared routing state, by endpoint name, as Router.attach opens it. */

@@ -2,7 +2,7 @@
 // routing state, applied to the worker's endpoints, and the passive signals the worker's
 // traffic gives (a failed try, a refused connection) sent back to the primary, which alone
 // decides ejections.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { Router } from '../core/router.js'
 import type { Endpoint, EndpointEvents, RemoteFleet } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'

@@ -2,8 +2,8 @@
 // health come from the primary; it listens only once ProxyServer.start has done everything
 // it does before listening, and says so, so the primary counts it ready.
 import cluster from 'node:cluster'
-import { listenError } from '../commands/listen-error.js'
-import type { Config } from '../config.js'
+import { listenError } from '../cli/listen-error.js'
+import type { Config } from '../config/config.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { isMessage, type RequestCounts, type ToPrimary, type ToWorker } from './messages.js'
 import { WorkerFleet } from './worker-fleet.js'

@@ -1,7 +1,7 @@
 // What serve prints once it is up, after the first round of probes: how much of the fleet is
 // healthy, why each instance that is not failed (with a hint), and a request to try with a
 // model the fleet really serves.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyServer } from '../proxy/proxy.js'
 import { unhealthyHint } from './hints.js'

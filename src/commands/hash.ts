@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises'
 import { xxh3 } from '../core/hash.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 
 const HELP = `usage: prefix-router hash [--seed N] [FILE ...]
 

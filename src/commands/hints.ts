@@ -1,7 +1,7 @@
 // What an operator most often gets wrong pointing the router at instances, recognised from
 // the instance URLs and from why the first health probe failed, and said as what to do.
-import type { Config } from '../config.js'
-import { v1Suffix } from '../upstream-url.js'
+import type { Config } from '../config/config.js'
+import { v1Suffix } from '../fleet/upstream-url.js'
 
 /**
  * Instance URLs ending in /v1 (an OpenAI client's base URL): the router puts /v1/... after an

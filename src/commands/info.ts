@@ -1,5 +1,5 @@
-import { buildInfo } from '../build-info.js'
-import { parseFlags } from './cli-error.js'
+import { buildInfo } from '../core/build-info.js'
+import { parseFlags } from '../cli/cli-error.js'
 
 export async function run(argv: string[]): Promise<number> {
   parseFlags(argv, {})

@@ -19,7 +19,7 @@ import { MIN_BLOCK_TOKENS } from '../replay/block-text.js'
 import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/trace.js'
 import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
 import { WORKLOADS } from '../replay/workloads/index.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 
 const KNOBS = new Map<string, WorkloadParam>()
 for (const w of Object.values(WORKLOADS)) for (const p of w.params) if (!KNOBS.has(p.flag)) KNOBS.set(p.flag, p)

@@ -1,13 +1,13 @@
 // `prefix-router route`: the operator's dry run. Reads one request body on stdin and prints
 // which instance it would go to and why, from the configuration alone: nothing is sent, no
 // instance is probed (models are those declared in the config; all instances count as up).
-import { ConfigError } from '../config.js'
+import { ConfigError } from '../config/config.js'
 import { Endpoint } from '../fleet/endpoint.js'
 import { xxh3 } from '../core/hash.js'
 import { RequestError } from '../core/errors.js'
 import { routingKey, textSpan } from '../core/key/index.js'
 import { keyHash } from '../core/key/key-hash.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { buildConfig, type ServeFlags } from './serve-config.js'
 

@@ -1,14 +1,14 @@
 // `prefix-router serve`: the router in front of a fleet. It needs instances to route to; with
 // --demo (what `npm start` runs) it starts an embedded simulated fleet instead, and says so.
 import { availableParallelism } from 'node:os'
-import { ConfigError, MAX_WORKERS, type Config } from '../config.js'
+import { ConfigError, MAX_WORKERS, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, tryIt } from './banner.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings } from './hints.js'
-import { listenError } from './listen-error.js'
+import { listenError } from '../cli/listen-error.js'
 import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
 

@@ -5,7 +5,7 @@ import type { SimKvEventsOptions } from '../sim/http-worker.js'
 import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
-import { CliError, parseFlags } from './cli-error.js'
+import { CliError, parseFlags } from '../cli/cli-error.js'
 
 const HELP = `usage: prefix-router sim [options]
 

@@ -293,12 +293,3 @@ export function resolveInstances(list: unknown, vnodes: number): ResolvedInstanc
   }
   return { ids, weights, groups, indexBlocks }
 }
-
-// SageMaker's X-Amzn-SageMaker-Prefix-Aware-Id: 1–64 printable ASCII characters.
-const TENANT_RE = /^[\x20-\x7e]{1,64}$/
-
-export function checkTenant(tenant: unknown): string {
-  if (typeof tenant !== 'string') throw new InvalidArgTypeError('tenant', 'a string of 1 to 64 printable ASCII characters', tenant)
-  if (!TENANT_RE.test(tenant)) throw new OutOfRangeError('tenant', '1 to 64 printable ASCII characters (0x20–0x7E)', tenant)
-  return tenant
-}

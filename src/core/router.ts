@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os'
 import { ABI, addonRanges, checkRanges } from './abi.js'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
 import { ExtractedKey } from './key/native-key.js'
+import { checkTenant } from './key/tenant.js'
 import { bindingPath, native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
-  checkTenant,
   limitsAgainstAddon,
   LIMITS,
   PLACEMENT_CHOICES,

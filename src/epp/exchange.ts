@@ -5,16 +5,16 @@
 // stream's end, however it comes, releases the lease once.
 import type { ServerDuplexStream } from '@grpc/grpc-js'
 import type { Logger } from 'pino'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import type { ExactTokens, Lease } from '../core/router.js'
 import { TENANT_HEADER } from '../core/key/index.js'
 import { RequestError } from '../core/errors.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import type { ProxyMetrics } from '../metrics.js'
+import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { tenantHash } from '../proxy/access-log.js'
 import { chatKey, openAILimits } from '../proxy/chat-key.js'
-import { methodNotAllowed, notFound, ProxyError, tooLarge, toProxyError } from '../proxy/errors.js'
+import { methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../proxy/errors.js'
 import { openAIBodyOf } from '../proxy/openai-body.js'
 import { matchRoute } from '../proxy/routes.js'
 import { exactTokens } from '../tokens/request-tokens.js'
@@ -237,7 +237,7 @@ export class Exchange {
     if (err instanceof RequestError) e = toProxyError(err)
     else {
       this.core.log.error({ err }, 'endpoint picker: request failed')
-      e = new ProxyError(500, 'server_error', 'internal_error', 'the endpoint picker failed on this request')
+      e = pickerFailed()
     }
     this.#status = e.status
     this.#answered = true

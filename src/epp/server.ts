@@ -5,7 +5,7 @@
 // own as well: the kubelet's gRPC probes do not speak TLS.
 import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-js'
 import type { Logger } from 'pino'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { Exchange, type BodyMode, type PickerCore } from './exchange.js'
 import { healthImplementation, servingStatus, type ServingStatus } from './health.js'

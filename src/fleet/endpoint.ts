@@ -2,7 +2,7 @@
 // that keep health and models current. Models and adapters become router groups, so a
 // request for model M is routed among the instances serving M only.
 import { pino, type Logger } from 'pino'
-import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config.js'
+import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config/config.js'
 import { noHealthyInstance, RequestError } from '../core/errors.js'
 import { NoInstanceError, Router, type Lease } from '../core/router.js'
 import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'

@@ -1,6 +1,6 @@
 // One upstream server: its connection pool, what it serves, and what we last saw of it.
 import { H2CClient, Pool, type Dispatcher } from 'undici'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { HealthState } from './health.js'
 import { OutlierState } from './outlier.js'
 

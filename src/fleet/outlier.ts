@@ -3,7 +3,7 @@
 // ejection. Health probes only say whether an instance answers /health; this catches the one
 // that answers /health and fails every request, which least-outstanding routing would
 // otherwise favour (it is never busy, because it fails fast).
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 
 export type OutlierConfig = Config['outlier']
 

@@ -2,7 +2,7 @@
 // when the process runs out of them accept() fails for everyone: the admin port and the
 // connections to the instances as well. The front gets what is left after those.
 import { readFileSync } from 'node:fs'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 
 /** Assumed where /proc/self/limits cannot be read (not Linux): Linux's usual default soft limit. */
 export const FALLBACK_FD_LIMIT = 1024

@@ -5,7 +5,7 @@
 import type http from 'node:http'
 import { readBody } from './body.js'
 import { exactTokens } from '../tokens/request-tokens.js'
-import type { ProxyServer } from './proxy.js'
+import type { AdminView } from './admin-view.js'
 
 type Answer = { status: number; body: unknown }
 
@@ -15,7 +15,7 @@ async function* chunks(req: http.IncomingMessage): AsyncIterable<Buffer> {
   for await (const c of req) yield c as Buffer
 }
 
-export async function adminRoute(p: ProxyServer, req: http.IncomingMessage): Promise<Answer> {
+export async function adminRoute(p: AdminView, req: http.IncomingMessage): Promise<Answer> {
   const q = new URL(req.url ?? '/', 'http://admin').searchParams
   const name = q.get('endpoint') ?? undefined
   const ep = p.endpoint(name)

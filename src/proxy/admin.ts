@@ -1,9 +1,9 @@
 // The admin port (loopback by default): Prometheus metrics, instance state, reload.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { ConfigError, type Config } from '../config.js'
+import { ConfigError, type Config } from '../config/config.js'
 import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
-import type { ProxyServer } from './proxy.js'
+import type { AdminView } from './admin-view.js'
 import { h1Options } from './server.js'
 import { adminRoute } from './admin-route.js'
 import type { EngineLoadStatus } from '../fleet/load/scraper.js'
@@ -23,7 +23,7 @@ function engineLoadReport(s: EngineLoadStatus | undefined) {
   return { ...s, at: s.at === null ? null : new Date(s.at).toISOString() }
 }
 
-export function instancesReport(p: ProxyServer) {
+export function instancesReport(p: AdminView) {
   return [...p.endpoints()].map((ep) => {
     const live = ep.router.instances()
     const counts = new Map(live.map((i) => [i.id, i.inFlight]))
@@ -62,7 +62,7 @@ export function instancesReport(p: ProxyServer) {
   })
 }
 
-export async function listenAdmin(p: ProxyServer, at: Config['admin'], exclusive = false): Promise<AdminServer> {
+export async function listenAdmin(p: AdminView, at: Config['admin'], exclusive = false): Promise<AdminServer> {
   const server = http.createServer(h1Options(p.config), (req, res) => {
     void (async () => {
       const path = (req.url ?? '/').split('?')[0]

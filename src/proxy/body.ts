@@ -4,13 +4,9 @@
 // error from the iterable, which fails the upstream request instead of leaving it waiting.
 import { constants as h2 } from 'node:http2'
 import type { Http2ServerRequest } from 'node:http2'
-import { ProxyError, tooLarge } from './errors.js'
+import { bodyTimeout, tooLarge } from './errors.js'
 import type { Req } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
-
-export const bodyTimeout = (ms: number) =>
-  // Part of the body may still be on its way: the connection cannot carry another request.
-  new ProxyError(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
 
 const clientGone = () => new PrefixRouterError('PR_CLIENT_GONE', 'client closed the request body')
 

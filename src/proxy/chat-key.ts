@@ -2,7 +2,7 @@
 // it: the limits the body is read under and the key, tenant, model and anchor the pick takes.
 // One module for both fronts, so that the same body is routed the same way behind either.
 import type { Logger } from 'pino'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { requestKey, textSpan, type RoutingKey } from '../core/key/index.js'
 import { tenantHeaderValue, tenantOf } from '../core/key/tenant.js'

@@ -37,3 +37,33 @@ export const noHealthyInstance = (endpoint: string, retryAfterSeconds: number) =
 export const upstreamFailed = (code: string, message: string, status = 502) => new ProxyError(status, 'upstream_error', code, message)
 export const shuttingDown = () =>
   new ProxyError(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })
+
+// The body's bounds (body.ts, json-shape.ts, parse-pool.ts).
+export const bodyTimeout = (ms: number) =>
+  // Part of the body may still be on its way: the connection cannot carry another request.
+  new ProxyError(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
+export const tooDeep = (limit: number) =>
+  // The rest of the body is left unread, so the connection cannot carry another request.
+  new ProxyError(400, 'invalid_request_error', 'json_too_deep', `request body nests JSON deeper than the limit of ${limit} levels`, { connection: 'close' })
+export const tooComplex = (heapMb: number) =>
+  new ProxyError(413, 'invalid_request_error', 'request_too_complex', `request body needs more than the parser's ${heapMb} MB of memory to parse; send fewer JSON arrays and objects`)
+export const parserFailed = (why: string) => new ProxyError(500, 'server_error', 'parser_failed', `the request parser failed: ${why}`)
+
+/** The endpoint picker (src/epp) failed on a request for a reason of its own, not a refusal. */
+export const pickerFailed = () => new ProxyError(500, 'server_error', 'internal_error', 'the endpoint picker failed on this request')
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
+
+/** The connection could not be made: the request never reached the instance, so retrying elsewhere is safe. */
+export function isConnectError(err: unknown): boolean {
+  return CONNECT_CODES.has((err as { code?: string }).code ?? '')
+}
+
+/** The answer for a try that failed on its way to or from the instance (undici's error). */
+export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
+  const code = (err as { code?: string }).code
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return upstreamFailed('upstream_timeout', 'the instance did not answer in time', 504)
+  if (isConnectError(err)) return upstreamFailed('upstream_unavailable', `cannot reach the instance (${code})`)
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return upstreamFailed('upstream_reset', `the instance closed the connection (${code})`)
+  return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
+}

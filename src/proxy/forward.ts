@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { isAwsCredential } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
-import { upstreamFailed } from './errors.js'
+import { upstreamError } from './errors.js'
 import { connectionTokens, endToEndRaw, isConnectionHeader, valueOf, type HeaderList } from './hop-headers.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 import type { Res } from './types.js'
@@ -71,24 +71,9 @@ export class UpstreamStatusError extends PrefixRouterError {
   }
 }
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
-
-/** The connection could not be made: the request never reached the instance, so retrying elsewhere is safe. */
-export function isConnectError(err: unknown): boolean {
-  return CONNECT_CODES.has((err as { code?: string }).code ?? '')
-}
-
 /** Whether the whole request had been written when a try failed (set on errors forward rejects with). */
 export function requestWasSent(err: unknown): boolean {
   return (err as { requestSent?: boolean }).requestSent === true
-}
-
-export function upstreamError(err: unknown): ReturnType<typeof upstreamFailed> {
-  const code = (err as { code?: string }).code
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') return upstreamFailed('upstream_timeout', 'the instance did not answer in time', 504)
-  if (isConnectError(err)) return upstreamFailed('upstream_unavailable', `cannot reach the instance (${code})`)
-  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return upstreamFailed('upstream_reset', `the instance closed the connection (${code})`)
-  return upstreamFailed('upstream_error', `the instance failed: ${(err as Error).message}`)
 }
 
 /**

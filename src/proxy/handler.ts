@@ -5,21 +5,21 @@ import { exactTokens } from '../tokens/request-tokens.js'
 import type { ExactTokens } from '../core/router.js'
 import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { Logger } from 'pino'
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { Span } from '@opentelemetry/api'
-import type { ProxyMetrics } from '../metrics.js'
+import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import type { Lease } from '../core/router.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
-import { readInvokePrefix, type InvokeBody } from '../core/key/invoke-key.js'
+import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
 import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import { bodyChunks, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { RequestError } from '../core/errors.js'
-import { methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamFailed } from './errors.js'
-import { CLIENT_GONE, forward, isConnectError, requestWasSent, upstreamError, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
+import { isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
+import { CLIENT_GONE, forward, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
@@ -113,7 +113,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
       const read = await readInvoke(core, routing, req, out)
       out.status = await proxyTo(core, ep, req, route.eventStream ? new EventStreamResponse(res) : res, client, out, invokeOutbound(routing, route, req, read, model))
     } else if (route.kind === 'openai') {
-      out.status = await new ChatRequest(core, ep, route, req, res, client, out).proxy()
+      out.status = await new OpenAIBodyRequest(core, ep, route, req, res, client, out).proxy()
     }
   } catch (err) {
     answerError(core, req, res, client, out, err)
@@ -216,12 +216,13 @@ function invokeOutbound(routing: Routing, route: Route & { kind: 'invoke' }, req
 }
 
 /**
- * An OpenAI request, from its body to its answer. A body declared small is read whole, then
+ * A request to one of the OpenAI-shaped routes (chat, completions, embeddings, responses,
+ * rerank, score, tokenize, detokenize), from its JSON body to its answer. A body declared small is read whole, then
  * parsed and sent upstream from inside its 'end' event (one promise, no copy of a body that
  * came in one chunk, no wait for Node to finish with the stream); any other is read chunk by
  * chunk under the shape and pacing limits.
  */
-class ChatRequest implements WholeUse<number> {
+class OpenAIBodyRequest implements WholeUse<number> {
   readonly limits: OpenAIBodyLimits
 
   constructor(
@@ -252,11 +253,11 @@ class ChatRequest implements WholeUse<number> {
 
   send(read: OpenAIBody): Promise<number> {
     const { core, ep, req } = this
-    return proxyTo(core, ep, req, this.res, this.client, this.out, chatOutbound(core, ep, this.route, req, read))
+    return proxyTo(core, ep, req, this.res, this.client, this.out, openAIOutbound(core, ep, this.route, req, read))
   }
 }
 
-function chatOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
+function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
   const k = chatKey(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }

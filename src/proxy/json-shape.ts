@@ -2,14 +2,10 @@
 // as it arrives, before anything parses it. JSON.parse of deeply nested or container-heavy
 // text costs far more time and memory per byte than of strings, so these two numbers decide
 // whether a body is refused, parsed here, or parsed off the event loop.
-import { ProxyError } from './errors.js'
+import { tooDeep } from './errors.js'
 
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
-
-export const tooDeep = (limit: number) =>
-  // The rest of the body is left unread, so the connection cannot carry another request.
-  new ProxyError(400, 'invalid_request_error', 'json_too_deep', `request body nests JSON deeper than the limit of ${limit} levels`, { connection: 'close' })
 
 export class JsonShape {
   /** Arrays and objects opened so far. */

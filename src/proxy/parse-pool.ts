@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
 import { ExtractedKey, type NativeKeyOptions, type NativeRequest } from '../core/key/native-key.js'
 import type { OpenAIApi, OpenAIRequest } from '../core/key/openai-key.js'
-import { ProxyError } from './errors.js'
+import { parserFailed, ProxyError, tooComplex } from './errors.js'
 import type { ParseReply, ParseTask } from './parse-worker.js'
 
 /** A body read for routing: by the native extraction, or by openAIRequest when it declined. */
@@ -36,10 +36,6 @@ interface Slot {
   busy: Pending | undefined
   idle: NodeJS.Timeout | undefined
 }
-
-const tooComplex = (heapMb: number) =>
-  new ProxyError(413, 'invalid_request_error', 'request_too_complex', `request body needs more than the parser's ${heapMb} MB of memory to parse; send fewer JSON arrays and objects`)
-const parserFailed = (why: string) => new ProxyError(500, 'server_error', 'parser_failed', `the request parser failed: ${why}`)
 
 function startWorker(heapMb: number): Worker {
   const resourceLimits = { maxOldGenerationSizeMb: heapMb }

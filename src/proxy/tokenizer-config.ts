@@ -1,6 +1,6 @@
 // The tokenizer the configuration asks for, loaded before the front port opens: a local
 // tokenizer file that does not load stops the start with an error naming the file.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { localTokenizer, remoteTokenizer, type RequestTokenizer } from '../tokens/index.js'
 
 export async function tokenizerFromConfig(config: Config): Promise<RequestTokenizer | undefined> {

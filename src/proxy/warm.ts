@@ -14,7 +14,7 @@ import { Writable } from 'node:stream'
 import { context, createContextKey } from '@opentelemetry/api'
 import { pino, type Logger } from 'pino'
 import { Pool, request } from 'undici'
-import { ConfigSchema, type Config } from '../config.js'
+import { ConfigSchema, type Config } from '../config/config.js'
 
 export interface WarmupResult {
   /** Requests answered by the sink through the throwaway proxy. */

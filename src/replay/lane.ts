@@ -7,8 +7,7 @@ import { VirtualFleet } from '../sim/virtual-fleet.js'
 import type { SimOptions } from '../sim/config.js'
 import type { PreparedRequest } from './prepare.js'
 import { ReplicatedRouter, type ReplayRouter, type RouterFactory } from './routers.js'
-import { RequestLog } from './phases.js'
-import { KeyTracker, LaneStats } from './stats.js'
+import { KeyTracker, LaneStats, RequestLog } from './stats.js'
 
 export interface ScaleEvent {
   atMs: number

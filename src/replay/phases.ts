@@ -3,28 +3,8 @@
 // that arrived in the phase (what the phase's load did to them); throughput is of the
 // requests that finished in it (what the fleet delivered meanwhile), as a load generator
 // stepping its rate would report each step.
-import type { VirtualResult } from '../sim/virtual-fleet.js'
-import { quantile, Samples } from './stats.js'
+import { quantile, type RequestLog } from './stats.js'
 import type { Phase } from './types.js'
-
-/** What one lane records per finished request, when phases are reported. */
-export class RequestLog {
-  readonly arrival = new Samples()
-  readonly ttft = new Samples()
-  readonly finished = new Samples()
-  readonly prompt = new Samples()
-  readonly cached = new Samples()
-  readonly output = new Samples()
-
-  record(r: VirtualResult): void {
-    this.arrival.push(r.arrivalMs)
-    this.ttft.push(r.ttftMs)
-    this.finished.push(r.finishedMs)
-    this.prompt.push(r.promptTokens)
-    this.cached.push(r.cachedTokens)
-    this.output.push(r.outputTokens)
-  }
-}
 
 export interface PhaseResult {
   label: string

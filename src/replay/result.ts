@@ -1,7 +1,7 @@
 // From the lanes' raw measurements to the numbers a report shows (and the JSON file
 // holds): percentiles, rates, shares, the hit-rate timeline and the scale events' effect.
 import type { Lane, ScaleEvent } from './lane.js'
-import type { ReplayOptions } from './run.js'
+import type { ReplayOptions, ReplaySource } from './options.js'
 import { phaseResults, type PhaseResult } from './phases.js'
 import { quantile } from './stats.js'
 import type { TokenizerName } from '../sim/tokenizers/index.js'
@@ -65,7 +65,7 @@ export interface StrategyResult {
 }
 
 export interface ReplayResult {
-  source: { workload: string; params: Record<string, number> } | { trace: string }
+  source: ReplaySource
   instances: number
   durationMs: number
   profile: string

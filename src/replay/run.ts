@@ -3,7 +3,6 @@
 // of N strategies costs one prompt hashing, not N), then the lanes drain and the
 // measurements become a ReplayResult. With `clients`, the load is closed-loop instead
 // (src/replay/closed-loop.ts): the lanes advance side by side in steps of simulated time.
-import type { SimOptions } from '../sim/config.js'
 import { resolveSim } from '../sim/config.js'
 import { outputPlan } from '../sim/request.js'
 import { SharedRequests } from './closed-loop.js'
@@ -11,51 +10,8 @@ import { IdealCache } from './ideal.js'
 import { DEFAULT_ENGINE_LOAD_INTERVAL_MS, DEFAULT_KV_EVENTS_DELAY_MS, DEFAULT_SHARE_LOAD_DELAY_MS, DEFAULT_SHARE_LOAD_INTERVAL_MS, Lane, type ScaleEvent } from './lane.js'
 import { prepareRequest, type PreparedRequest } from './prepare.js'
 import { summarize, type ReplayResult } from './result.js'
+import type { ReplayOptions } from './options.js'
 import type { RouterFactory } from './routers.js'
-import type { Phase, TimedRequest } from './types.js'
-
-export interface ReplayOptions {
-  requests: Iterable<TimedRequest> | AsyncIterable<TimedRequest>
-  /** What produced the requests, for the report. */
-  source: ReplayResult['source']
-  strategies: readonly RouterFactory[]
-  instances: number
-  durationMs: number
-  sim: SimOptions
-  prefixLength: number
-  /** Undefined: each strategy's own default (10; none for longest_prefix). */
-  concurrencyThreshold: number | undefined
-  routerReplicas: number
-  seed: number
-  events: readonly ScaleEvent[]
-  /** Window of the moved-share and recovery measurements (default 60 s). */
-  windowMs?: number
-  /**
-   * Closed loop: this many clients, each sending the next request when its last one has
-   * finished; the requests' timestamps are ignored, and clients stop when the requests run
-   * out. Needs a synchronous request source (a workload, or readTrace) and no scale events.
-   */
-  clients?: number
-  /** Simulated delay of the engines' KV events to the routers fed by them (default 5 ms). */
-  kvEventsDelayMs?: number
-  /** How often each router replica reads its engines' load, for routers that weigh it (default 100 ms; 0: never). */
-  engineLoadIntervalMs?: number
-  /** How often replicas of the routers that share load publish their queued prefill (default 20 ms; 0: never)… */
-  shareLoadIntervalMs?: number
-  /** …and how long it takes to reach the others (default 1 ms). */
-  shareLoadDelayMs?: number
-  /**
-   * With routerReplicas > 1, also run every strategy with one router, for the side-by-side
-   * table (default true).
-   */
-  compareOneRouter?: boolean
-  /** Stretches of arrival time to report on their own (a workload's rate steps). */
-  phases?: readonly Phase[]
-  /** Lines the report prints before its tables (a workload's sizing). */
-  notes?: readonly string[]
-  /** Called now and then with the simulated time reached. */
-  onProgress?: (simMs: number, requests: number) => void
-}
 
 export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   const started = performance.now()

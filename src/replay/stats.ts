@@ -3,7 +3,6 @@
 // at a request's first admission over its prompt tokens. Time series are kept per
 // simulated second of arrival, so the report can roll them into any window.
 import type { VirtualResult } from '../sim/virtual-fleet.js'
-import type { RequestLog } from './phases.js'
 
 /** A growable array of doubles. */
 export class Samples {
@@ -35,6 +34,25 @@ export function quantile(sorted: Float64Array, q: number): number {
   if (sorted.length === 0) return NaN
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))
   return sorted[i]!
+}
+
+/** What one lane records per finished request, when phases are reported (phases.ts reads it). */
+export class RequestLog {
+  readonly arrival = new Samples()
+  readonly ttft = new Samples()
+  readonly finished = new Samples()
+  readonly prompt = new Samples()
+  readonly cached = new Samples()
+  readonly output = new Samples()
+
+  record(r: VirtualResult): void {
+    this.arrival.push(r.arrivalMs)
+    this.ttft.push(r.ttftMs)
+    this.finished.push(r.finishedMs)
+    this.prompt.push(r.promptTokens)
+    this.cached.push(r.cachedTokens)
+    this.output.push(r.outputTokens)
+  }
 }
 
 export class LaneStats {

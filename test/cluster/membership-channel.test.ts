@@ -4,7 +4,7 @@
 // no timer run, so the interleavings a busy machine makes rare happen every time: the worker
 // picks right after the primary publishes, and before the primary hears what the worker saw.
 import { afterEach, describe, expect, it } from 'vitest'
-import { parseConfig, type Config } from '../../src/config.js'
+import { parseConfig, type Config } from '../../src/config/config.js'
 import { RequestError } from '../../src/core/errors.js'
 import { Router } from '../../src/core/router.js'
 import { publishMembership } from '../../src/cluster/membership.js'

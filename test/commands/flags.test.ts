@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { ENV_PREFIX, FLAGS, parseArgsOptions } from '../../src/commands/flags.js'
-import { suggest } from '../../src/suggest.js'
+import { suggest } from '../../src/config/suggest.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8')

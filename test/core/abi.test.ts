@@ -7,7 +7,7 @@ import { ABI, addonRanges, checkAbi, checkRanges, NativeAbiError } from '../../s
 import { PrefixRouterError } from '../../src/core/errors.js'
 import { bindingPath, native } from '../../src/core/native.js'
 import { limitsAgainstAddon, LIMITS } from '../../src/core/options.js'
-import { MAX_WORKERS } from '../../src/config.js'
+import { MAX_WORKERS } from '../../src/config/config.js'
 
 const thrown = (f: () => unknown): unknown => {
   try {

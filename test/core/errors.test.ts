@@ -14,8 +14,8 @@ import {
   RouterClosedError,
   xxh3,
 } from '../../src/index.js'
-import { CliError } from '../../src/commands/cli-error.js'
-import { ConfigError, parseConfig } from '../../src/config.js'
+import { CliError } from '../../src/cli/cli-error.js'
+import { ConfigError, parseConfig } from '../../src/config/config.js'
 import { DiscoveryError } from '../../src/fleet/discovery/source.js'
 import { openAIRequest } from '../../src/core/key/openai-key.js'
 import { tenantOf } from '../../src/core/key/tenant.js'

@@ -1,28 +1,17 @@
 // The core (router, options, hashes, native binding, errors, routing keys) is what gateways
 // embed: it must load without the proxy, the simulator, replay, the CLI or fleet management,
 // so a stray import from there would drag a server into every embedding.
-import { readdirSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
+// Static imports and re-exports (also `import type`), side-effect imports and dynamic import().
+import { specifiers, tsFiles } from '../helpers/import-graph.js'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 const core = join(root, 'src/core')
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string> }
-
-function tsFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? tsFiles(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
-  )
-}
-
-// Static imports and re-exports (also `import type`), side-effect imports and dynamic import().
-const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s*)(['"])([^'"]+)\1/gm
-
-function specifiers(source: string): string[] {
-  return [...source.matchAll(SPECIFIER)].map((m) => m[2]!)
-}
 
 /** Why `spec`, imported by `file`, leaves the core; undefined when it stays inside. */
 function violation(file: string, spec: string): string | undefined {

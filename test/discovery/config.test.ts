@@ -1,7 +1,7 @@
 // The `discovery` key of an endpoint: what it accepts, its defaults, and errors that name
 // the bad key and what it was given.
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
+import { parseConfig } from '../../src/config/config.js'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'

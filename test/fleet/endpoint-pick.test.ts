@@ -2,7 +2,7 @@
 // these check that every change it publishes (an instance marked down, a reload that changes
 // models) is seen by the next pick, and that no pick leaves a counter raised.
 import { afterEach, describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
+import { parseConfig } from '../../src/config/config.js'
 import { RequestError } from '../../src/core/errors.js'
 import { Endpoint } from '../../src/fleet/endpoint.js'
 

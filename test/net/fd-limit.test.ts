@@ -1,6 +1,6 @@
 // The front's connection cap, from the descriptor limit less what the rest of the router needs.
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
+import { parseConfig } from '../../src/config/config.js'
 import { ADMIN_MAX_CONNECTIONS, FALLBACK_FD_LIMIT, frontMaxConnections, parseSoftFdLimit, PROBE_FDS_PER_INSTANCE, RESERVED_FDS, reservedFds, softFdLimit } from '../../src/net/fd-limit.js'
 
 const LIMITS = `Limit                     Soft Limit           Hard Limit           Units

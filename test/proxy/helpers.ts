@@ -3,7 +3,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, expect } from 'vitest'
-import { parseConfig, type Config } from '../../src/config.js'
+import { parseConfig, type Config } from '../../src/config/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 
 /**

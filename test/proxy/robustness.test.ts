@@ -5,7 +5,7 @@ import { Writable } from 'node:stream'
 import fc from 'fast-check'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config.js'
+import { parseConfig } from '../../src/config/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { chat, post, startRouter, startStub, totalInFlight, until } from './helpers.js'
 

@@ -5,7 +5,7 @@ import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
-import { Instance } from '../../config.js'
+import { Instance } from '../../config/config.js'
 import type { FileSourceConfig } from './schema.js'
 import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 

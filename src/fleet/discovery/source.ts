@@ -1,6 +1,6 @@
 // What every discovery source is: something that reports the full list of instances it
 // currently sees, again each time that list may have changed, until it is stopped.
-import type { EndpointConfig } from '../../config.js'
+import type { EndpointConfig } from '../../config/config.js'
 import { PrefixRouterError } from '../../core/errors.js'
 
 /** One instance as `instances` lists it (after validation). */

@@ -9,7 +9,7 @@
 // VirtualFleet.prepare and a worker's request handler, where an import() cannot be awaited.
 import { createRequire } from 'node:module'
 import { preparePrompt } from '../block-hash.js'
-import type { Tokenizer } from './index.js'
+import type { Tokenizer } from './types.js'
 import { SegmentCache } from './segment-cache.js'
 
 type O200k = typeof import('gpt-tokenizer/encoding/o200k_base')

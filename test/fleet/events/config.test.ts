@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../../src/config.js'
+import { parseConfig } from '../../../src/config/config.js'
 import { buildConfig } from '../../../src/commands/serve-config.js'
 import { publisherAddresses, KvEventsSchema } from '../../../src/fleet/events/config.js'
 

@@ -1,4 +1,4 @@
-import { bindingPath, native, type NativeBuildInfo } from './core/native.js'
+import { bindingPath, native, type NativeBuildInfo } from './native.js'
 
 export interface BuildInfo extends NativeBuildInfo {
   /** The binary in use: a local build or a committed prebuild. */

@@ -1,6 +1,6 @@
 // A port that cannot be opened is the operator's to fix, not a crash: one line saying which
 // address, why, and which flag picks another, instead of Node's stack trace.
-import type { Config } from '../config.js'
+import type { Config } from '../config/config.js'
 import { CliError } from './cli-error.js'
 
 const WHY: Record<string, string> = {

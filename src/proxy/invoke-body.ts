@@ -1,7 +1,7 @@
 // The invoke API routes on raw bytes: read until prefixLength bytes have arrived (or the
 // body ended), route, then stream those bytes and the rest upstream, so a large body is
 // never held whole in memory just to route it.
-import { requestTooLarge } from '../errors.js'
+import { requestTooLarge } from '../core/errors.js'
 
 export interface InvokeBody {
   prefix: Buffer

@@ -2,9 +2,9 @@
 // servers in one process (tests, embedded gateways) do not share counters.
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import { BoundCounter, BoundHistogram } from './bound-metrics.js'
-import type { Endpoint } from './fleet/endpoint.js'
-import { registerKvEventMetrics } from './fleet/events/metrics.js'
-import { registerEngineLoadMetrics } from './fleet/load/metrics.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import { registerKvEventMetrics } from '../fleet/events/metrics.js'
+import { registerEngineLoadMetrics } from '../fleet/load/metrics.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()

@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util'
-import { didYouMean } from '../suggest.js'
+import { didYouMean } from '../config/suggest.js'
 import { PrefixRouterError } from '../core/errors.js'
 
 /**

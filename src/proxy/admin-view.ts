@@ -1,0 +1,22 @@
+// What the admin port reads of the running router and asks of it: ProxyServer as the admin
+// routes see it. proxy.ts starts the admin server, so the admin files name this instead of
+// importing ProxyServer back.
+import type { Logger } from 'pino'
+import type { Config } from '../config/config.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { ShareLoad } from '../fleet/share/share-load.js'
+import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+
+export interface AdminView {
+  readonly config: Config
+  readonly metrics: ProxyMetrics
+  readonly log: Logger
+  readonly replicaId: string
+  readonly shareLoad: ShareLoad | undefined
+  endpoint(name: string | undefined): Endpoint | undefined
+  endpoints(): Iterable<Endpoint>
+  /** The text GET /metrics answers. */
+  metricsText(): Promise<string>
+  /** POST /admin/reload: what changed, sent back as JSON; throws ConfigError for a bad configuration. */
+  reload(): unknown
+}
