@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <unordered_map>
@@ -57,12 +58,21 @@ struct Reader {
   }
 };
 
+// The most ring points a record read from the region may make (src/core/options.ts holds
+// the creator's memberships to the same): past it, a weight in a torn record would have the
+// reader build a ring of billions of points.
+constexpr double kMaxRecordPoints = 1 << 24;
+
 // False when the record is malformed (it never is unless the region was written by another
-// build or torn by a creator that died mid-write).
-bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<RingMember>* members, std::vector<uint32_t>* slots) {
+// build or torn by a creator that died mid-write): besides its lengths, every field is held to
+// what set_instances accepts, since the reader builds its ring and strategies on them.
+bool deserialize(const std::string& blob, uint32_t slot_capacity, uint32_t vnodes, std::vector<RingMember>* members,
+                 std::vector<uint32_t>* slots) {
   Reader r{blob.data(), blob.data() + blob.size()};
   const uint32_t n = r.u32();
   if (!r.ok || n > kMaxMembers) return false;
+  double points = 0;
+  std::unordered_map<std::string, int> seen;
   for (uint32_t i = 0; i < n && r.ok; i++) {
     RingMember m;
     const uint32_t slot = r.u32();
@@ -71,7 +81,11 @@ bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<Ri
     m.id = r.str();
     const uint32_t ng = r.u32();
     for (uint32_t j = 0; j < ng && r.ok; j++) m.groups.push_back(r.str());
-    if (slot >= slot_capacity) return false;
+    if (!r.ok || slot >= slot_capacity || !(m.weight > 0 && m.weight <= 1e6) || m.index_blocks > (1u << 28) || m.id.size() > kMaxIdBytes ||
+        seen[m.id]++ > 0)
+      return false;
+    points += std::max(1.0, std::round(m.weight * vnodes));
+    if (points > kMaxRecordPoints) return false;
     slots->push_back(slot);
     members->push_back(std::move(m));
   }
@@ -243,7 +257,7 @@ void RouterState::refresh() {
   Snapshot* next;
   std::vector<RingMember> members;
   std::vector<uint32_t> slots;
-  const bool torn = members_version != cur->members_version && !deserialize(blob, slots_.capacity(), &members, &slots);
+  const bool torn = members_version != cur->members_version && !deserialize(blob, slots_.capacity(), vnodes_, &members, &slots);
   if (members_version == cur->members_version || torn) {
     next = new Snapshot(*cur);  // parameters only (or an unreadable record: keep the last membership)
     // Under the version it was built from: the stale-lease check then sees that it is out of

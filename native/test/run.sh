@@ -93,6 +93,12 @@ printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
 
+# Shared regions another process wrote: raw or structured membership records under fuzzed
+# lengths, read by an attached process (it must neither crash nor lease outside the table).
+seed_corpus "$OUT/corpus/fuzz_region"
+for i in $(seq 1 8); do head -c $((32 * i)) /dev/urandom > "$OUT/corpus/fuzz_region/rec-$i"; done
+fuzz fuzz_region 2048
+
 # Exact-index programs: 5 bytes an operation (store, remove, clear, pending, match); first a
 # fixed run over thousands of blocks (the table grows and deletes), then the fuzzer.
 step "exact index programs over many blocks (address,undefined): $OUT/exact_programs"

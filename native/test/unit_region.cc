@@ -3,7 +3,9 @@
 // creator that died mid-write). Built and run with sanitizers by native/test/run.sh.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +94,60 @@ void test_torn_record_keeps_old_version() {
   other->release_reader(ro);
 }
 
+// A record the creator's serialize() could not have written: a weight out of range (which would
+// have the reader build a ring of 2^24 points for it, and the next, and stall there), a NaN
+// weight, a repeated id. The attached process treats it as torn: no lease until a record
+// that holds together arrives.
+void test_record_fields_checked() {
+  std::string err;
+  auto creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
+  CHECK(creator != nullptr);
+  if (!creator) return;
+  CHECK(creator->set_instances(named("a")).empty());
+  auto other = pr::RouterState::attach(creator->shared_path(), &err);
+  CHECK(other != nullptr);
+  if (!other) return;
+  const int ro = other->acquire_reader();
+  auto raw = pr::Region::attach(creator->shared_path(), &err);
+  CHECK(raw != nullptr);
+  if (!raw) return;
+  const auto record = [](const std::vector<std::pair<std::string, double>>& members) {
+    std::string out;
+    const auto u32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
+    u32(static_cast<uint32_t>(members.size()));
+    uint32_t slot = 0;
+    for (const auto& [id, weight] : members) {
+      u32(slot++);
+      out.append(reinterpret_cast<const char*>(&weight), 8);
+      u32(0);
+      u32(static_cast<uint32_t>(id.size()));
+      out += id;
+      u32(0);
+    }
+    return out;
+  };
+  const std::vector<std::vector<std::pair<std::string, double>>> bad = {
+      {{"x", 1e300}, {"y", 1e300}, {"z", 1e300}}, {{"x", std::nan("")}}, {{"x", -1}}, {{"x", 1}, {"x", 1}}};
+  for (const auto& members : bad) {
+    const std::string text = record(members);
+    pr::RegionHeader* h = raw->header();
+    h->meta.lock();
+    std::memcpy(raw->blob(), text.data(), text.size());
+    h->blob_len = text.size();
+    h->members_version.fetch_add(1);
+    h->version.fetch_add(1);
+    h->meta.unlock();
+    auto r = other->pick(ro, 5);
+    CHECK(r.slot < 0);
+    if (r.slot >= 0) other->release(static_cast<uint32_t>(r.slot));
+  }
+  CHECK(creator->set_instances(named("b")).empty());
+  auto r = other->pick(ro, 5);
+  CHECK(r.slot >= 0 && other->slot_id(static_cast<uint32_t>(r.slot)) == "b");
+  if (r.slot >= 0) other->release(static_cast<uint32_t>(r.slot));
+  other->release_reader(ro);
+}
+
 // The fleet record an attached process reads: as the creator last set it, through membership
 // changes that rewrite the record before it in the blob, and versioned so a reader copies it
 // only when it moved.
@@ -127,6 +183,7 @@ int main() {
       {"attach bounds the process table", test_attach_bounds_processes},
       {"torn membership record keeps the old version", test_torn_record_keeps_old_version},
       {"fleet record", test_fleet_record},
+      {"membership record fields checked", test_record_fields_checked},
   };
   for (const auto& t : tests) {
     std::printf("%s\n", t.name);
