@@ -457,8 +457,13 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   if (members.size() > kMaxMembers) return "at most 4096 instances";
   {
     std::unordered_map<std::string, int> seen;
-    for (const auto& m : members)
+    double points = 0;
+    for (const auto& m : members) {
       if (seen[m.id]++) return "duplicate instance id '" + m.id + "'";
+      points += std::max(1.0, std::round(m.weight * vnodes_));
+    }
+    // What an attached process accepts from the record (deserialize), for every router alike.
+    if (points > kMaxRecordPoints) return "at most 16777216 ring points (instances x weight x vnodes)";
   }
   std::lock_guard<std::mutex> lock(writer_);
   // Live slots by id, members and draining alike: an instance removed and re-added while
