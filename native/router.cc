@@ -460,10 +460,12 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
     double points = 0;
     for (const auto& m : members) {
       if (seen[m.id]++) return "duplicate instance id '" + m.id + "'";
+      if (region_->shared() && !(m.weight > 0 && m.weight <= 1e6)) return "weight of '" + m.id + "' out of range for a shared router";
       points += std::max(1.0, std::round(m.weight * vnodes_));
     }
-    // What an attached process accepts from the record (deserialize), for every router alike.
-    if (points > kMaxRecordPoints) return "at most 16777216 ring points (instances x weight x vnodes)";
+    // A shared router's record must be one its attached processes accept (deserialize); a
+    // private one only clamps what it is given (Ring).
+    if (region_->shared() && points > kMaxRecordPoints) return "at most 16777216 ring points (instances x weight x vnodes) in a shared router";
   }
   std::lock_guard<std::mutex> lock(writer_);
   // Live slots by id, members and draining alike: an instance removed and re-added while
