@@ -48,17 +48,29 @@ void test_attach_bounds_processes() {
   for (uint32_t row = 1; row < pr::kMaxProcesses; row++) h->pids[row].store(0);
 }
 
+// A creator with members `ids`, and a router attached to its region (in this process: a
+// second mapping, read as another process would).
+struct Pair {
+  std::unique_ptr<pr::RouterState> creator, other;
+};
+Pair attached_pair(const std::string& ids) {
+  std::string err;
+  Pair p;
+  p.creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
+  CHECK(p.creator != nullptr);
+  if (!p.creator) return p;
+  if (!ids.empty()) CHECK(p.creator->set_instances(named(ids)).empty());
+  p.other = pr::RouterState::attach(p.creator->shared_path(), &err);
+  CHECK(p.other != nullptr);
+  return p;
+}
+
 // A membership record that cannot be read (torn) keeps the attached process on the membership
 // it had, under the members_version that membership had: a pick on it must not lease a slot
 // the creator has since given to another instance as if it were the old one's.
 void test_torn_record_keeps_old_version() {
   std::string err;
-  auto creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
-  CHECK(creator != nullptr);
-  if (!creator) return;
-  CHECK(creator->set_instances(named("a")).empty());
-  auto other = pr::RouterState::attach(creator->shared_path(), &err);
-  CHECK(other != nullptr);
+  auto [creator, other] = attached_pair("a");
   if (!other) return;
   const int ro = other->acquire_reader();
   auto first = other->pick(ro, 1);
@@ -100,12 +112,7 @@ void test_torn_record_keeps_old_version() {
 // that holds together arrives.
 void test_record_fields_checked() {
   std::string err;
-  auto creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
-  CHECK(creator != nullptr);
-  if (!creator) return;
-  CHECK(creator->set_instances(named("a")).empty());
-  auto other = pr::RouterState::attach(creator->shared_path(), &err);
-  CHECK(other != nullptr);
+  auto [creator, other] = attached_pair("a");
   if (!other) return;
   const int ro = other->acquire_reader();
   auto raw = pr::Region::attach(creator->shared_path(), &err);
@@ -153,11 +160,7 @@ void test_record_fields_checked() {
 // only when it moved.
 void test_fleet_record() {
   std::string err;
-  auto creator = pr::RouterState::create_shared("/dev/shm", true, kVnodes, 8, &err);
-  CHECK(creator != nullptr);
-  if (!creator) return;
-  auto other = pr::RouterState::attach(creator->shared_path(), &err);
-  CHECK(other != nullptr);
+  auto [creator, other] = attached_pair("");
   if (!other) return;
   uint64_t v = 0;
   std::string text;
