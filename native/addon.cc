@@ -218,14 +218,17 @@ Napi::Value Xxh3Chain(const Napi::CallbackInfo& info) {
   bool ok;
   const uint64_t seed = GetSeed(info[2], &ok);
   if (!ok) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
-  if (!info[3].IsTypedArray()) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
-  Napi::TypedArray out = info[3].As<Napi::TypedArray>();
-  const napi_typedarray_type type = out.TypedArrayType();
-  if (type != napi_biguint64_array && type != napi_float64_array)
+  // The typed array's own data pointer (offset applied), as GetBytes takes it: one over a
+  // SharedArrayBuffer has no ArrayBuffer to ask (ArrayBuffer().Data() was null, and the
+  // hashes were written through it).
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* dst = nullptr;
+  if (!info[3].IsTypedArray() || napi_get_typedarray_info(env, info[3], &type, &length, &dst, nullptr, nullptr) != napi_ok ||
+      (type != napi_biguint64_array && type != napi_float64_array))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a BigUint64Array or Float64Array", true);
   const size_t n = b.len / static_cast<size_t>(block);
-  if (out.ElementLength() < n) return Throw(env, "ERR_OUT_OF_RANGE", "out is shorter than the number of full blocks");
-  void* dst = static_cast<uint8_t*>(out.ArrayBuffer().Data()) + out.ByteOffset();
+  if (length < n || (dst == nullptr && n > 0)) return Throw(env, "ERR_OUT_OF_RANGE", "out is shorter than the number of full blocks");
   if (type == napi_biguint64_array) {
     pr::chain_hashes(b.data, b.len, static_cast<size_t>(block), seed, static_cast<uint64_t*>(dst));
   } else {
@@ -326,6 +329,19 @@ Handle* GetHandle(const Napi::CallbackInfo& info) {
   return h;
 }
 
+// router_configure's ranges, for its arguments 2 to 13 in order: a backstop (src/core/options.ts
+// checks narrower ones), exported by abi() so that TypeScript's are checked to lie inside.
+struct ParamRange {
+  const char* name;
+  double min, max;
+};
+constexpr ParamRange kConfigureRanges[] = {
+    {"prefixLength", 1, 1 << 20},  {"concurrencyThreshold", 1, 1 << 20}, {"blockSize", 1, 1 << 20},    {"indexBlocks", 0, 1 << 28},
+    {"placementChoices", 1, 64},   {"loadFactor", 0, 1e6},               {"prefillWeight", 0, 1e6},    {"matchLength", 1, 1 << 20},
+    {"exactBlockSize", 1, 1024},   {"exactCapacity", 1, 1 << 30},        {"cpuBlockWeight", 0, 1},     {"pendingMs", 0, 1e9},
+};
+constexpr double kMaxVnodes = 65536, kMaxSlots = 16384;
+
 // router_create(name | undefined, vnodes, slotCapacity, sharedDir?, anonymous?): with
 // sharedDir, the state lives in shared memory that other processes open with router_attach:
 // a memfd if `anonymous` and the system allows, else a new file in sharedDir.
@@ -335,8 +351,8 @@ Napi::Value RouterCreate(const Napi::CallbackInfo& info) {
     return Throw(env, "ERR_INVALID_ARG_TYPE", "vnodes and slots must be numbers", true);
   const int64_t vnodes = info[1].As<Napi::Number>().Int64Value();
   const int64_t slots = info[2].As<Napi::Number>().Int64Value();
-  if (vnodes < 1 || vnodes > 65536) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
-  if (slots < 1 || slots > 16384) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
+  if (vnodes < 1 || vnodes > kMaxVnodes) return Throw(env, "ERR_OUT_OF_RANGE", "vnodes must be 1..65536");
+  if (slots < 1 || slots > kMaxSlots) return Throw(env, "ERR_OUT_OF_RANGE", "slots must be 1..16384");
   if (!info[3].IsUndefined() && !info[3].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "sharedDir must be a string", true);
   std::shared_ptr<RouterState> state;
   if (info[3].IsString()) {
@@ -443,11 +459,11 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   const double len = num(2), thr = num(3), block = num(4), blocks = num(5), choices = num(6), load = num(7), weight = num(8),
                match = num(9), exact_block = opt(10, defaults.exact_block_size), exact_cap = opt(11, defaults.exact_capacity),
                cpu_weight = opt(12, defaults.cpu_block_weight), pending = opt(13, defaults.pending_ms);
-  if (!(len >= 1 && len <= (1 << 20) && thr >= 1 && thr <= (1 << 20) && block >= 1 && block <= (1 << 20) && blocks >= 0 &&
-        blocks <= (1 << 28) && choices >= 1 && choices <= 64 && load >= 0 && load <= 1e6 && weight >= 0 && weight <= 1e6 &&
-        match >= 1 && match <= (1 << 20) && exact_block >= 1 && exact_block <= 1024 && exact_cap >= 1 && exact_cap <= (1 << 30) &&
-        cpu_weight >= 0 && cpu_weight <= 1 && pending >= 0 && pending <= 1e9))
-    return Throw(env, "ERR_OUT_OF_RANGE", "routing parameters out of range");
+  const double values[] = {len, thr, block, blocks, choices, load, weight, match, exact_block, exact_cap, cpu_weight, pending};
+  static_assert(sizeof values / sizeof values[0] == sizeof kConfigureRanges / sizeof kConfigureRanges[0], "one range per parameter");
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+    if (!(values[i] >= kConfigureRanges[i].min && values[i] <= kConfigureRanges[i].max))
+      return Throw(env, "ERR_OUT_OF_RANGE", std::string("routing parameter ") + kConfigureRanges[i].name + " out of range");
   pr::RoutingParams p;
   p.strategy = static_cast<pr::Strategy>(strategy);
   p.prefix_length = static_cast<uint32_t>(len);
@@ -561,6 +577,35 @@ Napi::Value RouterSetInstances(const Napi::CallbackInfo& info) {
   std::string err = h->state->set_instances(members);
   if (!err.empty()) return Throw(env, "ROUTER_CAPACITY", err);
   return env.Undefined();
+}
+
+// router_set_fleet(h, text): the fleet record attached processes read (router_fleet).
+Napi::Value RouterSetFleet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator publishes the fleet record");
+  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "text must be a string", true);
+  const std::string err = h->state->set_fleet(info[1].As<Napi::String>().Utf8Value());
+  if (!err.empty()) return Throw(env, "ROUTER_CAPACITY", err);
+  return env.Undefined();
+}
+
+// router_fleet(h, since) -> { version, text } when the fleet record's version is not `since`, else undefined.
+Napi::Value RouterFleet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  if (!info[1].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "since must be a number", true);
+  const double since = info[1].As<Napi::Number>().DoubleValue();
+  if (!(since >= 0 && since <= 9007199254740991.0)) return Throw(env, "ERR_OUT_OF_RANGE", "since must be a version from 0 to 2^53-1");
+  uint64_t version = 0;
+  std::string text;
+  if (!h->state->fleet(static_cast<uint64_t>(since), &version, &text)) return env.Undefined();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("version", static_cast<double>(version));
+  o.Set("text", Napi::String::New(env, text));
+  return o;
 }
 
 // The hashes key_extract wrote after an extracted key's text (key/bindings.h), when they are
@@ -1020,11 +1065,56 @@ Napi::Value RouterExactMatch(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// abi() -> every offset, size and limit TypeScript must agree with (src/core/abi.ts checks them
+// at load): the io block's words, key_extract's io, the KeyHashes record, the process table,
+// the membership's bounds and router_configure's ranges.
+Napi::Value Abi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  Napi::Object w = Napi::Object::New(env);
+  w.Set("kind", static_cast<double>(io::kKind));
+  w.Set("keyBytes", static_cast<double>(io::kKeyBytes));
+  w.Set("anchor", static_cast<double>(io::kAnchor));
+  w.Set("hashed", static_cast<double>(io::kHashed));
+  w.Set("group", static_cast<double>(io::kGroup));
+  w.Set("tenant", static_cast<double>(io::kTenant));
+  w.Set("avoidCount", static_cast<double>(io::kAvoidCount));
+  w.Set("avoid", static_cast<double>(io::kAvoid));
+  w.Set("maxAvoid", static_cast<double>(io::kMaxAvoid));
+  w.Set("exact", static_cast<double>(io::kExact));
+  w.Set("now", static_cast<double>(io::kNow));
+  w.Set("words", static_cast<double>(io::kWords));
+  o.Set("io", w);
+  Napi::Object key = Napi::Object::New(env);
+  key.Set("words", static_cast<double>(pr::kKeyMetaWords));
+  key.Set("required", static_cast<double>(pr::kKeyMetaRequired));
+  o.Set("keyMeta", key);
+  Napi::Object hashes = Napi::Object::New(env);
+  hashes.Set("bytes", static_cast<double>(sizeof(pr::KeyHashes)));
+  hashes.Set("align", static_cast<double>(alignof(pr::KeyHashes)));
+  o.Set("keyHashes", hashes);
+  o.Set("maxProcesses", static_cast<double>(pr::kMaxProcesses));
+  o.Set("maxMembers", static_cast<double>(pr::kMaxMembers));
+  o.Set("maxIdBytes", static_cast<double>(pr::kMaxIdBytes));
+  o.Set("maxVnodes", kMaxVnodes);
+  o.Set("maxSlots", kMaxSlots);
+  Napi::Object ranges = Napi::Object::New(env);
+  for (const ParamRange& r : kConfigureRanges) {
+    Napi::Object range = Napi::Object::New(env);
+    range.Set("min", r.min);
+    range.Set("max", r.max);
+    ranges.Set(r.name, range);
+  }
+  o.Set("configure", ranges);
+  return o;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("xxh3", Napi::Function::New(env, Xxh3, "xxh3"));
   exports.Set("xxh3_path", Napi::Function::New(env, Xxh3Path, "xxh3_path"));
   exports.Set("xxh3_chain", Napi::Function::New(env, Xxh3Chain, "xxh3_chain"));
   exports.Set("build_info", Napi::Function::New(env, BuildInfo, "build_info"));
+  exports.Set("abi", Napi::Function::New(env, Abi, "abi"));
   exports.Set("router_create", Napi::Function::New(env, RouterCreate, "router_create"));
   exports.Set("router_open", Napi::Function::New(env, RouterOpen, "router_open"));
   exports.Set("router_params", Napi::Function::New(env, RouterParams, "router_params"));
@@ -1035,6 +1125,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("router_close", Napi::Function::New(env, RouterClose, "router_close"));
   exports.Set("router_configure", Napi::Function::New(env, RouterConfigure, "router_configure"));
   exports.Set("router_set_instances", Napi::Function::New(env, RouterSetInstances, "router_set_instances"));
+  exports.Set("router_set_fleet", Napi::Function::New(env, RouterSetFleet, "router_set_fleet"));
+  exports.Set("router_fleet", Napi::Function::New(env, RouterFleet, "router_fleet"));
   exports.Set("router_io", Napi::Function::New(env, RouterIo, "router_io"));
   napi_value pick_io;
   if (napi_create_function(env, "router_pick_io", NAPI_AUTO_LENGTH, RouterPickIo, nullptr, &pick_io) == napi_ok)

@@ -155,7 +155,7 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   napi_get_undefined(raw_env, &undefined);
   for (size_t i = argc; i < 4; i++) argv[i] = undefined;
   View body, out, meta;
-  if (!GetView(raw_env, argv[2], napi_float64_array, &meta) || meta.len < 10 * sizeof(double))
+  if (!GetView(raw_env, argv[2], napi_float64_array, &meta) || meta.len < pr::kKeyMetaRequired * sizeof(double))
     return Throw(env, "ERR_INVALID_ARG_TYPE", "io must be a Float64Array of 10", true);
   double* m = reinterpret_cast<double*>(meta.data);
   size_t api = 0, span = 0, prefix = 0, depth = 0;
@@ -206,7 +206,7 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[3], tenant_type == napi_string, body.data, r, &seed)
              ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
              : 0;
-  if (meta.len >= 12 * sizeof(double)) {
+  if (meta.len >= pr::kKeyMetaWords * sizeof(double)) {
     // A reference: in a shared library each access to a thread_local may be a call.
     thread_local TokenMemo tls_memo[2];
     TokenMemo* memo = tls_memo;

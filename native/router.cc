@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <unordered_map>
@@ -57,12 +58,21 @@ struct Reader {
   }
 };
 
+// The most ring points a record read from the region may make (src/core/options.ts holds
+// the creator's memberships to the same): past it, a weight in a torn record would have the
+// reader build a ring of billions of points.
+constexpr double kMaxRecordPoints = 1 << 24;
+
 // False when the record is malformed (it never is unless the region was written by another
-// build or torn by a creator that died mid-write).
-bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<RingMember>* members, std::vector<uint32_t>* slots) {
+// build or torn by a creator that died mid-write): besides its lengths, every field is held to
+// what set_instances accepts, since the reader builds its ring and strategies on them.
+bool deserialize(const std::string& blob, uint32_t slot_capacity, uint32_t vnodes, std::vector<RingMember>* members,
+                 std::vector<uint32_t>* slots) {
   Reader r{blob.data(), blob.data() + blob.size()};
   const uint32_t n = r.u32();
   if (!r.ok || n > kMaxMembers) return false;
+  double points = 0;
+  std::unordered_map<std::string, int> seen;
   for (uint32_t i = 0; i < n && r.ok; i++) {
     RingMember m;
     const uint32_t slot = r.u32();
@@ -71,7 +81,11 @@ bool deserialize(const std::string& blob, uint32_t slot_capacity, std::vector<Ri
     m.id = r.str();
     const uint32_t ng = r.u32();
     for (uint32_t j = 0; j < ng && r.ok; j++) m.groups.push_back(r.str());
-    if (slot >= slot_capacity) return false;
+    if (!r.ok || slot >= slot_capacity || !(m.weight > 0 && m.weight <= 1e6) || m.index_blocks > (1u << 28) || m.id.size() > kMaxIdBytes ||
+        seen[m.id]++ > 0)
+      return false;
+    points += std::max(1.0, std::round(m.weight * vnodes));
+    if (points > kMaxRecordPoints) return false;
     slots->push_back(slot);
     members->push_back(std::move(m));
   }
@@ -243,8 +257,14 @@ void RouterState::refresh() {
   Snapshot* next;
   std::vector<RingMember> members;
   std::vector<uint32_t> slots;
-  if (members_version == cur->members_version || !deserialize(blob, slots_.capacity(), &members, &slots)) {
+  const bool torn = members_version != cur->members_version && !deserialize(blob, slots_.capacity(), vnodes_, &members, &slots);
+  if (members_version == cur->members_version || torn) {
     next = new Snapshot(*cur);  // parameters only (or an unreadable record: keep the last membership)
+    // Under the version it was built from: the stale-lease check then sees that it is out of
+    // date, and no pick leases on it (its slots may be other instances' by now) until a
+    // record that reads arrives.
+    if (torn) members_version = cur->members_version;
+    next->torn = torn || cur->torn;
   } else {
     next = new Snapshot();
     next->ring = std::make_shared<const Ring>(members, vnodes_);
@@ -257,7 +277,10 @@ void RouterState::refresh() {
   next->params = params;
   next->version = version;
   next->members_version = members_version;
-  if (members_version != cur->members_version) forget_exact(*cur, *next);
+  if (members_version != cur->members_version) {
+    next->torn = false;
+    forget_exact(*cur, *next);
+  }
   swap_locked(next);
 }
 
@@ -407,6 +430,8 @@ void RouterState::publish_locked(Snapshot* next, bool members_changed) {
   if (members_changed && region_->shared()) {
     std::memcpy(region_->blob(), blob.data(), blob.size());
     header_->blob_len = blob.size();
+    // The fleet record follows the membership record: moved with it, unchanged.
+    std::memcpy(region_->blob() + blob.size(), fleet_.data(), fleet_.size());
   }
   const uint64_t mv = header_->members_version.load(std::memory_order_relaxed) + (members_changed ? 1 : 0);
   const uint64_t v = header_->version.load(std::memory_order_relaxed) + 1;
@@ -432,8 +457,15 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   if (members.size() > kMaxMembers) return "at most 4096 instances";
   {
     std::unordered_map<std::string, int> seen;
-    for (const auto& m : members)
+    double points = 0;
+    for (const auto& m : members) {
       if (seen[m.id]++) return "duplicate instance id '" + m.id + "'";
+      if (region_->shared() && !(m.weight > 0 && m.weight <= 1e6)) return "weight of '" + m.id + "' out of range for a shared router";
+      points += std::max(1.0, std::round(m.weight * vnodes_));
+    }
+    // A shared router's record must be one its attached processes accept (deserialize); a
+    // private one only clamps what it is given (Ring).
+    if (region_->shared() && points > kMaxRecordPoints) return "at most 16777216 ring points (instances x weight x vnodes) in a shared router";
   }
   std::lock_guard<std::mutex> lock(writer_);
   // Live slots by id, members and draining alike: an instance removed and re-added while
@@ -453,7 +485,7 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
       bytes += 24 + m.id.size();
       for (const auto& g : m.groups) bytes += 4 + g.size();
     }
-    if (bytes > kBlobCapacity) return "the membership is too large for a shared router (over 16 MiB of ids and groups)";
+    if (bytes + fleet_.size() > kBlobCapacity) return "the membership is too large for a shared router (over 16 MiB of ids, groups and fleet record)";
   }
 
   auto* snap = new Snapshot();
@@ -488,6 +520,34 @@ std::string RouterState::set_instances(const std::vector<RingMember>& members) {
   return {};
 }
 
+std::string RouterState::set_fleet(const std::string& text) {
+  if (!writable()) return "this router is attached to another process's state: only its creator publishes the fleet record";
+  std::lock_guard<std::mutex> lock(writer_);
+  header_->meta.lock_repairing();
+  const uint64_t at = header_->blob_len;
+  if (at + text.size() > kBlobCapacity) {
+    header_->meta.unlock();
+    return "the fleet record is too large for a shared router (over 16 MiB with the membership)";
+  }
+  std::memcpy(region_->blob() + at, text.data(), text.size());
+  header_->fleet_len = text.size();
+  header_->fleet_version.store(header_->fleet_version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  header_->meta.unlock();
+  fleet_ = text;
+  return {};
+}
+
+bool RouterState::fleet(uint64_t since, uint64_t* version, std::string* text) {
+  if (header_->fleet_version.load(std::memory_order_acquire) == since) return false;
+  header_->meta.lock_repairing();
+  *version = header_->fleet_version.load(std::memory_order_acquire);
+  // Bounded by the blob whatever the header says: another process wrote it.
+  const uint64_t at = std::min(header_->blob_len, kBlobCapacity);
+  text->assign(region_->blob() + at, std::min(header_->fleet_len, kBlobCapacity - at));
+  header_->meta.unlock();
+  return *version != since;
+}
+
 PickResult RouterState::pick(int reader, uint64_t key, const std::string* group, const uint64_t* blocks, size_t nblocks,
                               size_t anchor_blocks) {
   SnapshotGuard g(*this, reader);
@@ -510,6 +570,7 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
   for (;;) {
     PickResult r;
     const Snapshot& s = g.snap();
+    if (s.torn) return r;  // the region's membership record could not be read (refresh)
     Eligible eligible;
     eligible.count = s.ring->member_count();
     if (name != nullptr || id != kNoGroup) {

@@ -125,6 +125,12 @@ class RouterState {
   // Atomic swap of the membership. Returns an empty string or an error message.
   std::string set_instances(const std::vector<RingMember>& members);
 
+  // The fleet record: text the creator publishes beside the membership, in the region (the
+  // one channel attached processes read the instances from). set_fleet returns an empty
+  // string or an error; fleet() is false when the record's version is still `since`.
+  std::string set_fleet(const std::string& text);
+  bool fleet(uint64_t since, uint64_t* version, std::string* text);
+
   // False for a router attached to another process's region: set_instances and configure
   // belong to the creator.
   bool writable() const { return region_->owner(); }
@@ -241,6 +247,7 @@ class RouterState {
   ExactIndex exact_;   // process-private; its mutex is taken last (after index_'s in a pick)
 
   std::mutex writer_;  // this process's publication (creator) or snapshot rebuild (attached)
+  std::string fleet_;  // the creator's last set_fleet, rewritten after each membership record (writer_)
   // Group name -> id, append-only: names come from memberships only (never from a pick), so
   // the table holds at most the groups this router has ever served.
   std::mutex names_;

@@ -40,7 +40,7 @@
 namespace pr {
 
 constexpr uint64_t kRegionMagic = 0x32657461'74732d72ULL;  // "r-state2" little-endian (RoutingParams grew)
-constexpr uint32_t kLayoutVersion = 2;  // 2: slots carry the engines' reported load
+constexpr uint32_t kLayoutVersion = 3;  // 2: slots carry the engines' reported load; 3: the fleet record
 constexpr uint32_t kMaxProcesses = 64;
 // The serialised membership (ids, weights, groups, slots, index capacities) of up to 4096
 // instances with ids of up to 3 KiB.
@@ -88,9 +88,15 @@ struct RegionHeader {
   // value differs from its snapshot's. members_version moves only with the membership.
   alignas(64) std::atomic<uint64_t> version;
   std::atomic<uint64_t> members_version;
+  // Bumped (under meta) by every publication of the fleet record (RouterState::set_fleet).
+  std::atomic<uint64_t> fleet_version;
   alignas(64) RobustMutex meta;
   RoutingParams params;  // under meta
-  uint64_t blob_len;     // under meta
+  uint64_t blob_len;     // under meta: the membership record, at the blob's start
+  // Under meta: the fleet record, right after the membership record in the blob: what the
+  // embedder publishes about the instances beyond routing (addresses, models, health), so
+  // that an attached process reads it from the same memory as the membership.
+  uint64_t fleet_len;
   // Leases of any process released by the garbage collector, not by the embedder.
   alignas(64) std::atomic<uint64_t> leases_collected;
   // Process table: the pid owning each HeldCount row, 0 for a free row.
@@ -166,6 +172,13 @@ class Region {
     const RegionHeader* h = r->header();
     if (h->magic.load(std::memory_order_acquire) != kRegionMagic) {
       *err = "'" + path + "' is not a router state file";
+      return nullptr;
+    }
+    // pids[] has kMaxProcesses rows whatever the header says: a larger count would have
+    // claim_row and release_process index past it.
+    if (h->processes > kMaxProcesses) {
+      *err = "'" + path + "' has an inconsistent header: a process table of " + std::to_string(h->processes) + " rows, at most " +
+             std::to_string(kMaxProcesses);
       return nullptr;
     }
     const Layout l = layout(h->slot_capacity, h->processes, h->index_bytes);

@@ -57,6 +57,9 @@ struct Snapshot {
   // The region's version and members_version this snapshot was built from (shared_region.h).
   uint64_t version = 0;
   uint64_t members_version = 0;
+  // The region's record of a newer membership could not be read (torn by a creator that died
+  // while writing it): this snapshot's slots may have changed hands, so no pick leases on it.
+  bool torn = false;
 };
 
 }  // namespace pr

@@ -24,6 +24,10 @@ struct ExtractedText {
 
 void RegisterKey(Napi::Env env, Napi::Object exports);
 
+// key_extract's io block (a Float64Array): at least kKeyMetaRequired words; with
+// kKeyMetaWords, the model's and prompt_cache_key's token generations too.
+constexpr size_t kKeyMetaRequired = 10, kKeyMetaWords = 12;
+
 // The hashes a pick computes from extracted text, computed by key_extract right after writing
 // the text, while it is still in cache (a pick reads it after the rest of the request has
 // evicted it: 4 KiB hashed in 1 µs warm, 5 µs cold). The record sits at the first 8-byte

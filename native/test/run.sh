@@ -31,6 +31,10 @@ step "unit tests (address,undefined): $OUT/unit"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit.cc "${CORE[@]}" -o "$OUT/unit"
 "$OUT/unit"
 
+step "shared region unit tests (address,undefined): $OUT/unit_region"
+"$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_region.cc "${CORE[@]}" -o "$OUT/unit_region"
+"$OUT/unit_region"
+
 step "routing-key unit tests (address,undefined): $OUT/unit_key"
 "$CXX" "${FLAGS[@]}" -fsanitize=address,undefined native/test/unit_key.cc "${CORE[@]}" -o "$OUT/unit_key"
 "$OUT/unit_key"
@@ -88,6 +92,12 @@ printf '\x22{"messages":[{"role":"user","content":[{"type":"text","text":"look"}
 printf '\x31 {"prompt": ["first \\"quoted\\"\\n", "second"], "max_tokens": 1.5e3, "n": -0}' > "$OUT/corpus/fuzz_key/completions"
 printf '\x07{"prompt":[1,2,3],"x":[[[{}]]],"y":null,"z":false}' > "$OUT/corpus/fuzz_key/tokens"
 fuzz fuzz_key 4096
+
+# Shared regions another process wrote: raw or structured membership records under fuzzed
+# lengths, read by an attached process (it must neither crash nor lease outside the table).
+seed_corpus "$OUT/corpus/fuzz_region"
+for i in $(seq 1 8); do head -c $((32 * i)) /dev/urandom > "$OUT/corpus/fuzz_region/rec-$i"; done
+fuzz fuzz_region 2048
 
 # Exact-index programs: 5 bytes an operation (store, remove, clear, pending, match); first a
 # fixed run over thousands of blocks (the table grows and deletes), then the fuzzer.

@@ -4,15 +4,14 @@
 import type { Registry } from 'prom-client'
 import type { Config } from '../config/config.js'
 import type { TryResult } from '../fleet/outlier.js'
-import type { Membership } from './membership.js'
 
 /** Each endpoint's shared routing state, by endpoint name, as Router.attach opens it. */
 export type SharedRouters = Record<string, string>
 
 export type ToWorker =
-  | { prefixRouter: 'start'; config: Config; routers: SharedRouters; fleet: Membership[] }
+  /** Instances are not sent: the primary publishes them in each endpoint's shared state (membership.ts). */
+  | { prefixRouter: 'start'; config: Config; routers: SharedRouters }
   | { prefixRouter: 'config'; config: Config; routers: SharedRouters }
-  | { prefixRouter: 'membership'; membership: Membership }
   /** An instance's failure run began (failing) or was broken: while it runs, successes are worth reporting. */
   | { prefixRouter: 'streak'; endpoint: string; instance: string; failing: boolean }
   | { prefixRouter: 'drain' }

@@ -1,8 +1,9 @@
 // `serve --workers N`: the primary process. It owns everything that must happen once —
 // configuration, probes, discovery, outlier ejection, the admin port, each endpoint's shared
 // routing state — and N worker processes serve the front port (node:cluster hands each new
-// connection to the next worker). Workers get the configuration and the instances over the
-// IPC channel; a worker that dies is replaced, and its leases on the shared state released.
+// connection to the next worker). Workers get the configuration over the IPC channel and the
+// instances from each endpoint's shared state, where the primary publishes them with the
+// ring; a worker that dies is replaced, and its leases on the shared state released.
 import cluster, { type Worker } from 'node:cluster'
 import { fileURLToPath } from 'node:url'
 import type { Logger } from 'pino'
@@ -14,7 +15,7 @@ import { Router } from '../core/router.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
 import { RestartBackoff } from './backoff.js'
-import { membershipOf } from './membership.js'
+import { publishMembership } from './membership.js'
 import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
 import { WorkerRequestCounts } from './request-counts.js'
@@ -40,7 +41,8 @@ export class ClusterPrimary {
   #routers = new Set<Router>()
   /** Workers that said they are listening. */
   #ready = new Set<Worker>()
-  #published = new Map<string, string>()
+  /** The membership record each shared router was last given. */
+  #published = new WeakMap<Router, string>()
   /** Instances in a failure run, as workers were last told. */
   #failing = new Set<string>()
   #backoff = new RestartBackoff()
@@ -136,19 +138,17 @@ export class ClusterPrimary {
 
   /** Called as the endpoint syncs, before its shared router takes the new membership. */
   #publish(ep: Endpoint): void {
-    const m = membershipOf(ep)
-    const text = JSON.stringify(m)
-    if (this.#published.get(ep.name) === text) return
-    this.#published.set(ep.name, text)
-    this.#broadcast({ prefixRouter: 'membership', membership: m })
+    this.#published.set(ep.router, publishMembership(ep, this.#published.get(ep.router)))
+  }
+
+  /** Every endpoint's record, before a worker is told of its router: one not synced yet has none. */
+  #publishAll(): void {
+    for (const ep of this.#proxy.endpoints()) this.#publish(ep)
   }
 
   #reconfigure(config: Config): void {
-    const names = new Set(config.endpoints.map((e) => e.name))
-    for (const name of this.#published.keys()) if (!names.has(name)) this.#published.delete(name)
+    this.#publishAll()
     this.#broadcast({ prefixRouter: 'config', config, routers: this.#sharedRouters() })
-    // The membership of endpoints the reload created went out before the workers had them.
-    for (const ep of this.#proxy.endpoints()) this.#broadcast({ prefixRouter: 'membership', membership: membershipOf(ep) })
   }
 
   #startWorker(): Promise<void> {
@@ -157,8 +157,8 @@ export class ClusterPrimary {
       w.on('message', (m: unknown) => {
         if (!isMessage<ToPrimary>(m)) return
         if (m.prefixRouter === 'hello') {
-          // The state as of now: membership changes from here on reach it as broadcasts.
-          w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters(), fleet: [...this.#proxy.endpoints()].map(membershipOf) })
+          this.#publishAll()
+          w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters() })
         } else if (m.prefixRouter === 'ready') {
           this.#ready.add(w)
           if (this.#url === '') this.#url = m.url

@@ -1,33 +1,47 @@
-// A worker's side of the fleet: the instances the primary sends, applied to the worker's
-// endpoints, and the passive signals the worker's traffic gives (a failed try, a refused
-// connection) sent back to the primary, which alone decides ejections.
+// A worker's side of the fleet: the instances the primary publishes in each endpoint's shared
+// routing state, applied to the worker's endpoints, and the passive signals the worker's
+// traffic gives (a failed try, a refused connection) sent back to the primary, which alone
+// decides ejections.
 import type { Config } from '../config/config.js'
 import { Router } from '../core/router.js'
 import type { Endpoint, EndpointEvents, RemoteFleet } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { TryResult } from '../fleet/outlier.js'
-import { applyMembership, type Membership } from './membership.js'
+import { applyMembership, readMembership, type HeldDown, type Membership } from './membership.js'
 import type { SharedRouters, ToPrimary } from './messages.js'
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
+/**
+ * How often an idle worker reads the records (a pick that cannot be served reads them at
+ * once): what it reports and serves besides picks (GET /v1/models, the exact view's
+ * subscriptions) follows the primary within this.
+ */
+const REFRESH_EVERY_MS = 200
+
 export class WorkerFleet implements RemoteFleet {
   #routers: SharedRouters
-  #memberships = new Map<string, Membership>()
   #endpoints = new Map<string, Endpoint>()
+  /** The record each endpoint was last brought to, and its version (a reload's new endpoint starts over). */
+  #applied = new WeakMap<Endpoint, { version: number; membership: Membership }>()
+  /** Instances this worker marked down, by endpoint, until the primary's record shows them down. */
+  #heldDown = new WeakMap<Endpoint, Map<string, HeldDown>>()
   /** Instances the primary counts a failure run for: a success here breaks it, so it is sent. */
   #failing = new Set<string>()
   readonly #upstream: Config['upstream']
+  readonly #timer: NodeJS.Timeout
 
   constructor(
     config: Config,
     routers: SharedRouters,
-    fleet: Membership[],
     private readonly send: (m: ToPrimary) => void,
   ) {
     this.#upstream = config.upstream
     this.#routers = routers
-    for (const m of fleet) this.#memberships.set(m.endpoint, m)
+    this.#timer = setInterval(() => {
+      for (const ep of this.#endpoints.values()) this.refresh(ep)
+    }, REFRESH_EVERY_MS)
+    this.#timer.unref()
   }
 
   events(): Pick<EndpointEvents, 'router' | 'remote'> {
@@ -43,25 +57,34 @@ export class WorkerFleet implements RemoteFleet {
 
   attached(ep: Endpoint): void {
     this.#endpoints.set(ep.name, ep)
-    const m = this.#memberships.get(ep.name)
-    if (m !== undefined) applyMembership(ep, m, this.#upstream)
+    this.refresh(ep)
   }
 
   /** A reload: endpoints that left are forgotten; new ones find their router here. */
   configure(config: Config, routers: SharedRouters): void {
     this.#routers = routers
     const names = new Set(config.endpoints.map((e) => e.name))
-    for (const name of [...this.#endpoints.keys(), ...this.#memberships.keys()]) {
-      if (names.has(name)) continue
-      this.#endpoints.delete(name)
-      this.#memberships.delete(name)
-    }
+    for (const name of this.#endpoints.keys()) if (!names.has(name)) this.#endpoints.delete(name)
   }
 
-  membership(m: Membership): void {
-    this.#memberships.set(m.endpoint, m)
-    const ep = this.#endpoints.get(m.endpoint)
-    if (ep !== undefined) applyMembership(ep, m, this.#upstream)
+  /** Reads the endpoint's record if the primary has published since; true when it applied a new one. */
+  refresh(ep: Endpoint): boolean {
+    if (ep.closed) return false
+    const got = readMembership(ep, this.#applied.get(ep)?.version ?? 0)
+    if (got === undefined) return false
+    this.#applied.set(ep, got)
+    applyMembership(ep, got.membership, this.#upstream, this.#held(ep))
+    return true
+  }
+
+  #held(ep: Endpoint): Map<string, HeldDown> {
+    let m = this.#heldDown.get(ep)
+    if (m === undefined) this.#heldDown.set(ep, (m = new Map()))
+    return m
+  }
+
+  close(): void {
+    clearInterval(this.#timer)
   }
 
   streak(endpoint: string, instance: string, failing: boolean): void {
@@ -78,6 +101,15 @@ export class WorkerFleet implements RemoteFleet {
   }
 
   markDown(ep: Endpoint, inst: Instance, reason: string): void {
+    // Kept down here through the records the primary writes before it takes this report: the
+    // latest one read first, for the count of reports it had taken until now.
+    this.refresh(ep)
+    const current = ep.instances.get(inst.id)
+    const recorded = this.#applied.get(ep)?.membership.instances.find((s) => s.id === inst.id)
+    if (current === undefined || recorded === undefined) return // gone from the primary's record: no pick names it
+    this.#held(ep).set(inst.id, { reason, seen: recorded.failReports })
+    current.health.healthy = false
+    current.health.lastError = reason
     this.send({ prefixRouter: 'down', endpoint: ep.name, instance: inst.id, reason })
   }
 }

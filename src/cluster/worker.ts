@@ -38,9 +38,9 @@ class Inbox {
     for (;;) {
       const i = this.#kept.findIndex((m) => m.prefixRouter === 'start')
       if (i >= 0) {
-        // Membership and configuration sent before it are older than what it carries.
+        // Configuration sent before it is older than what it carries.
         const start = this.#kept[i] as Start
-        this.#kept = [...this.#kept.slice(0, i).filter((m) => m.prefixRouter !== 'membership' && m.prefixRouter !== 'config'), ...this.#kept.slice(i + 1)]
+        this.#kept = [...this.#kept.slice(0, i).filter((m) => m.prefixRouter !== 'config'), ...this.#kept.slice(i + 1)]
         return start
       }
       await new Promise<void>((r) => (this.#wake = r))
@@ -68,13 +68,11 @@ export async function runWorker(): Promise<void> {
   const inbox = new Inbox()
   send({ prefixRouter: 'hello' })
   const start = await inbox.start()
-  const fleet = new WorkerFleet(start.config, start.routers, start.fleet, send)
+  const fleet = new WorkerFleet(start.config, start.routers, send)
   let proxy: ProxyServer | undefined
   let pending: ToWorker[] = []
   const apply = (m: ToWorker) => {
     switch (m.prefixRouter) {
-      case 'membership':
-        return fleet.membership(m.membership)
       case 'streak':
         return fleet.streak(m.endpoint, m.instance, m.failing)
       case 'config':
@@ -90,8 +88,8 @@ export async function runWorker(): Promise<void> {
     }
   }
   inbox.handle((m) => {
-    // Membership applies to endpoints as they are built; the rest waits for the server.
-    if (proxy === undefined && m.prefixRouter !== 'membership' && m.prefixRouter !== 'streak') pending.push(m)
+    // Failure runs apply to endpoints as they are built; the rest waits for the server.
+    if (proxy === undefined && m.prefixRouter !== 'streak') pending.push(m)
     else apply(m)
   })
 

@@ -1,6 +1,7 @@
 // Every `serve` setting in one table: its flag, its environment twin, the configuration key it
 // sets and its help line. The parseArgs options, the environment mapping, the configuration
 // built from them (serve-config.ts) and `--help` all come from here, so they cannot disagree.
+import { MAX_WORKERS } from '../config/config.js'
 import { ENGINE_LOAD_INTERVAL, ENGINE_LOAD_INTERVAL_MS, STALE_INTERVALS } from '../fleet/load/config.js'
 
 export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list'
@@ -53,7 +54,7 @@ export const FLAGS: readonly FlagSpec[] = [
     key: ['workers'],
     arg: 'N',
     serveOnly: true,
-    help: 'processes serving the front port, sharing one routing state, 1-63 (default 1; auto: one per core)',
+    help: `processes serving the front port, sharing one routing state, 1-${MAX_WORKERS} (default 1; auto: one per core)`,
   },
   {
     name: 'kv-events-port',

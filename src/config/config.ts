@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
 import { knownKeysAt } from './keys.js'
+import { ABI } from '../core/abi.js'
 import { LIMITS, parseStrategy, PLACEMENTS } from '../core/options.js'
 import { didYouMean } from './suggest.js'
 import { upstreamUrlProblem } from '../fleet/upstream-url.js'
@@ -77,8 +78,8 @@ const Routing = z
   .strict()
 const RoutingOverride = z.object(routingFields).partial().strict()
 
-/** A shared router is open in at most 64 processes: the primary and its workers. */
-export const MAX_WORKERS = 63
+/** A shared router's process table (the addon's, checked at load) has a row for the primary and one per worker. */
+export const MAX_WORKERS = ABI.maxProcesses - 1
 
 /** Processes serving the front port: a count, or `auto` for one per core the process may use. */
 const workers = z.union([z.number(), z.string()]).transform((v, ctx) => {

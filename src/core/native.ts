@@ -2,6 +2,7 @@
 // otherwise the prebuild for this platform in prebuilds/. PREBUILDS_ONLY=1 skips local builds.
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
+import { checkAbi, type NativeAbi } from './abi.js'
 
 export interface NativeBuildInfo {
   simd: 'scalar' | 'sse2' | 'avx2' | 'neon'
@@ -89,6 +90,8 @@ export interface NativeBinding {
   xxh3_path(path: number, data: Uint8Array | string, seed?: bigint): bigint
   xxh3_chain(data: Uint8Array | string, blockBytes: number, seed: bigint, out: BigUint64Array | Float64Array): number
   build_info(): NativeBuildInfo
+  /** Every offset, size and limit the TypeScript side must agree with (src/core/abi.ts). */
+  abi(): NativeAbi
   router_create(name: string | undefined, vnodes: number, slots: number, sharedDir?: string, anonymous?: boolean): NativeHandle
   router_open(name: string): NativeHandle
   router_attach(path: string): NativeHandle
@@ -115,6 +118,10 @@ export interface NativeBinding {
     engineLoadAll?: boolean,
   ): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
+  /** The fleet record (creator only): text published beside the membership, in the shared state. */
+  router_set_fleet(h: NativeHandle, text: string): void
+  /** The fleet record and its version, unless its version is still `since` (0: none read yet). */
+  router_fleet(h: NativeHandle, since: number): { version: number; text: string } | undefined
   /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
   router_io(h: NativeHandle): Float64Array
   /** 0 with the result in the io block; -1 no instances; -2 no instance in the group. Its numeric arguments are in the io block (src/core/router.ts names its words). */
@@ -164,3 +171,5 @@ const packageRoot = fileURLToPath(new URL('../..', import.meta.url))
 /** Absolute path of the binary in use. */
 export const bindingPath: string = nodeGypBuild.resolve(packageRoot)
 export const native = require(bindingPath) as NativeBinding
+// A build whose layout differs from this package's fails here, naming what moved.
+checkAbi(typeof native.abi === 'function' ? native.abi() : {}, bindingPath)

@@ -54,6 +54,23 @@ export interface InstanceSpec {
   indexBlocks?: number
 }
 
+/**
+ * TypeScript's limits as the addon's ranges (abi.ts addonRanges) must hold them: the routing
+ * parameters, the vnodes, the membership's size and ids (one of idLength UTF-16 units is at
+ * most 3 bytes a unit in UTF-8), and `slots`, the counter slots a router is made with.
+ */
+export function limitsAgainstAddon(slots: number): Record<string, { min: number; max: number }> {
+  const { instances, idLength, ringPoints: _points, weight: _weight, ...params } = LIMITS
+  const choices = Object.values(PLACEMENT_CHOICES)
+  return {
+    ...Object.fromEntries(Object.entries(params).map(([k, r]) => [k, { min: r.min, max: r.max }])),
+    placementChoices: { min: Math.min(...choices), max: Math.max(...choices) },
+    instances: { min: 1, max: instances.max },
+    idBytes: { min: 1, max: idLength.max * 3 },
+    slots: { min: slots, max: slots },
+  }
+}
+
 export interface RoutingParams {
   strategy?: string
   prefixLength?: number

@@ -2,12 +2,14 @@
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
 import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { ABI, addonRanges, checkRanges } from './abi.js'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
 import { ExtractedKey } from './key/native-key.js'
 import { checkTenant } from './key/tenant.js'
-import { native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
+import { bindingPath, native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
 import {
   checkInt,
+  limitsAgainstAddon,
   LIMITS,
   PLACEMENT_CHOICES,
   resolveInstances,
@@ -22,6 +24,8 @@ import {
 export { NoInstanceError }
 
 const SLOT_CAPACITY = 8192
+// TypeScript lets through only what the addon's backstop ranges accept (abi.ts).
+checkRanges(limitsAgainstAddon(SLOT_CAPACITY), addonRanges(native.abi()), bindingPath)
 
 export interface SharedRouterOptions extends RouterOptions {
   /**
@@ -210,17 +214,19 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
 // Words of a handle's io block (native/addon.cc, router_pick_io): the pick's numeric
 // arguments go in, its result comes back over the first four, so the native call reads no
 // argument through V8 but the prefix (and a tenant, when there is one).
-const IO_KIND = 0
-const IO_KEY_BYTES = 1
-const IO_ANCHOR = 2
-const IO_HASHED = 3
-const IO_GROUP = 4
-const IO_TENANT = 5
-const IO_AVOID_COUNT = 6
-const IO_AVOID = 7
-const IO_MAX_AVOID = 16
-const IO_EXACT = IO_AVOID + IO_MAX_AVOID
-const IO_NOW = IO_EXACT + 1
+const {
+  kind: IO_KIND,
+  keyBytes: IO_KEY_BYTES,
+  anchor: IO_ANCHOR,
+  hashed: IO_HASHED,
+  group: IO_GROUP,
+  tenant: IO_TENANT,
+  avoidCount: IO_AVOID_COUNT,
+  avoid: IO_AVOID,
+  maxAvoid: IO_MAX_AVOID,
+  exact: IO_EXACT,
+  now: IO_NOW,
+} = ABI.io
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
 const GROUP_BY_NAME = -2
@@ -483,6 +489,24 @@ export class Router {
     const v = LIMITS.vnodes
     const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
+  }
+
+  /**
+   * @internal Publishes text beside the membership in the shared state (the cluster primary's
+   * record of each instance's address, models and health), which attached processes read
+   * with `_fleet`: written before the membership it describes, in the same memory.
+   */
+  _publishFleet(text: string): void {
+    const h = this.#h()
+    this.#writable()
+    if (typeof text !== 'string') throw new InvalidArgTypeError('text', 'a string', text)
+    native.router_set_fleet(h, text)
+  }
+
+  /** @internal The fleet record `_publishFleet` last wrote, unless its version is still `since` (0 before the first read). */
+  _fleet(since: number): { version: number; text: string } | undefined {
+    checkInt('since', since, 0, Number.MAX_SAFE_INTEGER)
+    return native.router_fleet(this.#h(), since)
   }
 
   /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */

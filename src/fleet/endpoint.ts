@@ -42,6 +42,8 @@ export interface EndpointEvents {
  */
 export interface RemoteFleet {
   attached(ep: Endpoint): void
+  /** Brings the instances up to the owner's latest record; true when that changed them. */
+  refresh(ep: Endpoint): boolean
   recordTry(ep: Endpoint, inst: Instance, result: TryResult): void
   markDown(ep: Endpoint, inst: Instance, reason: string): void
 }
@@ -54,6 +56,8 @@ const MODEL_DOWN = 0
 const MODEL_UNKNOWN = 1
 /** Models remembered between syncs: names come from clients, so the map is bounded. */
 const MAX_GROUPS = 1024
+/** Tries of one pick that named an instance this process does not route to (the router's avoid list holds 16). */
+const MAX_REPICKS = 8
 
 /** A router group, with the id the router's pick takes for it (Router._groupId). */
 interface RouterGroup {
@@ -496,8 +500,23 @@ export class Endpoint {
     this.sync()
   }
 
+  get closed(): boolean {
+    return this.#closed
+  }
+
   /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
   pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens): Pick {
+    try {
+      return this.#pick(key, tenant, model, anchor, avoid, exact)
+    } catch (err) {
+      // Another process owns the fleet: before turning the request away, this one reads the
+      // owner's latest record (it reads it on a timer otherwise), and tries once more if it moved.
+      if (!(err instanceof RequestError) || this.#events.remote?.refresh(this) !== true) throw err
+      return this.#pick(key, tenant, model, anchor, avoid, exact)
+    }
+  }
+
+  #pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens): Pick {
     if (this.healthy().length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
     let group: RouterGroup | undefined
     if (model !== undefined) {
@@ -506,19 +525,31 @@ export class Endpoint {
       if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${echo(model)}' does not exist on endpoint '${this.name}'.`, 404)
       group = g
     }
-    try {
-      const lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, avoid, exact)
-      const instance = this.instances.get(lease.instance)
-      if (instance === undefined) {
-        // Membership and the map are updated together on this thread; this is a backstop.
-        lease.release()
-        throw noHealthyInstance(this.name, 1)
+    const remote = this.#events.remote
+    let skipped: Lease[] | undefined
+    for (;;) {
+      let lease: Lease
+      try {
+        lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, skipped === undefined ? avoid : [...(avoid ?? []), ...skipped], exact)
+      } catch (err) {
+        if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
+        throw err
       }
-      instance.requests++
-      return { lease, instance }
-    } catch (err) {
-      if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
-      throw err
+      // In one process the ring and this map change together. With a remote owner the ring
+      // may be newer than the record this process last read (an instance added, or back in
+      // rotation): the owner writes the record first, so reading it now settles it.
+      let instance = this.instances.get(lease.instance)
+      if (instance?.inRotation !== true && remote?.refresh(this) === true) instance = this.instances.get(lease.instance)
+      if (instance?.inRotation === true) {
+        instance.requests++
+        return { lease, instance }
+      }
+      // Out of this process's rotation while the shared ring still lists it (marked down here,
+      // before the owner takes it out), or gone from the record before the ring: picked again
+      // without it.
+      lease.release()
+      ;(skipped ??= []).push(lease)
+      if (skipped.length >= MAX_REPICKS) throw noHealthyInstance(this.name, 1)
     }
   }
 
@@ -574,6 +605,7 @@ export class Endpoint {
 
   /** Models served here: base models and adapters (with their parent), for GET /v1/models. */
   models(): { id: string; parent: string | undefined }[] {
+    this.#events.remote?.refresh(this)
     const out = new Map<string, string | undefined>()
     for (const inst of this.instances.values()) {
       for (const m of inst.models()) if (!out.has(m)) out.set(m, inst.parents.get(m))

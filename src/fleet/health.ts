@@ -17,6 +17,8 @@ export class HealthState {
   #known = false
   #passes = 0
   #fails = 0
+  /** Times traffic proved it down (fail), ever: a cluster worker waits for this to move (cluster/membership.ts). */
+  failReports = 0
 
   /** Counts one probe; returns the transition it caused, if any. */
   probe(ok: boolean, error: string | undefined, t: Thresholds): Transition {
@@ -45,6 +47,7 @@ export class HealthState {
 
   /** Traffic proved it down (the connection was refused): out at once, back by rise count. */
   fail(reason: string): Transition {
+    this.failReports++
     this.#known = true
     this.#passes = 0
     this.lastError = reason

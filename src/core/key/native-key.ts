@@ -3,6 +3,7 @@
 // builds, already as the UTF-8 Router.pick hashes, so that neither a parsed tree nor the
 // prompt as a JS string is ever made. Bodies it does not take ('invalid' or 'unsupported')
 // go to openAIRequest, which gives the exact error or result.
+import { ABI } from '../abi.js'
 import { native, type NativeHandle } from '../native.js'
 import type { OpenAIApi } from './openai-key.js'
 
@@ -98,9 +99,9 @@ export const nativeApis = Object.keys(API) as OpenAIApi[]
 // key_extract's io: the call's numbers in; ten results out, then the generations of the model
 // and prompt_cache_key tokens (TokenMemo in native/key_addon.cc), so that a token the same as
 // the last one's is not made into a string again.
-const meta = new Float64Array(12)
-// A KeyHashes record (native/key/bindings.h): nine 64-bit words, and up to 7 bytes of alignment.
-const HASHES_BYTES = 7 + 9 * 8
+const meta = new Float64Array(ABI.keyMeta.words)
+// A KeyHashes record (native/key/bindings.h), and up to 7 bytes of alignment before it.
+const HASHES_BYTES = ABI.keyHashes.align - 1 + ABI.keyHashes.bytes
 
 // Keys are written into slabs and handed out as views, as Buffer hands out small buffers from
 // its pool: a typed array of its own costs an external allocation (measured: 2-3 µs for 4 KiB,
