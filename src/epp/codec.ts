@@ -8,7 +8,7 @@
 // picker builds, and an answer that is always the same is encoded once.
 import type { ServiceDefinition } from '@grpc/grpc-js'
 import type protobuf from 'protobufjs'
-import type { ProcessingRequest, ProcessingResponse } from './messages.js'
+import type { ProcessingRequest, ProcessingResponse } from './message-types.js'
 import { EXT_PROC_SERVICE, externalProcessor, protos } from './protos.js'
 
 /** An answer encoded once (continueResponse's), handed to grpc-js as its bytes. */

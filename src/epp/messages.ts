@@ -14,43 +14,8 @@ export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset'
 /** The filter-metadata key (under envoy.lb) naming the endpoint that served the response. */
 export const SERVED_KEY = 'x-gateway-destination-endpoint-served'
 
-interface HeaderValue {
-  key: string
-  value?: string
-  raw_value?: Uint8Array | null
-}
-export interface HttpHeaders {
-  headers?: { headers?: HeaderValue[] } | null
-  end_of_stream?: boolean
-}
-export interface HttpBody {
-  body?: Uint8Array | null
-  end_of_stream?: boolean
-}
-/** google.protobuf.Value as protobufjs decodes it. */
-interface StructValue {
-  stringValue?: string
-  listValue?: { values?: StructValue[] }
-  structValue?: Struct
-  kind?: string
-}
-interface Struct {
-  fields?: Record<string, StructValue>
-}
-export interface Metadata {
-  filter_metadata?: Record<string, Struct>
-}
-export interface ProcessingRequest {
-  request?: 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'
-  request_headers?: HttpHeaders | null
-  response_headers?: HttpHeaders | null
-  request_body?: HttpBody | null
-  response_body?: HttpBody | null
-  metadata_context?: Metadata | null
-  observability_mode?: boolean
-}
-export type ProcessingResponse = Record<string, unknown>
-type Phase = 'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers'
+export type { HttpBody, HttpHeaders, Metadata, ProcessingRequest, ProcessingResponse } from './message-types.js'
+import type { HttpHeaders, Metadata, Phase, ProcessingResponse, StructValue } from './message-types.js'
 
 const EMPTY = Buffer.alloc(0)
 
