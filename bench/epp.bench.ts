@@ -153,9 +153,11 @@ const boundUs = (s: number) => (s === Infinity ? '> 1 ms' : `≤ ${us(s * 1e6)}`
 async function main(): Promise<void> {
   const pods = [await startNodeScript(['bench/stub-upstream.mjs']), await startNodeScript(['bench/stub-upstream.mjs'])]
   const upstreams = pods.flatMap((p) => ['--upstream', `http://127.0.0.1:${p.match[1]}`])
+  // The floor: grpc-js with the picker's codec and answers, no routing (bench/peers/grpc-floor.mjs).
+  const floor = await startNodeScript(['bench/peers/grpc-floor.mjs', `127.0.0.1:${pods[0]!.match[1]}`])
   const common = ['--initial-old-space-size=128', 'dist/cli.js']
   const flags = [...upstreams, '--admin-port', '0', '--log-level', 'warn']
-  const started: Started[] = []
+  const started: Started[] = [floor]
   // The picker's own timing of each decision (bench/epp-timing.mjs), read through a file on SIGUSR2.
   const dir = mkdtempSync(join(tmpdir(), 'epp-bench-'))
   const timingFile = join(dir, 'timing.json')
@@ -180,10 +182,12 @@ async function main(): Promise<void> {
 
     const gwDecision = { h: histogram() }
     const gw = gatewaySender(grpcAddress!, gwDecision)
+    const gwFloor = gatewaySender(`127.0.0.1:${floor.match[1]}`, { h: histogram() })
     const direct = h1Sender(serveUrl!)
     const paths: [string, Sender][] = [
       ['epp', gw],
       ['serve', direct],
+      ['floor', gwFloor],
     ]
     // Warm-up, discarded: the JIT of every process, connections, the picker's first streams.
     for (const [, s] of paths) await openLoop(s, false, RATE, WARMUP_S, sample())
@@ -191,9 +195,9 @@ async function main(): Promise<void> {
     await eppTiming()
     const eppBefore = await decisionBuckets(eppAdmin!)
     const serveBefore = await decisionBuckets(serveAdmin!)
-    const pids: Record<string, number> = { epp: epp.pid, serve: serve.pid }
-    const cpu: Record<string, { ms: number; requests: number }> = { epp: { ms: 0, requests: 0 }, serve: { ms: 0, requests: 0 } }
-    const samples: Record<string, Sample> = { epp: sample(), serve: sample() }
+    const pids: Record<string, number> = { epp: epp.pid, serve: serve.pid, floor: floor.pid }
+    const cpu: Record<string, { ms: number; requests: number }> = { epp: { ms: 0, requests: 0 }, serve: { ms: 0, requests: 0 }, floor: { ms: 0, requests: 0 } }
+    const samples: Record<string, Sample> = { epp: sample(), serve: sample(), floor: sample() }
     // The measured window: slots of SLOT_S, the two paths in rotation (every other slot in the
     // reverse order), so that whatever else the machine does falls on both alike.
     const slots = Math.max(1, Math.round(DURATION_S / SLOT_S))
@@ -209,11 +213,12 @@ async function main(): Promise<void> {
     const eppAfter = await decisionBuckets(eppAdmin!)
     const serveAfter = await decisionBuckets(serveAdmin!)
     await gw.close()
+    await gwFloor.close()
     await direct.close()
 
-    const errors = samples.epp!.errors + samples.serve!.errors
+    const errors = samples.epp!.errors + samples.serve!.errors + samples.floor!.errors
     console.log(`\n${pad('path', 8)}${pad('TTFB p50', 11)}${pad('p99', 11)}${pad('last p50', 11)}${pad('p99', 11)}errors`)
-    for (const name of ['epp', 'serve']) {
+    for (const name of ['epp', 'serve', 'floor']) {
       const s = samples[name]!
       const at = (h: hdr.Histogram, p: number) => pad(us(h.getValueAtPercentile(p)), 11)
       console.log(`${pad(name, 8)}${at(s.ttfb, 50)}${at(s.ttfb, 99)}${at(s.total, 50)}${at(s.total, 99)}${s.errors}`)
@@ -221,6 +226,7 @@ async function main(): Promise<void> {
     for (const name of ['epp', 'serve']) console.log(`  ${name}: the load generator's send lag behind schedule p50 ${us(samples[name]!.lag.getValueAtPercentile(50))}, p99 ${us(samples[name]!.lag.getValueAtPercentile(99))} (the gateway client shares this process)`)
     console.log('  (epp: the gateway client\'s whole exchange, stream and forward to the pod; serve: the HTTP request through serve. Not comparable as overhead: Envoy\'s own proxying is not in the epp row)')
     if (gw.failures.length > 0) console.log(`  gateway failures: ${gw.failures.join('; ')}`)
+    if (gwFloor.failures.length > 0) console.log(`  gateway failures against the floor: ${gwFloor.failures.join('; ')}`)
 
     const h = gwDecision.h
     const dP50 = h.getValueAtPercentile(50)
@@ -246,6 +252,10 @@ async function main(): Promise<void> {
     console.log(`  epp   ${eppCpu === undefined ? 'n/a (no /proc)' : `${eppCpu.toFixed(0)} µs`} (${cpu.epp!.requests.toLocaleString('en-US')} requests)`)
     console.log(`  serve ${serveCpu === undefined ? 'n/a (no /proc)' : `${serveCpu.toFixed(0)} µs`} (${cpu.serve!.requests.toLocaleString('en-US')} requests, carrying the answers)`)
     console.log(`  epp ÷ serve: ${times(cpuRatio)}`)
+    const floorCpu = per('floor')
+    console.log(`  floor ${floorCpu === undefined ? 'n/a (no /proc)' : `${floorCpu.toFixed(0)} µs`} (${cpu.floor!.requests.toLocaleString('en-US')} requests: grpc-js + the picker's codec and answers, no routing)`)
+    console.log(`  floor ÷ serve: ${times(ratio(floorCpu, serveCpu))} (what the same ext_proc exchange costs any picker on Node's gRPC, against serve's whole proxying)`)
+    console.log(`  epp ÷ floor: ${times(ratio(eppCpu, floorCpu))} (what routing adds to the exchange)`)
 
     const verdict = (ok: boolean | undefined) => (ok === undefined ? 'UNDECIDED' : ok ? 'PASS' : 'FAIL')
     console.log('\ntargets:')

@@ -127,10 +127,12 @@ describe('probes of instances behind an API key', () => {
     const file = tokenFile(KEY)
     const { router } = await routerFor(sim.urls, { probeAuth: { tokenFile: file } })
     // The first endpoint's routing changes too: none of it may be applied.
+    const running = router.endpoint('default')!.routing.strategy
+    expect(running).not.toBe('random')
     const next = (probeAuth: unknown) => testConfig([{ name: 'default', instances: sim!.urls, routing: { strategy: 'random' } }, { name: 'second', instances: sim!.urls, probeAuth }], { probeAuth: { tokenFile: file } })
     expect(() => router.reload(next({ tokenEnv: 'PROBE_AUTH_TEST_UNSET' }))).toThrow(new ConfigError('endpoints[second].probeAuth.tokenEnv: the environment variable PROBE_AUTH_TEST_UNSET is not set (or empty)'))
     expect([...router.endpoints()].map((e) => e.name)).toEqual(['default'])
-    expect(router.endpoint('default')!.routing.strategy).toBe('prefix_aware')
+    expect(router.endpoint('default')!.routing.strategy).toBe(running)
     await router.endpoint('default')!.probe()
     expect((await instances(router)).list[0]!.lastError).toBeNull()
   })
