@@ -11,7 +11,7 @@
 //   body's key read and the pick); and the pick alone, from the picker's own
 //   prefix_router_routing_decision_seconds histogram (serve's decision histogram; bucket bounds);
 // - CPU per request (user + system, /proc) of the picker process against serve's, as a ratio.
-// Run: npm run bench:epp   (RATE=1000 WARMUP_S=2 DURATION_S=6)
+// Run: npm run bench:epp   (RATE=1000 WARMUP_S=2 DURATION_S=6; EPP_NODE_FLAGS for the picker's node)
 import { credentials, type ClientDuplexStream } from '@grpc/grpc-js'
 import { Client } from 'undici'
 import type * as hdr from 'hdr-histogram-js'
@@ -161,7 +161,9 @@ async function main(): Promise<void> {
   // The picker's own timing of each decision (bench/epp-timing.mjs), read through a file on SIGUSR2.
   const dir = mkdtempSync(join(tmpdir(), 'epp-bench-'))
   const timingFile = join(dir, 'timing.json')
-  const epp = await startProcess(process.execPath, ['--import', './bench/epp-timing.mjs', ...common, 'epp', ...flags, '--grpc-host', '127.0.0.1', '--grpc-port', '0', '--grpc-tls', 'off'], /on grpc:\/\/([\d.:]+) \(.*?admin (http:\/\/[\d.:]+)\)/, 'stderr', { cwd: root, env: { ...process.env, EPP_TIMING_FILE: timingFile } })
+  // EPP_NODE_FLAGS: node flags for the picker's process only (e.g. "--cpu-prof --cpu-prof-dir=/tmp/epp-prof" to profile it).
+  const eppNodeFlags = (process.env.EPP_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '')
+  const epp = await startProcess(process.execPath, [...eppNodeFlags, '--import', './bench/epp-timing.mjs', ...common, 'epp', ...flags, '--grpc-host', '127.0.0.1', '--grpc-port', '0', '--grpc-tls', 'off'], /on grpc:\/\/([\d.:]+) \(.*?admin (http:\/\/[\d.:]+)\)/, 'stderr', { cwd: root, env: { ...process.env, EPP_TIMING_FILE: timingFile } })
   const eppTiming = async (): Promise<{ count: number; p50: number; p99: number; p999: number }> => {
     rmSync(timingFile, { force: true })
     process.kill(epp.pid, 'SIGUSR2')
@@ -177,7 +179,7 @@ async function main(): Promise<void> {
   try {
     console.log(`prefix-router endpoint picker — ${machine()}`)
     console.log('note: the gateway client, the two stub pods, the picker and serve all share these CPUs: every figure includes their contention')
-    console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the two paths in rotation`)
+    console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the three paths in rotation`)
     console.log(`picker: prefix-router epp, prefix_aware, grpc://${grpcAddress} (plaintext: --grpc-tls off); serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
 
     const gwDecision = { h: histogram() }
@@ -198,7 +200,7 @@ async function main(): Promise<void> {
     const pids: Record<string, number> = { epp: epp.pid, serve: serve.pid, floor: floor.pid }
     const cpu: Record<string, { ms: number; requests: number }> = { epp: { ms: 0, requests: 0 }, serve: { ms: 0, requests: 0 }, floor: { ms: 0, requests: 0 } }
     const samples: Record<string, Sample> = { epp: sample(), serve: sample(), floor: sample() }
-    // The measured window: slots of SLOT_S, the two paths in rotation (every other slot in the
+    // The measured window: slots of SLOT_S, the paths in rotation (every other slot in the
     // reverse order), so that whatever else the machine does falls on both alike.
     const slots = Math.max(1, Math.round(DURATION_S / SLOT_S))
     for (let k = 0; k < slots; k++) {
