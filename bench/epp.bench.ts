@@ -11,7 +11,7 @@
 //   body's key read and the pick); and the pick alone, from the picker's own
 //   prefix_router_routing_decision_seconds histogram (serve's decision histogram; bucket bounds);
 // - CPU per request (user + system, /proc) of the picker process against serve's, as a ratio.
-// Run: npm run bench:epp   (RATE=1000 WARMUP_S=2 DURATION_S=6; EPP_NODE_FLAGS for the picker's node)
+// Run: npm run bench:epp   (RATE=1000 WARMUP_S=2 DURATION_S=6 STRATEGY=longest_prefix; EPP_NODE_FLAGS for the picker's node)
 import { credentials, type ClientDuplexStream } from '@grpc/grpc-js'
 import { Client } from 'undici'
 import type * as hdr from 'hdr-histogram-js'
@@ -156,7 +156,9 @@ async function main(): Promise<void> {
   // The floor: grpc-js with the picker's codec and answers, no routing (bench/peers/grpc-floor.mjs).
   const floor = await startNodeScript(['bench/peers/grpc-floor.mjs', `127.0.0.1:${pods[0]!.match[1]}`])
   const common = ['--initial-old-space-size=128', 'dist/cli.js']
-  const flags = [...upstreams, '--admin-port', '0', '--log-level', 'warn']
+  // STRATEGY: the same for both (default longest_prefix, serve's and epp's own default).
+  const strategy = process.env.STRATEGY ?? 'longest_prefix'
+  const flags = [...upstreams, '--strategy', strategy, '--admin-port', '0', '--log-level', 'warn']
   const started: Started[] = [floor]
   // The picker's own timing of each decision (bench/epp-timing.mjs), read through a file on SIGUSR2.
   const dir = mkdtempSync(join(tmpdir(), 'epp-bench-'))
@@ -180,7 +182,7 @@ async function main(): Promise<void> {
     console.log(`prefix-router endpoint picker — ${machine()}`)
     console.log('note: the gateway client, the two stub pods, the picker and serve all share these CPUs: every figure includes their contention')
     console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the three paths in rotation`)
-    console.log(`picker: prefix-router epp, prefix_aware, grpc://${grpcAddress} (plaintext: --grpc-tls off); serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
+    console.log(`picker: prefix-router epp, ${strategy}, grpc://${grpcAddress} (plaintext: --grpc-tls off); serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
 
     const gwDecision = { h: histogram() }
     const gw = gatewaySender(grpcAddress!, gwDecision)
