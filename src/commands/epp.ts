@@ -16,7 +16,7 @@ import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
 import { listenError } from '../cli/listen-error.js'
-import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
 
 const HELP = `usage: prefix-router epp (--upstream URL ... | --config FILE) [options]
@@ -119,15 +119,6 @@ function transport(epp: EppServer, settings: EppSettings): string {
   return epp.healthAddress === undefined ? tls : `${tls}; health in plaintext on grpc://${epp.healthAddress}`
 }
 
-function build(flags: ServeFlags): BuiltConfig {
-  try {
-    return buildConfig(flags)
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message)
-    throw err
-  }
-}
-
 export async function run(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, { ...parseArgsOptions(EPP_FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
   const { help, version: showVersion, ...flags } = values
@@ -140,7 +131,7 @@ export async function run(argv: string[]): Promise<number> {
     return 0
   }
   const settings = eppSettings(flags)
-  const built = build(flags)
+  const built = buildForStart(flags)
   if (!built.hasUpstreams) throw new CliError(NO_UPSTREAM)
   const { config } = built
   if (settings.grpcPort !== 0 && settings.grpcPort === config.admin.port) throw new CliError(`the gRPC port and the admin port are both ${settings.grpcPort}; give --admin-port or --grpc-port another`)

@@ -118,6 +118,16 @@ function upstreamDns(given: Map<string, Given>): Record<string, unknown>[] {
  * The configuration from the file (flag or env), the environment and the flags. Upstreams
  * given by flag or env replace the instances of the first endpoint (or make `default`).
  */
+/** buildConfig for a command's start: a configuration error is the CLI's one-line refusal. */
+export function buildForStart(flags: ServeFlags): BuiltConfig {
+  try {
+    return buildConfig(flags)
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message)
+    throw err
+  }
+}
+
 export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): BuiltConfig {
   const given = settings(flags, env)
   const file = given.get('config')

@@ -9,7 +9,7 @@ import { CliError, parseFlags } from '../cli/cli-error.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
-import { buildConfig, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { version } from './version.js'
 
 const HELP = `usage: prefix-router serve (--upstream URL ... | --config FILE | --demo) [options]
@@ -38,15 +38,6 @@ const NO_UPSTREAM = `no upstream to route to. Give your vLLM instances with one 
   --config FILE                                     with endpoints: [{ name: default, instances: [http://HOST:8000] }]
 or pass --demo to try the router on an embedded fleet of simulated vLLM workers (npm start does).`
 
-function build(flags: ServeFlags): BuiltConfig {
-  try {
-    return buildConfig(flags)
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message)
-    throw err
-  }
-}
-
 /** Refuses what cannot work before anything is started. */
 function check(built: BuiltConfig): void {
   const { demoFrom, upstreamsFrom, hasUpstreams, simInstances, config } = built
@@ -71,7 +62,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${version()}\n`)
     return 0
   }
-  const built = build(flags)
+  const built = buildForStart(flags)
   check(built)
   let { config } = built
   // Instances from --upstream or its variable are named by them; from the file, by key.
