@@ -176,6 +176,10 @@ describe('EngineLoadScraper', () => {
     s.sync([{ id: 'b', url: `${b.url}/metrics`, dispatcher: agent! }])
     expect(sink.external.get('a')).toBe(0)
     expect(s.ids()).toEqual(['b'])
+    // A scrape of a already on the wire when it left still reaches its server (the abort is
+    // ours, the bytes were sent): let it land while b is scraped, then a must hear nothing more.
+    const bFlushed = count('b')
+    await until(() => count('b') >= bFlushed + 5, 10_000, 'five more scrapes of b')
     const seen = a.requests
     const bNow = count('b')
     await until(() => count('b') >= bNow + 10, 10_000, 'ten more scrapes of b')
