@@ -155,11 +155,13 @@ async function main(): Promise<void> {
   const upstreams = pods.flatMap((p) => ['--upstream', `http://127.0.0.1:${p.match[1]}`])
   // The floor: grpc-js with the picker's codec and answers, no routing (bench/peers/grpc-floor.mjs).
   const floor = await startNodeScript(['bench/peers/grpc-floor.mjs', `127.0.0.1:${pods[0]!.match[1]}`])
+  // A lower floor: the same answers on node:http2 with gRPC's framing by hand, no grpc-js (bench/peers/h2-floor.mjs).
+  const h2Floor = await startNodeScript(['bench/peers/h2-floor.mjs', `127.0.0.1:${pods[0]!.match[1]}`])
   const common = ['--initial-old-space-size=128', 'dist/cli.js']
   // STRATEGY: the same for both (default longest_prefix, serve's and epp's own default).
   const strategy = process.env.STRATEGY ?? 'longest_prefix'
   const flags = [...upstreams, '--strategy', strategy, '--admin-port', '0', '--log-level', 'warn']
-  const started: Started[] = [floor]
+  const started: Started[] = [floor, h2Floor]
   // The picker's own timing of each decision (bench/epp-timing.mjs), read through a file on SIGUSR2.
   const dir = mkdtempSync(join(tmpdir(), 'epp-bench-'))
   const timingFile = join(dir, 'timing.json')
@@ -181,17 +183,19 @@ async function main(): Promise<void> {
   try {
     console.log(`prefix-router endpoint picker — ${machine()}`)
     console.log('note: the gateway client, the two stub pods, the picker and serve all share these CPUs: every figure includes their contention')
-    console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the three paths in rotation`)
+    console.log(`open loop ${RATE} req/s of 8 KiB chat bodies (JSON answers), one ext_proc stream per request (FULL_DUPLEX_STREAMED, body in one chunk); ${WARMUP_S} s per path discarded, then ${DURATION_S} s per path measured in ${SLOT_S} s slots, the four paths in rotation`)
     console.log(`picker: prefix-router epp, ${strategy}, grpc://${grpcAddress} (plaintext: --grpc-tls off); serve: ${serveUrl}; both --upstream ×2 (stub pods), --log-level warn`)
 
     const gwDecision = { h: histogram() }
     const gw = gatewaySender(grpcAddress!, gwDecision)
     const gwFloor = gatewaySender(`127.0.0.1:${floor.match[1]}`, { h: histogram() })
+    const gwH2Floor = gatewaySender(`127.0.0.1:${h2Floor.match[1]}`, { h: histogram() })
     const direct = h1Sender(serveUrl!)
     const paths: [string, Sender][] = [
       ['epp', gw],
       ['serve', direct],
       ['floor', gwFloor],
+      ['h2floor', gwH2Floor],
     ]
     // Warm-up, discarded: the JIT of every process, connections, the picker's first streams.
     for (const [, s] of paths) await openLoop(s, false, RATE, WARMUP_S, sample())
@@ -199,9 +203,9 @@ async function main(): Promise<void> {
     await eppTiming()
     const eppBefore = await decisionBuckets(eppAdmin!)
     const serveBefore = await decisionBuckets(serveAdmin!)
-    const pids: Record<string, number> = { epp: epp.pid, serve: serve.pid, floor: floor.pid }
-    const cpu: Record<string, { ms: number; requests: number }> = { epp: { ms: 0, requests: 0 }, serve: { ms: 0, requests: 0 }, floor: { ms: 0, requests: 0 } }
-    const samples: Record<string, Sample> = { epp: sample(), serve: sample(), floor: sample() }
+    const pids: Record<string, number> = { epp: epp.pid, serve: serve.pid, floor: floor.pid, h2floor: h2Floor.pid }
+    const cpu: Record<string, { ms: number; requests: number }> = Object.fromEntries(paths.map(([name]) => [name, { ms: 0, requests: 0 }]))
+    const samples: Record<string, Sample> = Object.fromEntries(paths.map(([name]) => [name, sample()]))
     // The measured window: slots of SLOT_S, the paths in rotation (every other slot in the
     // reverse order), so that whatever else the machine does falls on both alike.
     const slots = Math.max(1, Math.round(DURATION_S / SLOT_S))
@@ -218,11 +222,12 @@ async function main(): Promise<void> {
     const serveAfter = await decisionBuckets(serveAdmin!)
     await gw.close()
     await gwFloor.close()
+    await gwH2Floor.close()
     await direct.close()
 
-    const errors = samples.epp!.errors + samples.serve!.errors + samples.floor!.errors
+    const errors = paths.reduce((n, [name]) => n + samples[name]!.errors, 0)
     console.log(`\n${pad('path', 8)}${pad('TTFB p50', 11)}${pad('p99', 11)}${pad('last p50', 11)}${pad('p99', 11)}errors`)
-    for (const name of ['epp', 'serve', 'floor']) {
+    for (const [name] of paths) {
       const s = samples[name]!
       const at = (h: hdr.Histogram, p: number) => pad(us(h.getValueAtPercentile(p)), 11)
       console.log(`${pad(name, 8)}${at(s.ttfb, 50)}${at(s.ttfb, 99)}${at(s.total, 50)}${at(s.total, 99)}${s.errors}`)
@@ -231,6 +236,7 @@ async function main(): Promise<void> {
     console.log('  (epp: the gateway client\'s whole exchange, stream and forward to the pod; serve: the HTTP request through serve. Not comparable as overhead: Envoy\'s own proxying is not in the epp row)')
     if (gw.failures.length > 0) console.log(`  gateway failures: ${gw.failures.join('; ')}`)
     if (gwFloor.failures.length > 0) console.log(`  gateway failures against the floor: ${gwFloor.failures.join('; ')}`)
+    if (gwH2Floor.failures.length > 0) console.log(`  gateway failures against the HTTP/2 floor: ${gwH2Floor.failures.join('; ')}`)
 
     const h = gwDecision.h
     const dP50 = h.getValueAtPercentile(50)
@@ -260,6 +266,9 @@ async function main(): Promise<void> {
     console.log(`  floor ${floorCpu === undefined ? 'n/a (no /proc)' : `${floorCpu.toFixed(0)} µs`} (${cpu.floor!.requests.toLocaleString('en-US')} requests: grpc-js + the picker's codec and answers, no routing)`)
     console.log(`  floor ÷ serve: ${times(ratio(floorCpu, serveCpu))} (what the same ext_proc exchange costs any picker on Node's gRPC, against serve's whole proxying)`)
     console.log(`  epp ÷ floor: ${times(ratio(eppCpu, floorCpu))} (what routing adds to the exchange)`)
+    const h2FloorCpu = per('h2floor')
+    console.log(`  h2floor ${h2FloorCpu === undefined ? 'n/a (no /proc)' : `${h2FloorCpu.toFixed(0)} µs`} (${cpu.h2floor!.requests.toLocaleString('en-US')} requests: node:http2 + gRPC framing by hand + the codec and answers, no grpc-js, no routing)`)
+    console.log(`  h2floor ÷ serve: ${times(ratio(h2FloorCpu, serveCpu))} (the exchange on Node's HTTP/2 alone: below this no picker on Node goes)`)
 
     const verdict = (ok: boolean | undefined) => (ok === undefined ? 'UNDECIDED' : ok ? 'PASS' : 'FAIL')
     console.log('\ntargets:')
