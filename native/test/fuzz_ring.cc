@@ -16,13 +16,7 @@
 #include "../ring.h"
 #include "../router.h"
 
-#define REQUIRE(c)                                                                 \
-  do {                                                                             \
-    if (!(c)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
-      __builtin_trap();                                                            \
-    }                                                                              \
-  } while (0)
+#include "require.h"
 
 namespace {
 
