@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { chat, closeRouter, post, until } from '../proxy/helpers.js'
 import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
@@ -110,8 +110,7 @@ beforeAll(async () => {
 }, 60_000)
 
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 10_000)
   router = undefined
 })
 

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { instancesReport } from '../../src/proxy/admin.js'
-import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { chat, closeRouter, post, until } from '../proxy/helpers.js'
 import { freePort } from '../helpers/ports.js'
 import { GatedClock, MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
 
@@ -18,8 +18,7 @@ let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 const extra: SimWorker[] = []
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 10_000)
   await fleet?.close()
   await Promise.all(extra.splice(0).map((w) => w.close()))
   router = undefined

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, post, totalInFlight, until } from '../proxy/helpers.js'
+import { chat, closeRouter, post, until } from '../proxy/helpers.js'
 import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, useKubeconfig } from './helpers.js'
 
 interface Meta {
@@ -219,8 +219,7 @@ beforeAll(async () => {
 })
 
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 10_000)
   router = undefined
   await api?.close()
 })

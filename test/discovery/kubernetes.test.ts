@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { totalInFlight, until } from '../proxy/helpers.js'
+import { closeRouter, until } from '../proxy/helpers.js'
 import { members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, useKubeconfig } from './helpers.js'
 
 interface Slice {
@@ -130,8 +130,7 @@ beforeAll(async () => {
 })
 
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 10_000)
   router = undefined
   await api?.close()
 })

@@ -7,14 +7,13 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { MAX_MODEL_CHARS } from '../../src/core/echo.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { testConfig, totalInFlight, until } from '../proxy/helpers.js'
+import { closeRouter, testConfig, until } from '../proxy/helpers.js'
 import { MODEL } from './front-helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 5000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 5000)
   await fleet?.close()
   router = fleet = undefined
 })

@@ -5,13 +5,12 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { post, startRouter, totalInFlight, until } from './helpers.js'
+import { closeRouter, post, startRouter } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 5000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 5000)
   await fleet?.close()
   router = undefined
   fleet = undefined

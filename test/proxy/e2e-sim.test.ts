@@ -10,14 +10,13 @@ import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { Router } from '../../src/core/router.js'
 import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { GatedClock } from '../helpers/gated-clock.js'
-import { chat, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
+import { chat, closeRouter, h2Request, post, startRouter, totalInFlight, until } from './helpers.js'
 
 const run = promisify(execFile)
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 5000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 5000)
   await fleet?.close()
   router = undefined
   fleet = undefined

@@ -5,13 +5,12 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, post, startRouter, testConfig, totalInFlight, until } from './helpers.js'
+import { chat, closeRouter, post, startRouter, testConfig, until } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 30_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 30_000)
   await fleet?.close()
   router = undefined
   fleet = undefined

@@ -47,6 +47,13 @@ export async function until(cond: () => boolean | Promise<boolean>, timeoutMs = 
   }
 }
 
+/** Waits for a router's in-flight counts to return to 0 (a leaked lease fails the test), then closes it. */
+export async function closeRouter(router: ProxyServer | undefined, timeoutMs = 5000): Promise<void> {
+  if (!router) return
+  await until(() => totalInFlight(router) === 0, timeoutMs, 'in-flight back to 0')
+  await router.close()
+}
+
 export interface Stub {
   url: string
   /** Requests received so far (method, url, headers, body). */

@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { GATHER_SLICE, readBody, SCAN_SLICE } from '../../src/proxy/body.js'
 import { closeParsePool, ParsePool } from '../../src/proxy/parse-pool.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { startRouter, startStub, totalInFlight, until, type Stub } from './helpers.js'
+import { closeRouter, startRouter, startStub, totalInFlight, type Stub, until } from './helpers.js'
 
 const MiB = 1 << 20
 
@@ -168,8 +168,7 @@ describe('16 MiB bodies through the router', () => {
   let stub: Stub | undefined
   let router: ProxyServer | undefined
   afterEach(async () => {
-    if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-    await router?.close()
+    await closeRouter(router, 10_000)
     await stub?.close()
     router = stub = undefined
   })

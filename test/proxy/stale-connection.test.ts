@@ -5,7 +5,7 @@
 import net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { chat, post, startRouter, totalInFlight, until } from './helpers.js'
+import { chat, closeRouter, post, startRouter, until } from './helpers.js'
 
 interface RawUpstream {
   url: string
@@ -77,8 +77,7 @@ async function rawUpstream(opts: { closeMs: number; onSecond?: 'close'; keepAliv
 let router: ProxyServer | undefined
 let upstream: RawUpstream | undefined
 afterEach(async () => {
-  if (router) await until(() => totalInFlight(router!) === 0, 3000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 3000)
   await upstream?.close()
   router = undefined
   upstream = undefined

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
-import { startRouter, startStub, testConfig, totalInFlight, until, type Stub } from '../../proxy/helpers.js'
+import { closeRouter, startRouter, startStub, testConfig, until, type Stub } from '../../proxy/helpers.js'
 import { metricSum } from '../../cluster/helpers.js'
 import { direct as directTo, homedAt, route as routeTo } from './helpers.js'
 
@@ -17,8 +17,7 @@ const route = (contents: string[]) => routeTo(router!.url, contents)
 
 afterEach(async () => {
   for (const a of held.splice(0)) a.abort()
-  if (router) await until(() => totalInFlight(router!) === 0, 10_000, 'in-flight back to 0')
-  await router?.close()
+  await closeRouter(router, 10_000)
   await fleet?.close()
   await Promise.all(stubs.map((s) => s.close()))
   router = fleet = undefined
