@@ -7,20 +7,14 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { endChildren } from '../helpers/children.js'
 import { freePort } from '../helpers/ports.js'
 import { chat, startStub, until } from '../proxy/helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-banner-'))
 const children: ChildProcess[] = []
-afterEach(async () => {
-  for (const c of children.splice(0)) {
-    if (c.exitCode !== null || c.signalCode !== null) continue
-    const exited = new Promise((r) => c.once('exit', r))
-    c.kill('SIGKILL')
-    await exited
-  }
-})
+afterEach(() => endChildren(children, 'SIGKILL'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 const env = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PREFIX_ROUTER_')))

@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { endChildren } from '../helpers/children.js'
 import { freePort } from '../helpers/ports.js'
 import { chat, post } from '../proxy/helpers.js'
 
@@ -28,14 +29,7 @@ afterAll(async () => {
   await fleet.close()
   rmSync(dir, { recursive: true, force: true })
 })
-afterEach(async () => {
-  for (const c of children.splice(0)) {
-    if (c.exitCode !== null || c.signalCode !== null) continue
-    const exited = new Promise((r) => c.once('exit', r))
-    c.kill('SIGTERM')
-    await exited
-  }
-})
+afterEach(() => endChildren(children))
 
 /** The test runner's environment without our variables, plus `extra`. */
 function envWith(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {

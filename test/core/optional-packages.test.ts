@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { MissingPackageError, OPTIONAL_FEATURES, type OptionalFeature } from '../../src/core/optional-packages.js'
+import { endChildren } from '../helpers/children.js'
 import { post } from '../proxy/helpers.js'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
@@ -67,14 +68,7 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 const children: ReturnType<typeof spawn>[] = []
-afterEach(async () => {
-  for (const c of children.splice(0)) {
-    if (c.exitCode !== null || c.signalCode !== null) continue
-    const exited = new Promise((r) => c.once('exit', r))
-    c.kill('SIGTERM')
-    await exited
-  }
-})
+afterEach(() => endChildren(children))
 
 function start(args: string[]) {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PREFIX_ROUTER_') && k !== 'NODE_PATH'))
