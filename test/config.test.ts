@@ -41,7 +41,7 @@ describe('configuration schema', () => {
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 })
     expect(c.admin).toEqual({ host: '127.0.0.1', port: 9090 })
     expect(c.limits.maxBodyBytes).toBe(16 << 20)
-    expect(c.endpoints[0]!.instances[0]).toEqual({ url: 'http://a:8000', weight: 1, models: [] })
+    expect(c.endpoints[0]!.instances[0]).toEqual({ url: 'http://a:8000', weight: 1, models: [], role: 'both' })
   })
 
   it('names every bad key and what it accepts', () => {
@@ -96,7 +96,7 @@ describe('config from file, environment and flags', () => {
   it('reads YAML and JSON files', () => {
     const { config } = buildConfig({ config: yamlFile }, {})
     expect(config.routing.strategy).toBe('least_outstanding_requests')
-    expect(config.endpoints[0]!.instances[1]).toEqual({ url: 'http://10.0.0.2:8000', weight: 2, models: ['llama'] })
+    expect(config.endpoints[0]!.instances[1]).toEqual({ url: 'http://10.0.0.2:8000', weight: 2, models: ['llama'], role: 'both' })
     const jsonFile = join(dir, 'c.json')
     writeFileSync(jsonFile, JSON.stringify({ endpoints: [{ name: 'j', instances: ['http://j:1'] }] }))
     expect(buildConfig({ config: jsonFile }, {}).config.endpoints[0]!.name).toBe('j')

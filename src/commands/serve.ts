@@ -75,7 +75,7 @@ export async function run(argv: string[]): Promise<number> {
     const { startSimFleet } = await import('../sim/index.js')
     const fleet = await startSimFleet({ instances: n })
     closeSim = fleet.close
-    config = { ...config, endpoints: [{ name: 'default', instances: fleet.urls.map((url) => ({ url, weight: 1, models: [] })), routing: {} }] }
+    config = { ...config, endpoints: [{ name: 'default', instances: fleet.urls.map((url) => ({ url, weight: 1, models: [], role: 'both' as const })), routing: {} }] }
     process.stderr.write(`prefix-router: ${built.demoFrom}: started an embedded fleet of ${n} SIMULATED vLLM workers:\n  ${fleet.urls.join('\n  ')}\n`)
   }
 

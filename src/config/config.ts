@@ -14,6 +14,7 @@ import { InstanceKvEventsSchema, KvEventsSchema } from '../fleet/events/config.j
 import { EngineLoadSchema } from '../fleet/load/config.js'
 import { replicaIdSchema, ShareLoadSchema } from '../fleet/share/config.js'
 import { ProbeAuthSchema } from '../fleet/probe-auth-config.js'
+import { DisaggregationSchema, RoleSchema } from './disaggregation.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -96,7 +97,7 @@ const upstreamUrl = z.string().superRefine((s, ctx) => {
 })
 
 export const Instance = z.union([
-  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined, kvEvents: undefined })),
+  upstreamUrl.transform((url) => ({ url, weight: 1, models: [] as string[], indexBlocks: undefined as number | undefined, kvEvents: undefined, role: 'both' as const, bootstrapPort: undefined as number | undefined })),
   z
     .object({
       url: upstreamUrl,
@@ -107,6 +108,10 @@ export const Instance = z.union([
       indexBlocks: int(1, LIMITS.indexBlocks.max).optional(),
       /** Where this instance publishes KV events, when the endpoint's port rule does not fit it. */
       kvEvents: InstanceKvEventsSchema.optional(),
+      /** Disaggregated serving: prefill, decode, or both (a whole request; the default). */
+      role: RoleSchema.default('both'),
+      /** SGLang's connector: the prefill instance's --disaggregation-bootstrap-port (unset: SGLang's 8998). */
+      bootstrapPort: int(1, 65535).optional(),
     })
     .strict(),
 ])
@@ -122,6 +127,8 @@ const Endpoint = z
     kvEvents: KvEventsSchema.optional(),
     /** The probes' bearer token for this endpoint's instances (replaces the top-level probeAuth for it). */
     probeAuth: ProbeAuthSchema.optional(),
+    /** How requests run over prefill and decode instances (replaces the top-level disaggregation for it). */
+    disaggregation: DisaggregationSchema.optional(),
   })
   .strict()
   .refine((ep) => ep.instances.length > 0 || (ep.discovery?.length ?? 0) > 0, { message: 'must list at least one instance, or discovery sources', path: ['instances'] })
@@ -254,6 +261,8 @@ export const ConfigSchema = z
     engineLoad: EngineLoadSchema.prefault({}),
     /** How a request's token ids are had for the exact view. */
     tokenizer: Tokenizer.optional(),
+    /** Endpoints with prefill and decode instances: how a request runs over two of them. */
+    disaggregation: DisaggregationSchema.prefault({}),
     /** Router replicas sharing their queued prefill through Redis (--share-load). */
     shareLoad: ShareLoadSchema.optional(),
     /** This replica's id among the others (default: host, pid and random bytes). */

@@ -352,6 +352,8 @@ export class Endpoint {
         cur.weight = i.weight
         cur.declaredModels = i.models
         cur.indexBlocks = i.indexBlocks
+        cur.role = i.role
+        cur.bootstrapPort = i.bootstrapPort
         continue
       }
       const inst = this.#instance(i)
@@ -369,6 +371,8 @@ export class Endpoint {
   #instance(i: InstanceEntry): Instance {
     const inst = new Instance(i.url, i.weight, i.models, this.#config.upstream, i.indexBlocks)
     inst.probeToken = this.#probeToken
+    inst.role = i.role
+    inst.bootstrapPort = i.bootstrapPort
     return inst
   }
 

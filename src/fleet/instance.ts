@@ -4,6 +4,7 @@ import type { Config } from '../config/config.js'
 import { HealthState } from './health.js'
 import { OutlierState } from './outlier.js'
 import type { ProbeToken } from './probe-auth.js'
+import type { Role } from '../config/disaggregation.js'
 
 export type UpstreamOptions = Config['upstream']
 
@@ -41,6 +42,10 @@ export class Instance {
   /** longest_prefix index capacity set in the config, if any. */
   indexBlocks: number | undefined
   requests = 0
+  /** What it does in a disaggregated fleet (from its entry: the configuration, a flag or discovery). */
+  role: Role = 'both'
+  /** SGLang's connector: its bootstrap server's port (the instance's --disaggregation-bootstrap-port). */
+  bootstrapPort: number | undefined
   /** How the pools are made, for oneConnection(). */
   readonly #upstream: UpstreamOptions
   readonly #common: object

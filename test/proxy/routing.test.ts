@@ -120,7 +120,7 @@ describe('reload', () => {
     const holder = a.held.length === 1 ? a : b
     const other = holder === a ? b : a
     other.hold = false
-    const result = r.reload({ ...r.config, endpoints: [{ name: 'default', instances: [{ url: other.url, weight: 1, models: [], indexBlocks: undefined }], routing: {} }] })
+    const result = r.reload({ ...r.config, endpoints: [{ name: 'default', instances: [{ url: other.url, weight: 1, models: [], indexBlocks: undefined, role: 'both' }], routing: {} }] })
     expect(result.endpoints).toEqual(['default'])
     for (let i = 0; i < 5; i++) expect((await post(`${r.url}/v1/chat/completions`, chat(`after ${i}`))).headers.get('x-prefix-router-instance')).toBe(other.url)
     releaseHeld([holder])

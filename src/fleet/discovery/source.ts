@@ -22,7 +22,7 @@ export function hostPort(host: string, port: number | string): string {
   return `${host.includes(':') ? `[${host}]` : host}:${port}`
 }
 
-export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined, kvEvents: undefined })
+export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined, kvEvents: undefined, role: 'both', bootstrapPort: undefined })
 
 /** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
 export class DiscoveryError extends PrefixRouterError {
