@@ -286,7 +286,16 @@ enum : size_t {
   kAvoid,
   kExact = kAvoid + kMaxAvoid,  // 1: the call's 5th and 6th arguments are token ids and their seed
   kNow,                         // with kExact: the time in ms pending blocks expire against
-  kWords
+  kAlternates,                  // how many next choices to rank, 0 to pr::kMaxAlternates
+  // Written by the pick beside its result in words 0-3: what the strategy saw of the chosen
+  // instance, and the next choices it ranked (slots, then their generations).
+  kOutBlocks,
+  kOutHeld,
+  kOutExact,
+  kOutAlternates,
+  kOutAlternateSlot,
+  kOutAlternateGeneration = kOutAlternateSlot + pr::kMaxAlternates,
+  kWords = kOutAlternateGeneration + pr::kMaxAlternates
 };
 }  // namespace io
 struct IoBlock {
@@ -642,8 +651,9 @@ struct PickArgs {
   uint32_t group_id = pr::RouterState::kNoGroup;  // used when group_name is null
   uint32_t avoid[io::kMaxAvoid];
   size_t navoid = 0;
-  double* out = nullptr;                       // [slot, generation, overflow (0/1), prefill blocks]
+  double* out = nullptr;                       // [slot, generation, overflow (0/1), prefill blocks], and io::kOut*
   const pr::ExactRequest* exact = nullptr;     // token ids for the exact view, or null
+  size_t alternates = 0;                       // next choices to rank
 };
 
 // The pick itself: 0, -1 (no instances) or -2 (no instance in the group), or undefined with
@@ -705,13 +715,21 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
     blocks = plan.block_bytes == 0 ? nullptr : chain.data();
     anchor_blocks = k.anchor_blocks;
   }
-  pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact)
-                               : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact);
+  pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact, a.alternates)
+                               : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact, a.alternates);
   if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
   a.out[0] = r.slot;
   a.out[1] = r.generation;
   a.out[2] = r.overflow ? 1 : 0;
   a.out[3] = r.prefill;
+  a.out[io::kOutBlocks] = r.blocks;
+  a.out[io::kOutHeld] = r.held;
+  a.out[io::kOutExact] = r.exact ? 1 : 0;
+  a.out[io::kOutAlternates] = r.nalternates;
+  for (uint32_t i = 0; i < r.nalternates; i++) {
+    a.out[io::kOutAlternateSlot + i] = r.alternate_slot[i];
+    a.out[io::kOutAlternateGeneration + i] = r.alternate_generation[i];
+  }
   return Napi::Number::New(env, 0);
 }
 
@@ -815,6 +833,7 @@ PR_HOT napi_value RouterPickIo(napi_env env, napi_callback_info cb) {
     exact.now = w[io::kNow];
     a.exact = &exact;
   }
+  if (IoIndex(w[io::kAlternates], static_cast<double>(pr::kMaxAlternates), &n)) a.alternates = n;
   a.out = w;
   return PickWith(env, a);
 }
@@ -1083,6 +1102,14 @@ Napi::Value Abi(const Napi::CallbackInfo& info) {
   w.Set("maxAvoid", static_cast<double>(io::kMaxAvoid));
   w.Set("exact", static_cast<double>(io::kExact));
   w.Set("now", static_cast<double>(io::kNow));
+  w.Set("alternates", static_cast<double>(io::kAlternates));
+  w.Set("maxAlternates", static_cast<double>(pr::kMaxAlternates));
+  w.Set("outBlocks", static_cast<double>(io::kOutBlocks));
+  w.Set("outHeld", static_cast<double>(io::kOutHeld));
+  w.Set("outExact", static_cast<double>(io::kOutExact));
+  w.Set("outAlternates", static_cast<double>(io::kOutAlternates));
+  w.Set("outAlternateSlot", static_cast<double>(io::kOutAlternateSlot));
+  w.Set("outAlternateGeneration", static_cast<double>(io::kOutAlternateGeneration));
   w.Set("words", static_cast<double>(io::kWords));
   o.Set("io", w);
   Napi::Object key = Napi::Object::New(env);

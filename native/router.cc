@@ -555,16 +555,18 @@ PickResult RouterState::pick(int reader, uint64_t key, const std::string* group,
 }
 
 PR_HOT PickResult RouterState::pick(const SnapshotGuard& g, uint64_t key, const std::string* group, const uint64_t* blocks,
-                              size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact) {
-  return pick_among(g, key, group, kNoGroup, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
+                              size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact,
+                              size_t alternates) {
+  return pick_among(g, key, group, kNoGroup, alternates, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
 }
 
 PR_HOT PickResult RouterState::pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
-                                   size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact) {
-  return pick_among(g, key, nullptr, group, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
+                                   size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact,
+                                   size_t alternates) {
+  return pick_among(g, key, nullptr, group, alternates, blocks, nblocks, anchor_blocks, avoid, navoid, exact);
 }
 
-PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
+PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, size_t alternates, const uint64_t* blocks,
                                    size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid,
                                    const ExactRequest* exact) {
   for (;;) {
@@ -622,8 +624,12 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
       in.prompt_tokens = static_cast<uint32_t>(std::min<size_t>(exact->ntokens, UINT32_MAX));
       in.now = exact->now;
     }
-    const PickContext ctx{s, slots_, index_, exact_, eligible, in, &header_->members_version};
+    Alternates alt;
+    alt.want = std::min(alternates, kMaxAlternates);
+    const PickContext ctx{s, slots_, index_, exact_, eligible, in, &header_->members_version, &alt};
     const Choice c = impl.pick(ctx);
+    // Ranked before the membership check below, from the same snapshot as the choice.
+    if (alt.want > 0 && alt.count == 0) impl.rank(ctx, c.member, alt);
     const uint32_t slot = s.slot_of[c.member];
     if (header_->members_version.load(std::memory_order_acquire) != s.members_version) {
       // The membership changed under this pick: the lease may sit on a slot that no longer
@@ -642,6 +648,15 @@ PR_HOT PickResult RouterState::pick_among(const SnapshotGuard& g, uint64_t key, 
     r.generation = slots_[slot].generation.load(std::memory_order_relaxed);
     r.overflow = c.overflow;
     r.prefill = c.prefill;
+    r.blocks = static_cast<uint32_t>(std::min<size_t>(in.nblocks, UINT32_MAX));
+    r.held = c.held;
+    r.exact = c.exact;
+    r.nalternates = static_cast<uint32_t>(alt.count);
+    for (size_t i = 0; i < alt.count; i++) {
+      const uint32_t as = s.slot_of[alt.member[i]];
+      r.alternate_slot[i] = as;
+      r.alternate_generation[i] = slots_[as].generation.load(std::memory_order_relaxed);
+    }
     return r;
   }
 }

@@ -38,6 +38,7 @@
 #include "ring.h"
 #include "shared_region.h"
 #include "snapshot.h"
+#include "strategy/strategy.h"
 
 namespace pr {
 
@@ -50,6 +51,16 @@ struct PickResult {
   bool overflow = false;
   bool no_group = false;  // the group asked for is served by no instance
   uint32_t prefill = 0;   // blocks added to the slot's queued prefill: give them back by first_token or release
+  // What the strategy saw of the chosen instance: the prompt's blocks (the routing key's), how
+  // many of them it counted as held there, and whether that came from the instance's KV events.
+  uint32_t blocks = 0;
+  uint32_t held = 0;
+  bool exact = false;
+  // The members it would choose next, as slots and their generations (asked for with
+  // Alternates::want; no lease is taken on them).
+  uint32_t nalternates = 0;
+  uint32_t alternate_slot[kMaxAlternates] = {};
+  uint32_t alternate_generation[kMaxAlternates] = {};
 };
 
 // A request's token ids for the exact view (longest_prefix): the pick hashes them itself, in
@@ -149,13 +160,15 @@ class RouterState {
   // `avoid` lists slots the pick must not choose (a retry's earlier tries): the strategy then
   // gives its next choice, as if those members were not in the group.
   // `exact`: the request's token ids, for members with a fresh exact view (exact_index.h).
+  // `alternates` (want > 0) asks for the strategy's next choices, ranked without side effects.
   PickResult pick(const SnapshotGuard& g, uint64_t key, const std::string* group = nullptr, const uint64_t* blocks = nullptr,
                   size_t nblocks = 0, size_t anchor_blocks = 0, const uint32_t* avoid = nullptr, size_t navoid = 0,
-                  const ExactRequest* exact = nullptr);
+                  const ExactRequest* exact = nullptr, size_t alternates = 0);
   // The same, with the group named by its id (group_id), or kNoGroup for every member.
   static constexpr uint32_t kNoGroup = UINT32_MAX;
   PickResult pick_by_id(const SnapshotGuard& g, uint64_t key, uint32_t group, const uint64_t* blocks, size_t nblocks,
-                        size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact = nullptr);
+                        size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact = nullptr,
+                        size_t alternates = 0);
   // The id of a group name some membership of this router listed; -1 for a name none did.
   // Ids last as long as the state, so a caller may keep them across membership changes.
   int64_t group_id(const std::string& name);
@@ -213,7 +226,7 @@ class RouterState {
   // names new to this router (writer_ held).
   void fill_derived(Snapshot* snap);
   // pick and pick_by_id: the group by name (non-null) or by id (kNoGroup: none).
-  PickResult pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, const uint64_t* blocks,
+  PickResult pick_among(const SnapshotGuard& g, uint64_t key, const std::string* name, uint32_t id, size_t alternates, const uint64_t* blocks,
                         size_t nblocks, size_t anchor_blocks, const uint32_t* avoid, size_t navoid, const ExactRequest* exact);
   // Runs f(slot) on the exact index, under its mutex, for member `id` of a snapshot that is
   // still current: a membership change clears the views of slots that changed hands (after

@@ -45,6 +45,28 @@ PR_HOT Choice place_with_overflow(const PickContext& ctx, size_t pos, bool engin
   return c;
 }
 
+void rank_by_ring(const PickContext& ctx, size_t pos, uint32_t chosen, uint32_t limit, bool engine, Alternates& out) {
+  const Ring& ring = *ctx.snap.ring;
+  // Two passes over the same order: members with room, then the ones at their limit.
+  for (int pass = 0; pass < 2 && !out.full(); pass++) {
+    const auto visit = [&](uint32_t m) {
+      if (m == chosen || !ctx.eligible(m)) return;
+      const bool room = busy(ctx.counter(m), engine) < limit;
+      if (room == (pass == 0)) out.add(m);
+    };
+    visit(ring.owner(pos));
+    walk_distinct(ring, pos, ctx.eligible.count, ctx.eligible, [&](uint32_t m, size_t) {
+      visit(m);
+      return out.full();
+    });
+  }
+}
+
+void RoutingStrategy::rank(const PickContext& ctx, uint32_t chosen, Alternates& out) const {
+  const Ring& ring = *ctx.snap.ring;
+  rank_by_ring(ctx, home_position(ring, ctx.in.key, ctx.eligible), chosen, ctx.snap.params.threshold, ctx.snap.params.engine_load_all, out);
+}
+
 PR_HOT uint32_t acquire_fewest(const PickContext& ctx, uint32_t first, bool engine) {
   uint32_t chosen = first;
   uint32_t best = busy(ctx.counter(first), engine);

@@ -46,6 +46,10 @@ inline bool try_take(Slot& s, uint32_t limit, bool engine) { return engine ? s.t
 // `engine`: in flight counts the engines' reported load (RoutingParams::engine_load_all).
 Choice place_with_overflow(const PickContext& ctx, size_t pos, bool engine);
 
+// Ranks into `out` the eligible members other than `chosen`, in ring order clockwise from
+// `pos` (its owner first), those below `limit` in flight before those at it.
+void rank_by_ring(const PickContext& ctx, size_t pos, uint32_t chosen, uint32_t limit, bool engine, Alternates& out);
+
 // Takes a lease on the eligible member with the fewest requests in flight, `first` on a tie
 // (the all-full fallback: every candidate is at its limit, so the least loaded takes it).
 uint32_t acquire_fewest(const PickContext& ctx, uint32_t first, bool engine);

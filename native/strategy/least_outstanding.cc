@@ -27,6 +27,22 @@ class LeastOutstandingStrategy final : public RoutingStrategy {
     ctx.counter(c.member).acquire();
     return c;
   }
+  // Next choices: the fewest in flight per unit of weight, the member index breaking ties.
+  void rank(const PickContext& ctx, uint32_t chosen, Alternates& out) const override {
+    const Ring& ring = *ctx.snap.ring;
+    const bool engine = ctx.snap.params.engine_load_all;
+    while (!out.full()) {
+      int64_t best_m = -1;
+      double best = 0;
+      for (uint32_t i = 0; i < ring.member_count(); i++) {
+        if (i == chosen || !ctx.eligible(i) || out.has(i)) continue;
+        const double load = busy(ctx.counter(i), engine) / ring.member(i).weight;
+        if (best_m < 0 || load < best) { best = load; best_m = i; }
+      }
+      if (best_m < 0) return;
+      out.add(static_cast<uint32_t>(best_m));
+    }
+  }
 };
 
 }  // namespace

@@ -265,7 +265,26 @@ class LongestPrefixStrategy final : public RoutingStrategy {
     }
     c.overflow = affinity >= 0 ? c.member != static_cast<uint32_t>(affinity)
                                : std::find(claim.begin(), claim.begin() + static_cast<long>(placements), c.member) == claim.begin() + static_cast<long>(placements);
-    c.prefill = static_cast<uint32_t>(in.nblocks - held(c.member));
+    c.held = held(c.member);
+    c.exact = fresh(c.member);
+    c.prefill = static_cast<uint32_t>(in.nblocks - c.held);
+    if (ctx.wants_alternates()) {
+      // The claimants by the same measure the choice used (room first, then cost, then churn),
+      // then the rest of the ring; read-only, before the scratch is reset.
+      thread_local std::vector<uint32_t> ranked;
+      ranked.clear();
+      for (uint32_t m : claim)
+        if (m != c.member) ranked.push_back(m);
+      std::stable_sort(ranked.begin(), ranked.end(), [&](uint32_t a, uint32_t b) {
+        const bool fa = full(a), fb = full(b);
+        if (fa != fb) return !fa;
+        const double ka = cost(a), kb = cost(b);
+        if (ka != kb) return ka < kb;
+        return ctx.index.churn(ctx.slot(a)) < ctx.index.churn(ctx.slot(b));
+      });
+      for (uint32_t m : ranked) ctx.alternates->add(m);
+      if (!ctx.alternates->full()) rank_by_ring(ctx, home_pos, c.member, p.threshold, true, *ctx.alternates);
+    }
     // Not from a snapshot the membership has moved past: its slot may since have been given
     // to another instance (router.h), whose index entries must not get this prompt. Checked
     // under the index's lock, which the writer takes to clear a slot it reuses.

@@ -36,6 +36,12 @@ class RandomStrategy final : public RoutingStrategy {
     ctx.counter(c.member).acquire();
     return c;
   }
+  // Next choices: ring order from a random point, which draws each member about as often as
+  // its weight's share of the ring.
+  void rank(const PickContext& ctx, uint32_t chosen, Alternates& out) const override {
+    const Ring& ring = *ctx.snap.ring;
+    rank_by_ring(ctx, home_position(ring, next_random(), ctx.eligible), chosen, ctx.snap.params.threshold, false, out);
+  }
 };
 
 }  // namespace

@@ -42,6 +42,26 @@ struct Eligible {
   bool operator()(uint32_t m) const { return bits == nullptr || ((bits[m / 64] >> (m % 64)) & 1) != 0; }
 };
 
+// The members a pick would choose next, best first, named without taking their leases or
+// touching the prefix index: a caller that names fallbacks (the endpoint picker's list) or
+// tries a second instance asks for them. want == 0, the common pick: none are ranked.
+constexpr size_t kMaxAlternates = 8;
+struct Alternates {
+  size_t want = 0;
+  size_t count = 0;
+  uint32_t member[kMaxAlternates] = {};
+  bool full() const { return count >= want; }
+  bool has(uint32_t m) const {
+    for (size_t i = 0; i < count; i++)
+      if (member[i] == m) return true;
+    return false;
+  }
+  // Adds m unless it is there already or the list is full.
+  void add(uint32_t m) {
+    if (!full() && !has(m)) member[count++] = m;
+  }
+};
+
 struct PickContext {
   const Snapshot& snap;
   SlotTable& slots;
@@ -51,6 +71,9 @@ struct PickContext {
   const PickInput& in;
   // The region's members_version: a snapshot whose value differs is out of date.
   const std::atomic<uint64_t>* members_version = nullptr;
+  // Where the strategy ranks the members it did not choose, when the caller asks (want > 0).
+  Alternates* alternates = nullptr;
+  bool wants_alternates() const { return alternates != nullptr && alternates->want > 0; }
   bool current() const {
     return members_version == nullptr || members_version->load(std::memory_order_acquire) == snap.members_version;
   }
@@ -62,6 +85,11 @@ struct Choice {
   uint32_t member = 0;
   bool overflow = false;   // load sent the request away from where the strategy would put it
   uint32_t prefill = 0;    // blocks added to the member's queued prefill (returned on first token)
+  // Blocks of the prompt the strategy counted as already held by the member (its match, in the
+  // routing key's blocks; 0 for strategies without blocks), and whether that figure came from
+  // the member's own KV events (a fresh exact view) rather than from where prompts were sent.
+  uint32_t held = 0;
+  bool exact = false;
 };
 
 // Concurrency thresholds a strategy may default to: SageMaker's, and none (the highest an
@@ -99,8 +127,14 @@ class RoutingStrategy {
   virtual ~RoutingStrategy() = default;
   virtual const StrategyTraits& traits() const = 0;
   // Chooses a member among the eligible ones (at least one) and takes its lease: the chosen
-  // slot's in-flight count is one higher on return.
+  // slot's in-flight count is one higher on return. A strategy may rank the members it did not
+  // choose into ctx.alternates while it has their scores at hand (longest_prefix does).
   virtual Choice pick(const PickContext& ctx) const = 0;
+  // Ranks the eligible members other than `chosen`, best first, into `out` (up to out.want),
+  // with no side effect: called after pick when it left `out` empty. The default is the
+  // consistent hash's own order (clockwise from the key's home, members below the concurrency
+  // threshold first), which is where prefix_aware would overflow next.
+  virtual void rank(const PickContext& ctx, uint32_t chosen, Alternates& out) const;
 };
 
 struct StrategyEntry {

@@ -7,8 +7,30 @@
 import { PrefixRouterError } from './errors.js'
 
 export const ABI = {
-  /** router_io's Float64Array: a pick's numeric arguments in, its result over words 0-3. */
-  io: { kind: 0, keyBytes: 1, anchor: 2, hashed: 3, group: 4, tenant: 5, avoidCount: 6, avoid: 7, maxAvoid: 16, exact: 23, now: 24, words: 25 },
+  /** router_io's Float64Array: a pick's numeric arguments in, its result over words 0-3 and the out* words. */
+  io: {
+    kind: 0,
+    keyBytes: 1,
+    anchor: 2,
+    hashed: 3,
+    group: 4,
+    tenant: 5,
+    avoidCount: 6,
+    avoid: 7,
+    maxAvoid: 16,
+    exact: 23,
+    now: 24,
+    alternates: 25,
+    maxAlternates: 8,
+    // Written by the pick beside its result over words 0-3.
+    outBlocks: 26,
+    outHeld: 27,
+    outExact: 28,
+    outAlternates: 29,
+    outAlternateSlot: 30,
+    outAlternateGeneration: 38,
+    words: 46,
+  },
   /** key_extract's Float64Array: the words it needs, and the two more for the token memo. */
   keyMeta: { words: 12, required: 10 },
   /** The record key_extract writes after an extracted text (nine 64-bit words, 8-aligned). */

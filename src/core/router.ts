@@ -91,6 +91,11 @@ export interface PickOptions {
   tokens?: ExactTokens | undefined
   /** With `tokens`: the time in ms pending blocks expire against (virtual in replays); default performance.now(). */
   now?: number | undefined
+  /**
+   * Rank this many next choices too (at most 8), best first, without taking their leases: the
+   * lease's `alternates`. A caller naming fallbacks, or that may try a second instance, asks.
+   */
+  alternates?: number | undefined
 }
 
 /** A prompt's token ids and the seed of their block chain (exactSeed). */
@@ -122,6 +127,7 @@ export const EXACT_BLOCK_SIZE = -3
 export const EXACT_CAPACITY = -4
 
 const VIEWS: readonly ExactView[] = ['none', 'fresh', 'stale']
+const NO_ALTERNATES: readonly string[] = Object.freeze([])
 const MAX_U64 = (1n << 64n) - 1n
 
 function checkU64(key: string, v: unknown): bigint {
@@ -154,13 +160,32 @@ export class Lease {
   readonly instance: string
   /** True when load sent the request away from where the strategy would have put it. */
   readonly overflow: boolean
+  /**
+   * What the strategy saw of the prompt at that instance (strategies matching blocks:
+   * longest_prefix): the prompt's blocks of routing key, how many of them it counted as held
+   * there, and whether that count came from the instance's own KV events (the exact view)
+   * rather than from where earlier prompts were sent. 0, 0, false for the other strategies.
+   */
+  readonly blocks: number
+  readonly heldBlocks: number
+  readonly exact: boolean
+  /** The next choices the pick ranked (PickOptions.alternates), best first; empty unless asked. */
+  alternates: readonly string[] = NO_ALTERNATES
 
-  constructor(router: Router, slot: number, instance: string, overflow: boolean, prefill = 0) {
+  constructor(router: Router, slot: number, instance: string, overflow: boolean, prefill = 0, blocks = 0, heldBlocks = 0, exact = false) {
     this.#router = router
     this.#held = { slot, prefill, released: false }
     this.instance = instance
     this.overflow = overflow
+    this.blocks = blocks
+    this.heldBlocks = heldBlocks
+    this.exact = exact
     router._track(this, this.#held)
+  }
+
+  /** The share of the prompt's blocks the instance held (0 to 1), as `blocks` and `heldBlocks` say; 0 without blocks. */
+  get heldShare(): number {
+    return this.blocks === 0 ? 0 : this.heldBlocks / this.blocks
   }
 
   /** @internal the counter slot, for PickOptions.avoid */
@@ -226,6 +251,14 @@ const {
   maxAvoid: IO_MAX_AVOID,
   exact: IO_EXACT,
   now: IO_NOW,
+  alternates: IO_ALTERNATES,
+  maxAlternates: IO_MAX_ALTERNATES,
+  outBlocks: IO_OUT_BLOCKS,
+  outHeld: IO_OUT_HELD,
+  outExact: IO_OUT_EXACT,
+  outAlternates: IO_OUT_ALTERNATES,
+  outAlternateSlot: IO_OUT_ALTERNATE_SLOT,
+  outAlternateGeneration: IO_OUT_ALTERNATE_GENERATION,
 } = ABI.io
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
@@ -367,7 +400,7 @@ export class Router {
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
     if (opts === undefined) return this._pickIn(prefix, undefined, undefined, undefined, undefined, undefined)
-    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid, opts.tokens, opts.now)
+    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid, opts.tokens, opts.now, opts.alternates)
   }
 
   /**
@@ -384,6 +417,7 @@ export class Router {
     avoid: readonly Lease[] | undefined,
     tokens?: ExactTokens,
     now?: number,
+    alternates?: number,
   ): Lease {
     if (typeof prefix !== 'string' && !(prefix instanceof Uint8Array)) {
       throw new InvalidArgTypeError('prefix', 'a Uint8Array or a string', prefix)
@@ -434,13 +468,25 @@ export class Router {
       io[IO_EXACT] = 1
       io[IO_NOW] = now
     }
+    io[IO_ALTERNATES] = 0
+    if (alternates !== undefined && alternates !== 0) io[IO_ALTERNATES] = checkInt('alternates', alternates, 0, IO_MAX_ALTERNATES)
     const h = this.#h()
     const r = pickIo(h, prefix, tenant, group, tokenIds, seed)
     if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
     const slot = io[0]!
-    const gen = io[1]!
-    // Id and generation side by side: one array for the cache, not two.
+    const lease = new Lease(this, slot, this.#slotId(h, slot, io[1]!), io[2] === 1, io[3]!, io[IO_OUT_BLOCKS]!, io[IO_OUT_HELD]!, io[IO_OUT_EXACT] === 1)
+    const n = io[IO_ALTERNATES] === 0 ? 0 : io[IO_OUT_ALTERNATES]!
+    if (n > 0) {
+      const alt: string[] = []
+      for (let i = 0; i < n; i++) alt.push(this.#slotId(h, io[IO_OUT_ALTERNATE_SLOT + i]!, io[IO_OUT_ALTERNATE_GENERATION + i]!))
+      lease.alternates = alt
+    }
+    return lease
+  }
+
+  /** The instance id of a slot as of its generation, cached: id and generation side by side, one array for the cache, not two. */
+  #slotId(h: NativeHandle, slot: number, gen: number): string {
     const ids = this.#ids
     let id = ids[2 * slot] as string | undefined
     if (id === undefined || ids[2 * slot + 1] !== gen) {
@@ -448,7 +494,7 @@ export class Router {
       ids[2 * slot] = id
       ids[2 * slot + 1] = gen
     }
-    return new Lease(this, slot, id, io[2] === 1, io[3]!)
+    return id
   }
 
   /**

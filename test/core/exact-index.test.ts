@@ -262,10 +262,17 @@ describe('longest_prefix with the exact view', () => {
       const plain = r.pick(text)
       plain.release()
       expect(plain.instance).toBe(home)
+      expect(plain.exact).toBe(false)
+      expect(plain.heldBlocks).toBe(0)
       // ...which the approximate index now remembers, and which the engines' word overrules.
       const l = pickWith(r)
       expect(l.instance).toBe(holder)
       expect(l.overflow).toBe(false)
+      // The lease says which view decided and how much of the prompt the instance holds.
+      expect(l.exact).toBe(true)
+      expect(l.blocks).toBeGreaterThan(0)
+      expect(l.heldBlocks).toBe(l.blocks)
+      expect(l.heldShare).toBe(1)
       expect(r.exactInstance(holder)!.pendingBlocks).toBe(0) // it holds every block already
     }
   })
