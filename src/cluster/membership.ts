@@ -7,6 +7,7 @@ import type { Config } from '../config/config.js'
 import { closeWhenDrained } from '../fleet/drain.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { Instance } from '../fleet/instance.js'
+import type { Role } from '../config/disaggregation.js'
 
 export interface InstanceState {
   id: string
@@ -26,6 +27,8 @@ export interface InstanceState {
   failReports: number
   ejectedUntil: number
   ejections: number
+  role: Role
+  bootstrapPort: number | undefined
 }
 
 export interface Membership {
@@ -52,6 +55,8 @@ export function membershipOf(ep: Endpoint): Membership {
       failReports: i.health.failReports,
       ejectedUntil: i.outlier.ejectedUntil,
       ejections: i.outlier.ejections,
+      role: i.role,
+      bootstrapPort: i.bootstrapPort,
     })),
   }
 }
@@ -127,6 +132,8 @@ export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['u
     }
     inst.outlier.ejectedUntil = s.ejectedUntil
     inst.outlier.ejections = s.ejections
+    inst.role = s.role
+    inst.bootstrapPort = s.bootstrapPort
   }
   ep.sync()
 }

@@ -21,6 +21,8 @@ import { LoadBeyondOwn } from './load/beyond.js'
 import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
+import { plays } from '../config/disaggregation.js'
+import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from './groups.js'
 
 export interface EndpointEvents {
   log?: Logger
@@ -48,12 +50,13 @@ export interface RemoteFleet {
   markDown(ep: Endpoint, inst: Instance, reason: string): void
 }
 
-/** Group of instances whose models are unknown: they are candidates for any model. */
-const ANY_MODEL = '\u0000any'
 /** A model some instance serves, none of them in rotation. */
 const MODEL_DOWN = 0
 /** A model no instance of the endpoint serves. */
 const MODEL_UNKNOWN = 1
+/** A model the endpoint serves, but no instance playing the leg asked for does. */
+const LEG_MISSING = 2
+type GroupOrWhyNot = RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN | typeof LEG_MISSING
 /** Models remembered between syncs: names come from clients, so the map is bounded. */
 const MAX_GROUPS = 1024
 /** Tries of one pick that named an instance this process does not route to (the router's avoid list holds 16). */
@@ -98,7 +101,9 @@ export class Endpoint {
   // health, ejection and models is published: the instances in rotation, and each requested
   // model's group (or why there is none).
   #healthy: readonly Instance[] | undefined
-  #groups = new Map<string, RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN>()
+  #groups = new Map<string, GroupOrWhyNot>()
+  /** Some instance plays prefill or decode only: requests may run over two instances (see groups.ts). */
+  #disaggregated = false
   /** The exact cache view (kvEvents configured): the instances' own KV-cache events. */
   exact: ExactView | undefined
   /**
@@ -402,25 +407,46 @@ export class Endpoint {
     return (this.#healthy ??= [...this.instances.values()].filter((i) => i.inRotation))
   }
 
-  /** The router group of a request for `model`, or why no instance can take it. */
-  #groupOf(model: string): RouterGroup | typeof MODEL_DOWN | typeof MODEL_UNKNOWN {
-    let g = this.#groups.get(model)
+  /**
+   * Whether some instance plays only one leg (prefill or decode): requests then run on instances
+   * that decode, and may take a prefill leg on one that prefills (src/schedule/).
+   */
+  get disaggregated(): boolean {
+    return this.#disaggregated
+  }
+
+  /** Instances in rotation playing `leg` (any instance for undefined). */
+  healthyFor(leg: Leg | undefined): readonly Instance[] {
+    const h = this.healthy()
+    return leg === undefined ? h : h.filter((i) => plays(i.role, leg))
+  }
+
+  /** The router group of a request for `model` on `leg` (undefined: a whole request in an endpoint that does not disaggregate), or why no instance can take it. */
+  #groupOf(model: string, leg: Leg | undefined): GroupOrWhyNot {
+    const key = groupName(model, leg)
+    let g = this.#groups.get(key)
     if (g !== undefined) return g
-    const healthy = this.healthy()
-    if (healthy.some((i) => i.serves(model))) g = { name: model, id: this.router._groupId(model) }
-    else if (healthy.some((i) => !i.knowsModels())) g = { name: ANY_MODEL, id: this.router._groupId(ANY_MODEL) }
-    else if ([...this.instances.values()].some((i) => i.serves(model))) g = MODEL_DOWN
+    const playing = (i: Instance) => leg === undefined || plays(i.role, leg)
+    const healthy = this.healthy().filter(playing)
+    const all = [...this.instances.values()]
+    if (healthy.some((i) => i.serves(model))) g = { name: key, id: this.router._groupId(key) }
+    else if (healthy.some((i) => !i.knowsModels())) g = { name: groupName(ANY_MODEL, leg), id: this.router._groupId(groupName(ANY_MODEL, leg)) }
+    else if (all.some((i) => playing(i) && i.serves(model))) g = MODEL_DOWN
+    else if (leg !== undefined && all.some((i) => i.serves(model) || !i.knowsModels())) g = LEG_MISSING
     else g = MODEL_UNKNOWN
     if (this.#groups.size >= MAX_GROUPS) this.#groups.clear()
-    this.#groups.set(model, g)
+    this.#groups.set(key, g)
     return g
   }
 
   #members() {
     const list = [...this.instances.values()].filter((i) => i.inRotation)
+    const disaggregated = [...this.instances.values()].some((i) => i.role !== 'both')
+    // Set here too: the constructor builds the router from these groups before any sync.
+    this.#disaggregated = disaggregated
     return list.map((i) => {
       const capacity = i.indexCapacity(this.routing.blockSize)
-      return { id: i.id, weight: i.weight, groups: i.knowsModels() ? i.models() : [ANY_MODEL], ...(capacity !== undefined && { indexBlocks: capacity }) }
+      return { id: i.id, weight: i.weight, groups: groupsOf(i.knowsModels() ? i.models() : [], i.role, disaggregated), ...(capacity !== undefined && { indexBlocks: capacity }) }
     })
   }
 
@@ -436,6 +462,7 @@ export class Endpoint {
   #syncMembers(): void {
     this.#healthy = undefined
     this.#groups.clear()
+    this.#disaggregated = [...this.instances.values()].some((i) => i.role !== 'both')
     this.#events.onSync?.(this)
     if (this.#events.remote) return this.#syncExact()
     const members = this.#members()
@@ -508,33 +535,45 @@ export class Endpoint {
     return this.#closed
   }
 
-  /** Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. */
-  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens): Pick {
+  /**
+   * Chooses an instance; `avoid` holds a retry's earlier tries, whose instances are skipped. In a
+   * disaggregated endpoint the pick is among the instances playing `leg`, by default those that
+   * decode (a whole request is generated where it is decoded). `alternates`: rank that many next
+   * choices too (Lease.alternates), without leases.
+   */
+  pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens, leg?: Leg, alternates?: number): Pick {
     try {
-      return this.#pick(key, tenant, model, anchor, avoid, exact)
+      return this.#pick(key, tenant, model, anchor, avoid, exact, leg, alternates)
     } catch (err) {
       // Another process owns the fleet: before turning the request away, this one reads the
       // owner's latest record (it reads it on a timer otherwise), and tries once more if it moved.
       if (!(err instanceof RequestError) || this.#events.remote?.refresh(this) !== true) throw err
-      return this.#pick(key, tenant, model, anchor, avoid, exact)
+      return this.#pick(key, tenant, model, anchor, avoid, exact, leg, alternates)
     }
   }
 
-  #pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens): Pick {
-    if (this.healthy().length === 0) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+  #pick(key: Uint8Array | string, tenant: string | undefined, model: string | undefined, anchor?: number, avoid?: readonly Lease[], exact?: ExactTokens, leg?: Leg, alternates?: number): Pick {
+    const retryAfter = Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000))
+    if (this.healthy().length === 0) throw noHealthyInstance(this.name, retryAfter)
+    const on: Leg | undefined = this.#disaggregated ? (leg ?? 'decode') : undefined
+    if (on !== undefined && this.healthyFor(on).length === 0) throw noLegInstance(this.name, on, model, retryAfter)
     let group: RouterGroup | undefined
     if (model !== undefined) {
-      const g = this.#groupOf(model)
-      if (g === MODEL_DOWN) throw noHealthyInstance(this.name, Math.max(1, Math.ceil(this.#config.health.intervalMs / 1000)))
+      const g = this.#groupOf(model, on)
+      if (g === MODEL_DOWN) throw on === undefined ? noHealthyInstance(this.name, retryAfter) : noLegInstance(this.name, on, model, retryAfter)
       if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${echo(model)}' does not exist on endpoint '${this.name}'.`, 404)
+      if (g === LEG_MISSING) throw legMissing(this.name, on!, model)
       group = g
+    } else if (on !== undefined) {
+      const name = legGroup(on)
+      group = { name, id: this.router._groupId(name) }
     }
     const remote = this.#events.remote
     let skipped: Lease[] | undefined
     for (;;) {
       let lease: Lease
       try {
-        lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, skipped === undefined ? avoid : [...(avoid ?? []), ...skipped], exact)
+        lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, skipped === undefined ? avoid : [...(avoid ?? []), ...skipped], exact, undefined, alternates)
       } catch (err) {
         if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
         throw err
@@ -627,6 +666,22 @@ export class Endpoint {
     await Promise.all([...this.instances.values(), ...this.#joining.values(), ...this.#retiring].map((i) => i.close()))
     this.router.close()
   }
+}
+
+/** No instance playing `leg` is in rotation (for the model, when one is named). */
+function noLegInstance(endpoint: string, leg: Leg, model: string | undefined, retryAfterSeconds: number): RequestError {
+  const what = model === undefined ? '' : ` for model '${echo(model)}'`
+  return new RequestError(`no_${leg}_instance`, `no healthy ${leg} instance${what} on endpoint '${endpoint}'`, 503, { details: { endpoint, leg, retryAfterSeconds } })
+}
+
+/** The model is served on the endpoint, but by no instance playing `leg`: a configuration to fix, not a passing outage. */
+function legMissing(endpoint: string, leg: Leg, model: string): RequestError {
+  return new RequestError(
+    `no_${leg}_instance`,
+    `the model '${echo(model)}' is served on endpoint '${endpoint}' by no instance with the ${leg} role${leg === 'decode' ? ' (prefill instances do not generate answers; give some instances role decode or both)' : ''}`,
+    503,
+    { details: { endpoint, leg } },
+  )
 }
 
 /** The probe token of an endpoint: its own probeAuth, else the top-level one (read now: throws ConfigError if it cannot be). */

@@ -1,0 +1,33 @@
+// An endpoint of serve's (or the endpoint picker's) fleet as the scheduler's picker: the
+// endpoint's filters (model, role, health) and its native strategy.
+import type { Lease } from '../core/router.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { Leg } from '../fleet/groups.js'
+import type { Instance } from '../fleet/instance.js'
+import type { Chosen, LegPicker, RequestView } from './types.js'
+import { APPROX_BYTES_PER_TOKEN } from './uncached.js'
+
+class EndpointPicker implements LegPicker<Instance> {
+  constructor(readonly ep: Endpoint) {}
+
+  get disaggregated(): boolean {
+    return this.ep.disaggregated
+  }
+
+  get blockTokens(): number {
+    return this.ep.routing.blockSize / APPROX_BYTES_PER_TOKEN
+  }
+
+  pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<Instance> {
+    return this.ep.pick(view.key, view.tenant, view.model, view.anchor, avoid, view.exact, leg, alternates)
+  }
+}
+
+// One per endpoint, made on first use: the request path allocates none.
+const pickers = new WeakMap<Endpoint, EndpointPicker>()
+
+export function endpointPicker(ep: Endpoint): LegPicker<Instance> {
+  let p = pickers.get(ep)
+  if (p === undefined) pickers.set(ep, (p = new EndpointPicker(ep)))
+  return p
+}

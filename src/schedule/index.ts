@@ -1,0 +1,5 @@
+export { schedule, releaseSchedule } from './scheduler.js'
+export { pd, isNoPrefill, type PdOptions } from './profiles/pd.js'
+export { single } from './profiles/single.js'
+export { uncachedTokens, APPROX_BYTES_PER_TOKEN } from './uncached.js'
+export type { Chosen, LegPicker, RequestView, Schedule, SingleReason } from './types.js'

@@ -1,0 +1,130 @@
+// The pd profile over a real Router with role groups: which instances each leg lands on, when
+// the prefill leg is skipped, what happens with no prefill (or decode) instance, and that every
+// lease taken is counted on the instance doing its leg and released when a leg cannot be had.
+import { afterEach, describe, expect, it } from 'vitest'
+import { Router } from '../../src/core/router.js'
+import { RequestError } from '../../src/core/errors.js'
+import { RouterLegPicker, type RoleMember } from '../../src/schedule/router-picker.js'
+import { releaseSchedule, schedule, type RequestView } from '../../src/schedule/index.js'
+import type { PdOptions } from '../../src/schedule/profiles/pd.js'
+
+const routers: Router[] = []
+afterEach(() => routers.splice(0).forEach((r) => r.close()))
+
+const P = ['http://p0:8000', 'http://p1:8000']
+const D = ['http://d0:8000', 'http://d1:8000']
+
+function fleet(members: RoleMember[]): RouterLegPicker {
+  const r = new Router({ strategy: 'longest_prefix', instances: [{ id: 'placeholder' }] })
+  routers.push(r)
+  return new RouterLegPicker(r, members, r.params.blockSize)
+}
+const pd2x2 = () => fleet([...P.map((id) => ({ id, role: 'prefill' as const })), ...D.map((id) => ({ id, role: 'decode' as const }))])
+
+/** A chat-sized prompt: `tokens` tokens at 4 bytes each. */
+function view(text: string): RequestView {
+  return { key: text, tenant: undefined, model: undefined, anchor: undefined, exact: undefined, promptTokens: Math.ceil(text.length / 4) }
+}
+const doc = (i: number, tokens = 2000) => `document ${i}: ${'lorem ipsum dolor sit amet '.repeat(Math.ceil((tokens * 4) / 27))}`.slice(0, tokens * 4)
+const DEFAULTS: PdOptions = { order: 'decode-first', threshold: 256, whenNoPrefill: 'decode' }
+
+const inFlight = (p: RouterLegPicker) => Object.fromEntries(p.router.instances().map((i) => [i.id, i.inFlight]))
+const queued = (p: RouterLegPicker) => Object.fromEntries(p.router.instances().map((i) => [i.id, i.queuedPrefillBlocks]))
+
+describe('the pd profile', () => {
+  it('decode first: a new prompt gets a prefill leg on a prefill instance and a decode leg on a decode instance', () => {
+    const p = pd2x2()
+    const s = schedule(p, view(doc(1)), DEFAULTS)
+    expect(s.profile).toBe('pd')
+    if (s.profile !== 'pd') return
+    expect(P).toContain(s.prefill.instance)
+    expect(D).toContain(s.decode.instance)
+    expect(s.uncachedTokens).toBe(2000)
+    // Each lease counts on its instance; the decode instance computes none of the prompt.
+    expect(inFlight(p)[s.prefill.instance]).toBe(1)
+    expect(inFlight(p)[s.decode.instance]).toBe(1)
+    expect(queued(p)[s.prefill.instance]).toBeGreaterThan(0)
+    expect(queued(p)[s.decode.instance]).toBe(0)
+    releaseSchedule(s)
+    expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+  })
+
+  it('skips the prefill leg when the decode instance already holds the prompt', () => {
+    const p = pd2x2()
+    const first = schedule(p, view(doc(2)), DEFAULTS)
+    releaseSchedule(first)
+    const again = schedule(p, view(doc(2)), DEFAULTS)
+    expect(again.profile).toBe('single')
+    if (again.profile !== 'single' || first.profile !== 'pd') return
+    expect(again.reason).toBe('short_uncached')
+    expect(again.target.instance).toBe(first.decode.instance)
+    expect(again.uncachedTokens).toBeLessThan(256)
+    // Nothing was taken on a prefill instance.
+    for (const id of P) expect(inFlight(p)[id]).toBe(0)
+    releaseSchedule(again)
+  })
+
+  it('threshold 0 disaggregates every request, a prompt held whole included', () => {
+    const p = pd2x2()
+    releaseSchedule(schedule(p, view(doc(3)), { ...DEFAULTS, threshold: 0 }))
+    const s = schedule(p, view(doc(3)), { ...DEFAULTS, threshold: 0 })
+    expect(s.profile).toBe('pd')
+    releaseSchedule(s)
+  })
+
+  it('a prompt shorter than the threshold runs whole on its decode instance', () => {
+    const p = pd2x2()
+    const s = schedule(p, view(doc(4, 100)), DEFAULTS)
+    expect(s).toMatchObject({ profile: 'single', reason: 'short_uncached', uncachedTokens: 100 })
+    releaseSchedule(s)
+  })
+
+  it('no prefill instance: decode-only by default, 503 no_prefill_instance with whenNoPrefill fail (no lease left behind)', () => {
+    const p = fleet(D.map((id) => ({ id, role: 'decode' as const })))
+    const s = schedule(p, view(doc(5)), DEFAULTS)
+    expect(s).toMatchObject({ profile: 'single', reason: 'no_prefill_instance' })
+    releaseSchedule(s)
+    let err: unknown
+    try {
+      schedule(p, view(doc(55)), { ...DEFAULTS, whenNoPrefill: 'fail' })
+    } catch (e) {
+      err = e
+    }
+    expect(err).toBeInstanceOf(RequestError)
+    expect((err as RequestError).code).toBe('no_prefill_instance')
+    expect((err as RequestError).status).toBe(503)
+    expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+  })
+
+  it('no decode instance: 503 no_decode_instance, for either order', () => {
+    const p = fleet(P.map((id) => ({ id, role: 'prefill' as const })))
+    for (const order of ['decode-first', 'prefill-first'] as const) {
+      expect(() => schedule(p, view(doc(6)), { ...DEFAULTS, order })).toThrow(expect.objectContaining({ code: 'no_decode_instance', status: 503 }))
+      expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+    }
+  })
+
+  it('prefill first: the same legs, and the prefill lease given back when the decode instance holds the prompt', () => {
+    const p = pd2x2()
+    const o: PdOptions = { ...DEFAULTS, order: 'prefill-first' }
+    const s = schedule(p, view(doc(7)), o)
+    expect(s.profile).toBe('pd')
+    releaseSchedule(s)
+    const again = schedule(p, view(doc(7)), o)
+    expect(again).toMatchObject({ profile: 'single', reason: 'short_uncached' })
+    for (const id of P) expect(inFlight(p)[id]).toBe(0)
+    releaseSchedule(again)
+  })
+
+  it('instances playing both take either leg, and a fleet of only both runs single', () => {
+    const both = fleet([{ id: 'http://b0:8000', role: 'both' }, { id: 'http://b1:8000', role: 'both' }])
+    const s = schedule(both, view(doc(8)), DEFAULTS)
+    expect(s).toMatchObject({ profile: 'single', reason: 'aggregated' })
+    releaseSchedule(s)
+    const mixed = fleet([{ id: 'http://b0:8000', role: 'both' }, { id: 'http://d0:8000', role: 'decode' }])
+    const m = schedule(mixed, view(doc(9)), DEFAULTS)
+    expect(m.profile).toBe('pd')
+    if (m.profile === 'pd') expect(m.prefill.instance).toBe('http://b0:8000')
+    releaseSchedule(m)
+  })
+})
