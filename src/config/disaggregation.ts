@@ -43,6 +43,11 @@ export const DisaggregationSchema = z
      * holds the blocks); later, the prompt is prefilled again.
      */
     kvHoldMs: z.number().int().min(0).max(3_600_000).default(DEFAULT_KV_HOLD_MS),
+    /**
+     * A prefill try's answer must come within this (it comes whole, when the prompt is computed,
+     * so queueing behind other prefills counts); then the leg is tried on another prefill instance.
+     */
+    prefillTimeoutMs: z.number().int().min(1).max(3_600_000).default(60_000),
   })
   .strict()
 

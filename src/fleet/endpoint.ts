@@ -21,7 +21,7 @@ import { LoadBeyondOwn } from './load/beyond.js'
 import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
-import { plays } from '../config/disaggregation.js'
+import { plays, type DisaggregationConfig } from '../config/disaggregation.js'
 import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from './groups.js'
 
 export interface EndpointEvents {
@@ -78,6 +78,8 @@ export class Endpoint {
   readonly router: Router
   readonly instances = new Map<string, Instance>()
   routing: RoutingConfig
+  /** How a request runs over a prefill and a decode instance (read when the endpoint disaggregates). */
+  disaggregation: DisaggregationConfig
   #config: Config
   /** This endpoint's own configuration (its instances' KV-event addresses, among others). */
   #epConfig: EndpointConfig
@@ -125,6 +127,7 @@ export class Endpoint {
     this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
+    this.disaggregation = ep.disaggregation ?? config.disaggregation
     this.#static = events.remote ? [] : ep.instances
     this.#probeToken = probeToken(config, ep)
     for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), this.#instance(i))
@@ -251,6 +254,7 @@ export class Endpoint {
     this.#config = config
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
+    this.disaggregation = ep.disaggregation ?? config.disaggregation
     this.#probeToken = token
     for (const i of [...this.instances.values(), ...this.#joining.values()]) i.probeToken = token
     const remote = this.#events.remote

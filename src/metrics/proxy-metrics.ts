@@ -5,6 +5,7 @@ import { BoundCounter, BoundHistogram } from './bound-metrics.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { registerKvEventMetrics } from '../fleet/events/metrics.js'
 import { registerEngineLoadMetrics } from '../fleet/load/metrics.js'
+import { PdMetrics } from './pd-metrics.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()
@@ -18,6 +19,8 @@ export class ProxyMetrics {
   readonly retries: Counter<'instance' | 'reason'>
   readonly ejections: Counter<'instance' | 'reason'>
   readonly tokenize: BoundHistogram<'result'>
+  /** Disaggregated endpoints' requests and legs. */
+  readonly pd: PdMetrics
 
   /**
    * `fleet`: whether this process reports the fleet's gauges (instance health, ejection,
@@ -96,6 +99,7 @@ export class ProxyMetrics {
       buckets: [1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25],
       registers,
     })
+    this.pd = new PdMetrics(registers)
     registerKvEventMetrics(endpoints, registers)
     // The primary reads the engines for the host: its figures are the fleet's.
     registerEngineLoadMetrics(endpoints, fleetRegisters)

@@ -64,10 +64,53 @@ export interface Outcome {
   sagemaker: boolean
   /** A health check (/ping, /health): counted apart from requests. */
   check: '/ping' | '/health' | undefined
+  /** What decided the pick, for strategies matching blocks: the instance's KV events (exact) or where prompts went (approximate). */
+  view: 'exact' | 'approximate' | undefined
+  /** The prompt's blocks of routing key, and how many the chosen instance held. */
+  blocks: number | undefined
+  heldBlocks: number | undefined
+  /**
+   * A disaggregated endpoint's request: disaggregated (a prefill leg, then the decode leg),
+   * short_uncached (whole on the decode instance, which lacked little), no_prefill_instance,
+   * prefill_failed (decode-only after the prefill tries failed).
+   */
+  pd: string | undefined
+  /** The prompt's tokens the decode instance lacked, as the scheduler estimated them. */
+  uncachedTokens: number | undefined
+  /** The instance that ran the prefill leg (the last one tried), its tries after the first, and how long the leg took. */
+  prefill: string | undefined
+  prefillRetries: number
+  prefillMs: number | undefined
+  /** Why the prefill legs' KV parameters could not be used (missing_params, malformed_params, ...), when they could not. */
+  kvParams: string | undefined
 }
 
 export function newOutcome(requestId: string, requestIdReplaced: boolean): Outcome {
-  return { requestId, requestIdReplaced, endpoint: '', instance: '', strategy: '', status: 0, retries: 0, model: undefined, tenant: undefined, decision: undefined, firstByteAt: undefined, bytesIn: undefined, sagemaker: false, check: undefined }
+  return {
+    requestId,
+    requestIdReplaced,
+    endpoint: '',
+    instance: '',
+    strategy: '',
+    status: 0,
+    retries: 0,
+    model: undefined,
+    tenant: undefined,
+    decision: undefined,
+    firstByteAt: undefined,
+    bytesIn: undefined,
+    sagemaker: false,
+    check: undefined,
+    view: undefined,
+    blocks: undefined,
+    heldBlocks: undefined,
+    pd: undefined,
+    uncachedTokens: undefined,
+    prefill: undefined,
+    prefillRetries: 0,
+    prefillMs: undefined,
+    kvParams: undefined,
+  }
 }
 
 /**
@@ -109,7 +152,16 @@ function fields(f: Fields, req: Req, out: Outcome, status: number, started: numb
   f.str('strategy', out.strategy || undefined)
   f.str('instance', proxied ? out.instance : undefined)
   f.str('decision', out.decision)
+  f.str('view', out.view)
+  f.num('blocks', out.blocks)
+  f.num('heldBlocks', out.heldBlocks)
   f.num('retries', proxied ? out.retries : undefined)
+  f.str('pd', out.pd)
+  f.num('uncachedTokens', out.uncachedTokens)
+  f.str('prefill', out.prefill)
+  f.num('prefillRetries', out.prefill === undefined ? undefined : out.prefillRetries)
+  f.num('prefillMs', out.prefillMs === undefined ? undefined : ms(out.prefillMs))
+  f.str('kvParams', out.kvParams)
   f.num('ttfbMs', out.firstByteAt === undefined ? undefined : ms(out.firstByteAt - started))
   f.num('ms', ms(ended - started))
   f.num('bytesIn', out.bytesIn)

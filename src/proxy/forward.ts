@@ -26,6 +26,11 @@ export interface ClientState {
    * for it): with CLIENT_GONE when the client leaves, SHUTDOWN when the drain ends the request.
    */
   abort: ((err: Error) => void) | undefined
+  /**
+   * An abort asked for while no upstream request was open: the next one is aborted with it as
+   * it connects (a disaggregated request's prefill leg failing before its decode leg connected).
+   */
+  abortNext?: Error | undefined
 }
 
 export interface ForwardRequest {
@@ -71,6 +76,19 @@ export class UpstreamStatusError extends PrefixRouterError {
   }
 }
 
+/**
+ * Ends a decode leg whose prefill leg failed while both ran at once (SGLang's flow): the decode
+ * instance waits for a KV cache that will not come, so its try is aborted with this and the
+ * pair tried again.
+ */
+export class PrefillLegFailed extends PrefixRouterError {
+  declare readonly code: 'PR_PREFILL_LEG_FAILED'
+  constructor(readonly reason: string) {
+    super('PR_PREFILL_LEG_FAILED', `the prefill leg failed (${reason})`)
+    this.name = 'PrefillLegFailed'
+  }
+}
+
 /** Whether the whole request had been written when a try failed (set on errors forward rejects with). */
 export function requestWasSent(err: unknown): boolean {
   return (err as { requestSent?: boolean }).requestSent === true
@@ -92,7 +110,7 @@ export function resetUnanswered(err: unknown): boolean {
  * walking an object: end-to-end ones only, no AWS credentials, and the router's own
  * X-Forwarded-*, X-Request-Id and trace context in place of any the client sent.
  */
-function requestHeaders(f: ForwardRequest): HeaderList {
+export function requestHeaders(f: Pick<ForwardRequest, 'headers' | 'traceHeaders' | 'body' | 'clientAddress' | 'secure' | 'requestId'>): HeaderList {
   const h = f.headers
   const trace = f.traceHeaders?.()
   const prior = h['x-forwarded-for']
@@ -151,7 +169,11 @@ class Upstream {
     const { client } = this.f
     if (client.gone) abort(CLIENT_GONE)
     else if (client.shutdown) abort(SHUTDOWN)
-    else client.abort = abort
+    else if (client.abortNext !== undefined) {
+      const err = client.abortNext
+      client.abortNext = undefined
+      abort(err)
+    } else client.abort = abort
   }
 
   onRequestSent(): void {

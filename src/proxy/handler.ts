@@ -1,16 +1,11 @@
 // One front request, start to end: route, routing key, pick, forward, release. The lease
 // is released in `finally`, so success, upstream error, client abort and timeout all
 // return the in-flight count to where it was.
-import { exactTokens } from '../tokens/request-tokens.js'
-import type { ExactTokens } from '../core/router.js'
-import type { OpenAIApi } from '../core/key/openai-key.js'
-import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
-import type { Endpoint, Pick } from '../fleet/endpoint.js'
-import type { Instance } from '../fleet/instance.js'
-import type { Span } from '@opentelemetry/api'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
-import type { Lease } from '../core/router.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { ProxyCore } from './core.js'
+import { declaredLength, proxyTo, type Outbound } from './tries.js'
+import { disaggregates, proxyDisaggregated } from './pd/proxy-pd.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
 import { chatKey, openAILimits } from './chat-key.js'
@@ -19,30 +14,16 @@ import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
-import { decisionOf } from '../core/strategies.js'
-import { duplicateHost, isConnectError, methodNotAllowed, noHealthyInstance, notFound, ProxyError, shuttingDown, tooLarge, toProxyError, upstreamError, upstreamFailed } from './errors.js'
-import { CLIENT_GONE, forward, forwardFresh, resetUnanswered, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
+import { duplicateHost, methodNotAllowed, notFound, tooLarge, toProxyError, upstreamError } from './errors.js'
+import { CLIENT_GONE, type ClientState } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
 import { repeatsHost } from './host-header.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
-import { ATTR, endSpan, injectInto, NO_SPAN, startChild, startRequestSpan, tracingOff, type RequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
 
-export interface ProxyCore {
-  readonly config: Config
-  readonly metrics: ProxyMetrics
-  readonly log: Logger
-  endpoint(name: string | undefined): Endpoint | undefined
-  endpoints(): Iterable<Endpoint>
-  /** Proxied requests in flight, and how many of them are on a retry (for the retry budget). */
-  readonly traffic: { active: number; retrying: number }
-  /** Every front request being handled, so that a shutdown can end what is left. */
-  readonly requests: Set<ClientState>
-  /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
-  readonly draining: boolean
-}
+export type { ProxyCore } from './core.js'
 
 const isH2 = (req: Req) => req.httpVersionMajor === 2
 
@@ -77,10 +58,6 @@ function send(req: Req, res: Res, out: Outcome, status: number, body: string, he
  */
 const WHOLE_INVOKE_BYTES = 64 * 1024
 
-function declaredLength(req: Req): number | undefined {
-  const v = req.headers['content-length']
-  return v === undefined ? undefined : Number(v)
-}
 
 const CLIENT = Symbol('client state')
 type Answered = Res & { [CLIENT]?: ClientState }
@@ -277,7 +254,10 @@ class OpenAIBodyRequest implements WholeUse<number> {
 
   send(read: OpenAIBody): Promise<number> {
     const { core, ep, req } = this
-    return proxyTo(core, ep, req, this.res, this.client, this.out, openAIOutbound(core, ep, this.route, req, read))
+    const o = openAIOutbound(core, ep, this.route, req, read)
+    // A disaggregated endpoint's generation requests are scheduled over two instances.
+    if (ep.disaggregated && disaggregates(o.api) && Buffer.isBuffer(o.body)) return proxyDisaggregated(core, ep, req, this.res, this.client, this.out, o as Outbound & { body: Buffer })
+    return proxyTo(core, ep, req, this.res, this.client, this.out, o)
   }
 }
 
@@ -286,271 +266,3 @@ function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'o
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 
-interface Outbound {
-  key: Uint8Array | string
-  body: Buffer | AsyncIterable<Buffer>
-  tenant: string | undefined
-  model: string | undefined
-  anchor: number | undefined
-  /** The client asked for a streamed answer (its headers come as soon as the instance accepts it). */
-  stream: boolean
-  path: string
-  /** The OpenAI API of a chat or completions body, which the exact view tokenizes. */
-  api?: OpenAIApi
-}
-
-/** Why a try is being retried (the `reason` label of prefix_router_retries_total), or undefined when it may not be. */
-function retryReason(err: unknown, onReset: boolean): string | undefined {
-  if (err instanceof UpstreamStatusError) return String(err.status)
-  if (isConnectError(err)) return 'connect'
-  const code = (err as { code?: string }).code
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'timeout'
-  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'UND_ERR_CLOSED') {
-    // Reset after the whole request went out: the instance may have started the work.
-    return requestWasSent(err) && !onReset ? undefined : 'reset'
-  }
-  return undefined
-}
-
-/** Whether an instance in rotation has not been tried yet. */
-function untried(ep: Endpoint, tries: readonly Lease[]): boolean {
-  return ep.healthy().some((i) => !tries.some((l) => l.instance === i.id))
-}
-
-const NO_ATTRIBUTES = Object.freeze({})
-const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({})
-
-/** Envoy's retry budget: retries in flight stay under a share of requests in flight (or a floor). */
-function budgetAllows(core: ProxyCore): boolean {
-  const { budgetPercent, minRetryConcurrency } = core.config.retries
-  return core.traffic.retrying < Math.max(minRetryConcurrency, (core.traffic.active * budgetPercent) / 100)
-}
-
-/**
- * A request being proxied: what every try sends, and the current try's callbacks for forward()
- * as methods of one object rather than closures made for each request.
- */
-class Proxying implements ForwardRequest {
-  readonly method: string
-  readonly path: string
-  readonly headers: Req['headers']
-  readonly requestId: string
-  readonly body: Buffer | AsyncIterable<Buffer>
-  readonly clientAddress: string | undefined
-  readonly secure: boolean
-  /** Streaming answers start with their headers as soon as the instance accepts the request; whole answers send them only at the end, so only the dispatcher's long timeout fits. */
-  readonly headersTimeoutMs: number | undefined
-  /** A streamed body (invoke) cannot be sent twice. */
-  readonly maxRetries: number
-  readonly tries: Lease[] = []
-  // The current try.
-  instance!: Instance
-  lease!: Lease
-  attempt = 0
-  fwdSpan: Span | undefined = undefined
-  responseHeaders: Readonly<Record<string, string>> = NO_HEADERS
-  /** performance.now() when the try was sent. */
-  sentAt = 0
-  /** The try is a retry whose answer has not started: it counts against the retry budget until then, not for a whole stream. */
-  retrying = false
-
-  constructor(
-    readonly core: ProxyCore,
-    readonly ep: Endpoint,
-    req: Req,
-    readonly client: ClientState,
-    readonly out: Outcome,
-    readonly span: RequestSpan,
-    o: Outbound,
-  ) {
-    const { retries } = core.config
-    this.method = req.method ?? 'POST'
-    this.path = o.path
-    this.headers = req.headers
-    this.requestId = out.requestId
-    this.body = o.body
-    this.clientAddress = req.socket?.remoteAddress
-    this.secure = (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true
-    this.maxRetries = Buffer.isBuffer(o.body) ? retries.max : 0
-    this.headersTimeoutMs = o.stream && retries.perTryTimeoutMs > 0 ? retries.perTryTimeoutMs : undefined
-  }
-
-  /** Makes `pick` the current try, `attempt` tries after the first. */
-  begin(pick: Pick, attempt: number, fwdSpan: Span, decision: string): void {
-    this.instance = pick.instance
-    this.lease = pick.lease
-    this.attempt = attempt
-    this.fwdSpan = fwdSpan
-    this.retrying = attempt > 0
-    if (this.retrying) this.core.traffic.retrying++
-    // The request id is always sent back; the debug headers only on request. The usual answers'
-    // names are spelled out (REQUEST_ID_HEADER, VARIANT_HEADER): until its code is optimised, a
-    // literal with a computed key is a runtime call.
-    const id = this.requestId
-    this.responseHeaders = this.core.config.debugHeaders
-      ? { [REQUEST_ID_HEADER]: id, 'x-prefix-router-instance': pick.instance.id, 'x-prefix-router-decision': decision, 'x-prefix-router-retries': String(attempt), ...(this.out.sagemaker && { [VARIANT_HEADER]: VARIANT }) }
-      : this.out.sagemaker
-        ? { 'x-request-id': id, 'x-amzn-invoked-production-variant': VARIANT }
-        : { 'x-request-id': id }
-    this.sentAt = performance.now()
-  }
-
-  /**
-   * Whether another instance may be tried. A request that never reached an instance adds no
-   * load by being sent elsewhere: the budget, which stops retries from multiplying an
-   * overload, does not count it (`reason` connect).
-   */
-  canRetry(reason?: string): boolean {
-    const { client } = this
-    return this.attempt < this.maxRetries && !client.gone && !client.shutdown && untried(this.ep, this.tries) && (reason === 'connect' || budgetAllows(this.core))
-  }
-
-  answered(): void {
-    if (this.retrying) this.core.traffic.retrying--
-    this.retrying = false
-  }
-
-  traceHeaders(): Record<string, string> | undefined {
-    if (this.span === NO_SPAN) return undefined
-    const h: Record<string, string> = {}
-    injectInto(this.span, this.fwdSpan!, h)
-    return h
-  }
-
-  retryStatus(): boolean {
-    return this.canRetry()
-  }
-
-  onResponse(status: number): void {
-    this.answered()
-    // Counted when the answer starts, as Envoy does: a stream that runs for minutes must not
-    // leave an instance's quick failures looking consecutive.
-    this.ep.recordTry(this.instance, status === 502 || status === 503 || status === 504 ? 'gateway' : status >= 500 ? '5xx' : 'ok')
-  }
-
-  onCut(): void {
-    this.ep.recordTry(this.instance, 'gateway')
-  }
-
-  onFirstByte(at: number): void {
-    // The instance's prefill is over: longest_prefix stops counting it as queued there.
-    this.lease.firstToken()
-    this.out.firstByteAt = at
-    this.core.metrics.ttfb.observe([this.instance.id], (at - this.sentAt) / 1000)
-  }
-}
-
-async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound): Promise<number> {
-  const { retries } = core.config
-  // What the latest try failed with: the client's answer when no instance is left to retry on.
-  let lastTry: unknown
-  out.model = o.model
-  out.tenant = o.tenant
-  out.bytesIn = Buffer.isBuffer(o.body) ? o.body.length : declaredLength(req)
-  const strategy = ep.routing.strategy
-  const span = tracingOff() ? NO_SPAN : startRequestSpan(req.headers, { [ATTR.requestId]: out.requestId, [ATTR.endpoint]: ep.name, [ATTR.strategy]: strategy, ...(o.model !== undefined && { [ATTR.model]: echo(o.model) }) })
-  const p = new Proxying(core, ep, req, client, out, span, o)
-  const tries = p.tries
-  let failure: unknown
-  core.traffic.active++
-  try {
-    // The exact view: the request's token ids, before the pick (a failure or a late answer
-    // routes it on the approximate view).
-    const tokenizer = ep.tokenizer
-    let exact: ExactTokens | undefined
-    if (tokenizer !== undefined && o.api !== undefined && Buffer.isBuffer(o.body)) {
-      const t0 = performance.now()
-      exact = await exactTokens(tokenizer, o.api, o.body, o.model, ep.isAdapter(o.model), ep.tokenizeTarget(o.model))
-      core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-    }
-    for (let attempt = 0; ; attempt++) {
-      // A request that records no spans (no SDK, or not sampled) builds no attributes for them.
-      const tracing = span.ctx !== undefined
-      const pickSpan = startChild(span, 'prefix_router.pick', tracing ? { [ATTR.requestId]: out.requestId, [ATTR.retries]: attempt } : NO_ATTRIBUTES)
-      // performance.now() rather than hrtime.bigint(): a double, where a BigInt is an allocation.
-      const t0 = performance.now()
-      let pick: Pick
-      try {
-        pick = ep.pick(o.key, o.tenant, o.model, o.anchor, tries, exact)
-      } catch (err) {
-        endSpan(pickSpan, undefined, err)
-        if (attempt > 0) throw err instanceof RequestError && err.code === 'no_healthy_instance' ? lastError(lastTry) : err
-        throw err
-      }
-      const decisionSeconds = (performance.now() - t0) / 1000
-      const { lease, instance } = pick
-      tries.push(lease)
-      out.instance = instance.id
-      out.retries = attempt
-      core.metrics.decision.observe([strategy], decisionSeconds)
-      if (lease.overflow) core.metrics.overflow.inc({ instance: instance.id })
-      // Strategies with a target of their own say whether they kept it; the others name themselves.
-      const decision = decisionOf(strategy, lease.overflow)
-      out.decision = decision
-      if (pickSpan.isRecording()) pickSpan.setAttributes({ [ATTR.instance]: instance.id, [ATTR.decision]: decision })
-      endSpan(pickSpan, undefined)
-      const fwdSpan = startChild(span, 'prefix_router.forward', tracing ? { [ATTR.requestId]: out.requestId, [ATTR.instance]: instance.id, [ATTR.decision]: decision, [ATTR.retries]: attempt } : NO_ATTRIBUTES)
-      p.begin(pick, attempt, fwdSpan, decision)
-      try {
-        let status: number
-        try {
-          status = await forward(p, res)
-        } catch (err) {
-          status = await resendFresh(core, p, res, err)
-        }
-        endSpan(fwdSpan, status)
-        out.status = status
-        return status
-      } catch (err) {
-        endSpan(fwdSpan, err instanceof UpstreamStatusError || err instanceof RequestError ? err.status : undefined, client.gone ? undefined : err)
-        if (client.gone) return 499
-        if (client.shutdown) throw shuttingDown()
-        // The client's own failure (a streamed body that timed out) says nothing about the instance.
-        if (!(err instanceof RequestError && err.status < 500)) {
-          ep.recordTry(instance, err instanceof UpstreamStatusError || retryReason(err, true) !== undefined ? 'gateway' : '5xx')
-        }
-        if (isConnectError(err)) ep.markDown(instance, `connection failed: ${(err as Error).message}`)
-        lastTry = err
-        const reason = retryReason(err, retries.onReset)
-        if (reason !== undefined && !res.headersSent && p.canRetry(reason)) {
-          core.metrics.retries.inc({ instance: instance.id, reason })
-          core.log.warn({ instance: instance.id, reason, attempt: attempt + 1, err: (err as Error).message }, 'try failed; retrying on another instance')
-          continue
-        }
-        if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
-        throw err instanceof RequestError ? err : upstreamError(err)
-      } finally {
-        p.answered()
-        lease.release()
-      }
-    }
-  } catch (err) {
-    failure = err
-    throw err
-  } finally {
-    core.traffic.active--
-    if (span.span.isRecording() && out.decision !== undefined) span.span.setAttributes({ [ATTR.instance]: out.instance, [ATTR.decision]: out.decision, [ATTR.retries]: out.retries })
-    const status = failure === undefined ? (client.gone ? 499 : out.status) : failure instanceof RequestError ? failure.status : upstreamError(failure).status
-    endSpan(span.span, status, failure)
-  }
-}
-
-/**
- * A try reset before any answer (resetUnanswered: the instance did not take it, as when it
- * closes an idle keep-alive connection as the request is written) goes again to the same
- * instance on a new connection: once, outside retries.max and the budget (it adds no load,
- * like a refused connection), and not counted against the instance. Anything else rethrows.
- */
-function resendFresh(core: ProxyCore, p: Proxying, res: Res, err: unknown): Promise<number> {
-  const { client } = p
-  if (!resetUnanswered(err) || !Buffer.isBuffer(p.body) || res.headersSent || client.gone || client.shutdown) throw err
-  core.metrics.retries.inc({ instance: p.instance.id, reason: 'stale_connection' })
-  core.log.debug({ instance: p.instance.id, err: (err as Error).message }, 'connection reset before the request was taken; sending it again on a new connection')
-  return forwardFresh(p, res)
-}
-
-/** When no instance is left to retry on, the client gets what the last try got. */
-function lastError(err: unknown): ProxyError {
-  if (err instanceof UpstreamStatusError) return upstreamFailed('upstream_error', `every instance tried answered an error; the last answered ${err.status}`, err.status)
-  return err instanceof RequestError ? toProxyError(err) : upstreamError(err)
-}

@@ -1,0 +1,21 @@
+// What the request path needs of the running router: its configuration, metrics and log, the
+// endpoints, and the counts a shutdown and the retry budget read.
+import type { Logger } from 'pino'
+import type { Config } from '../config/config.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { ClientState } from './forward.js'
+
+export interface ProxyCore {
+  readonly config: Config
+  readonly metrics: ProxyMetrics
+  readonly log: Logger
+  endpoint(name: string | undefined): Endpoint | undefined
+  endpoints(): Iterable<Endpoint>
+  /** Proxied requests in flight, and how many of them are on a retry (for the retry budget). */
+  readonly traffic: { active: number; retrying: number }
+  /** Every front request being handled, so that a shutdown can end what is left. */
+  readonly requests: Set<ClientState>
+  /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
+  readonly draining: boolean
+}
