@@ -15,6 +15,7 @@ import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { listenAdmin, type AdminServer } from './admin.js'
+import { DecisionRing } from './decisions.js'
 import { routerLogger } from './logger.js'
 import { SHUTDOWN, type ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
@@ -86,6 +87,7 @@ export class ProxyServer implements ProxyCore {
   readonly log: Logger
   readonly traffic = { active: 0, retrying: 0 }
   readonly requests = new Set<ClientState>()
+  readonly decisions = new DecisionRing()
   draining = false
   #shutdown: Promise<void> | undefined
   /** Cuts the drain's waits short when close() is called during it. */
@@ -227,6 +229,11 @@ export class ProxyServer implements ProxyCore {
       const c = await preconnect(this.#endpoints.values(), Math.min(connections, this.config.upstream.connections), path, probeMs)
       this.log.debug(c, 'upstream connections opened')
     }
+  }
+
+  /** Whether this process handles front requests (and so records their decisions). */
+  get routesRequests(): boolean {
+    return this.#opts.role !== 'primary'
   }
 
   get url(): string {
