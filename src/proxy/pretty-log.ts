@@ -13,8 +13,8 @@ const COLOURS: Readonly<Record<number, string>> = { 10: '90', 20: '36', 30: '32'
 
 /** pino's own keys: in the line's head, or left out (pid and hostname are the same on every line). */
 const OWN = new Set(['level', 'time', 'msg', 'pid', 'hostname'])
-/** The access log's message, and the fields its head shows in this order (log-line.ts, access-log.ts). */
-const ACCESS_MSG = 'request'
+/** The access logs' messages (serve's, access-log.ts; epp's, exchange.ts), and the fields their head shows in this order. */
+const ACCESS_MSGS = new Set(['request', 'epp request'])
 const ACCESS_HEAD = new Set(['method', 'path', 'status', 'instance', 'ms'])
 
 /** A value as key=value shows it: bare when it needs no quoting, else as a JSON string. */
@@ -60,7 +60,7 @@ export function prettyLine(line: string, colour = false): string {
   head.push(colour && typeof o.level === 'number' && COLOURS[o.level] !== undefined ? `\x1b[${COLOURS[o.level]}m${level}\x1b[39m` : level)
   const msg = typeof o.msg === 'string' ? o.msg : ''
   if (msg !== '') head.push(msg)
-  const access = msg === ACCESS_MSG && o.method !== undefined && o.status !== undefined
+  const access = ACCESS_MSGS.has(msg) && o.method !== undefined && o.status !== undefined
   if (access) {
     head.push(String(o.method), String(o.path ?? ''), String(o.status), typeof o.instance === 'string' ? o.instance : '-')
     if (typeof o.ms === 'number') head.push(`${o.ms}ms`)

@@ -47,6 +47,12 @@ describe('pretty lines', () => {
     expect(lines[2]).toMatch(/^ {4}at /)
   })
 
+  it("the picker's access line is condensed the same way", () => {
+    const lines: string[] = []
+    prettyLogger(lines).info({ requestId: 'r', method: 'POST', path: '/v1/completions', endpoint: 'default', instance: '10.0.0.7:8000', served: true, status: 200, ended: 'response', ms: 3.5 }, 'epp request')
+    expect(lines[0]).toMatch(new RegExp(`^${ISO} INFO  epp request POST /v1/completions 200 10\\.0\\.0\\.7:8000 3\\.5ms requestId=r endpoint=default served=true ended=response$`))
+  })
+
   it('gives back a line that is not a JSON object as it came', () => {
     expect(prettyLine('not json')).toBe('not json')
     expect(prettyLine('[1,2]')).toBe('[1,2]')
