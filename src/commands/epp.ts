@@ -4,13 +4,12 @@
 // instance. TLS on the gRPC port by default, as the reference picker (a pair given, or a
 // self-signed certificate made at start), with gRPC health in plaintext on a port of its own.
 import { setLogger } from '@grpc/grpc-js'
-import { pino } from 'pino'
 import { ConfigError, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
 import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server.js'
 import { readPair, selfSignedPair, type KeyPair } from '../epp/tls.js'
-import { logDestination } from '../proxy/access-log.js'
+import { routerLogger } from '../proxy/logger.js'
 import { healthReport } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
@@ -146,7 +145,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   // grpc-js writes its own errors to stderr (a failed bind among them): into the log instead,
   // so that stderr keeps one line per failure.
-  const logger = pino({ level: config.log.level }, logDestination())
+  const logger = routerLogger(config.log)
   setLogger({ error: (...a: unknown[]) => logger.warn({ grpc: a.map(String).join(' ') }, 'grpc-js'), info: (...a: unknown[]) => logger.debug({ grpc: a.map(String).join(' ') }, 'grpc-js'), debug: () => undefined })
   let epp: EppServer
   try {

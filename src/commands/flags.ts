@@ -128,6 +128,14 @@ export const FLAGS: readonly FlagSpec[] = [
   },
   { name: 'debug-headers', env: 'PREFIX_ROUTER_DEBUG_HEADERS', kind: 'boolean', key: ['debugHeaders'], help: 'add x-prefix-router-instance, -decision and -retries to responses' },
   { name: 'log-level', env: 'PREFIX_ROUTER_LOG_LEVEL', kind: 'string', key: ['log', 'level'], arg: 'L', help: 'fatal, error, warn, info (default), debug, trace, silent' },
+  {
+    name: 'log-format',
+    env: 'PREFIX_ROUTER_LOG_FORMAT',
+    kind: 'string',
+    key: ['log', 'format'],
+    arg: 'F',
+    help: 'json (default: one JSON object a line, for log shippers) or pretty (one line a record for a person: time, level, message, key=value; requests as method, path, status, instance, duration)',
+  },
   { name: 'log-prompts', env: 'PREFIX_ROUTER_LOG_PROMPTS', kind: 'boolean', key: ['log', 'prompts'], help: 'log routing text (off by default: prompts are never logged otherwise)' },
   {
     name: 'upstream-dns',

@@ -272,12 +272,14 @@ export const ConfigSchema = z
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        /** json: one JSON object a line (pino's, for log shippers); pretty: one line a record for a person to read. */
+        format: z.enum(['json', 'pretty']).default('json'),
         prompts: z.boolean().default(false),
         /** One `info` line per request (the access log); false leaves it out whatever the level. */
         accessLog: z.boolean().default(true),
       })
       .strict()
-      .default({ level: 'info', prompts: false, accessLog: true }),
+      .default({ level: 'info', format: 'json', prompts: false, accessLog: true }),
     endpoints: z
       .array(Endpoint)
       .default([])

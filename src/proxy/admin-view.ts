@@ -6,6 +6,7 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
   readonly config: Config
@@ -13,6 +14,12 @@ export interface AdminView {
   readonly log: Logger
   readonly replicaId: string
   readonly shareLoad: ShareLoad | undefined
+  /** The last decisions of requests through this process's HTTP front (none with --workers or in epp). */
+  readonly decisions: DecisionRing
+  /** This process handles front requests (not epp's runtime, not a --workers primary). */
+  readonly routesRequests: boolean
+  /** Shutting down: /health answers 503. */
+  readonly draining: boolean
   endpoint(name: string | undefined): Endpoint | undefined
   endpoints(): Iterable<Endpoint>
   /** The text GET /metrics answers. */

@@ -1,4 +1,4 @@
-// The admin port (loopback by default): Prometheus metrics, instance state, reload.
+// The admin port (loopback by default): the status page, Prometheus metrics, instance state, reload.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { ConfigError, type Config } from '../config/config.js'
@@ -8,6 +8,8 @@ import { h1Options } from './server.js'
 import { adminRoute } from './admin-route.js'
 import { strategyInfo } from '../core/strategies.js'
 import type { EngineLoadStatus } from '../fleet/load/scraper.js'
+import { STATUS_PAGE_HEADERS, statusAsset } from './status-page.js'
+import { statusReport } from './status-view.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -70,7 +72,13 @@ export async function listenAdmin(p: AdminView, at: Config['admin'], exclusive =
   const server = http.createServer(h1Options(p.config), (req, res) => {
     void (async () => {
       const path = (req.url ?? '/').split('?')[0]
-      if (req.method === 'GET' && path === '/metrics') {
+      const asset = req.method === 'GET' && path !== undefined ? statusAsset(path) : undefined
+      if (asset !== undefined) {
+        res.writeHead(200, { 'content-type': asset.type, ...STATUS_PAGE_HEADERS })
+        res.end(asset.body)
+      } else if (req.method === 'GET' && path === '/admin/status') {
+        json(res, 200, statusReport(p, instancesReport(p)))
+      } else if (req.method === 'GET' && path === '/metrics') {
         const text = await p.metricsText()
         res.writeHead(200, { 'content-type': p.metrics.registry.contentType })
         res.end(text)

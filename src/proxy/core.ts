@@ -5,6 +5,7 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import type { ClientState } from './forward.js'
+import type { DecisionRing } from './decisions.js'
 
 export interface ProxyCore {
   readonly config: Config
@@ -18,4 +19,6 @@ export interface ProxyCore {
   readonly requests: Set<ClientState>
   /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
   readonly draining: boolean
+  /** The last requests' decisions, for the admin port's status page. */
+  readonly decisions: DecisionRing
 }

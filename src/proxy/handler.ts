@@ -10,6 +10,7 @@ import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
 import { chatKey, openAILimits } from './chat-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
+import type { DecisionRing } from './decisions.js'
 import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
@@ -153,6 +154,7 @@ function record(core: ProxyCore, req: Req, client: ClientState, out: Outcome, st
     DURATION_LABELS[0] = out.endpoint
     DURATION_LABELS[1] = status
     core.metrics.duration.observe(DURATION_LABELS, seconds)
+    core.decisions.record(out, status, ended - started)
   }
   if (core.config.log.accessLog && core.log.isLevelEnabled('info')) logAccess(core.log, req, out, status, started, ended, client.shutdown)
 }

@@ -3,7 +3,7 @@
 import { tokenizerFromConfig } from './tokenizer-config.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { AddressInfo } from 'node:net'
-import { pino, type Logger } from 'pino'
+import type { Logger } from 'pino'
 import { ConfigError, type Config } from '../config/config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { requireSourcePackages } from '../fleet/discovery/create.js'
@@ -15,7 +15,8 @@ import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { listenAdmin, type AdminServer } from './admin.js'
-import { logDestination } from './access-log.js'
+import { DecisionRing } from './decisions.js'
+import { routerLogger } from './logger.js'
 import { SHUTDOWN, type ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
@@ -86,6 +87,7 @@ export class ProxyServer implements ProxyCore {
   readonly log: Logger
   readonly traffic = { active: 0, retrying: 0 }
   readonly requests = new Set<ClientState>()
+  readonly decisions = new DecisionRing()
   draining = false
   #shutdown: Promise<void> | undefined
   /** Cuts the drain's waits short when close() is called during it. */
@@ -110,7 +112,7 @@ export class ProxyServer implements ProxyCore {
     this.#opts = opts
     this.#held = opts.holdRequests === true ? [] : undefined
     this.#tokenizer = tokenizer
-    this.log = opts.logger ?? pino({ level: config.log.level }, logDestination())
+    this.log = opts.logger ?? routerLogger(config.log)
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
     this.metrics = new ProxyMetrics(
       () => this.#endpoints.values(),
@@ -229,6 +231,11 @@ export class ProxyServer implements ProxyCore {
     }
   }
 
+  /** Whether this process handles front requests (and so records their decisions). */
+  get routesRequests(): boolean {
+    return this.#opts.role !== 'primary'
+  }
+
   get url(): string {
     const a = this.#front!.address
     const host = a.family === 'IPv6' ? `[${a.address}]` : a.address === '0.0.0.0' ? '127.0.0.1' : a.address
@@ -262,9 +269,11 @@ export class ProxyServer implements ProxyCore {
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
       throw err
     }
-    const restartRequired = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId'] as const).filter(
+    const restartRequired: string[] = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId'] as const).filter(
       (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
     )
+    // The logger's destination is made once, at start.
+    if (config.log.format !== this.config.log.format) restartRequired.push('log.format')
     const retired: Promise<void>[] = []
     const names = new Set(config.endpoints.map((e) => e.name))
     for (const [name, ep] of this.#endpoints) {
@@ -298,6 +307,7 @@ export class ProxyServer implements ProxyCore {
       workers: this.config.workers,
       shareLoad: this.config.shareLoad,
       replicaId: this.config.replicaId,
+      log: { ...config.log, format: this.config.log.format },
     }
     this.log.level = config.log.level
     void this.#applyDiscovery(config)

@@ -9,8 +9,33 @@ const HEIGHT = 280
 const SCHEMA = 'https://vega.github.io/schema/vega-lite/v6.json'
 const LEGEND = { labelLimit: 240 }
 
+/**
+ * The lanes' colours: colorcet's glasbey_dark (Kovesi, CC BY 4.0; colorcet.holoviz.org),
+ * made by Glasbey's method (Glasbey, van der Heijden, Toh and Gray, "Colour displays for
+ * categorical images", Color Research & Application 32(4), 2007): each colour the most
+ * distinct, in CIECAM02, from those before it, among colours dark enough for a white
+ * background and not grey. Vega-Lite's default, tableau10, has 10: a run of 13 lanes (every
+ * strategy, with router replicas) gave three pairs of lanes one colour. The first 13 here are
+ * at least 23 apart in CIELAB (ΔE76); 16 leave room for a few more lanes.
+ */
+export const LANE_COLOURS: readonly string[] = ['#d70000', '#8c3cff', '#028800', '#00acc7', '#e7a500', '#ff7fd1', '#6c004f', '#583b00', '#005759', '#15e18d', '#0000dd', '#a2766a', '#bcb7ff', '#c004b9', '#645473', '#790000']
+
 function order(r: ReplayResult): string[] {
   return r.strategies.map((s) => s.strategy)
+}
+
+/** One colour per lane, in the report's order (the legend's). */
+function laneColour(r: ReplayResult) {
+  return { field: 'strategy', type: 'nominal' as const, sort: order(r), legend: LEGEND, scale: { domain: order(r), range: [...LANE_COLOURS] } }
+}
+
+/**
+ * The chart's title, and under it what a reader must know before comparing lanes: that each
+ * lane was K router replicas (every replica its own state, requests dealt among them), not one.
+ */
+function title(r: ReplayResult, text: string) {
+  if (r.routerReplicas <= 1) return text
+  return { text, subtitle: `${r.routerReplicas} router replicas per strategy (requests dealt round-robin; each replica its own state)` }
 }
 
 /** TTFT CDF, one line per strategy, log-scaled time. */
@@ -18,7 +43,7 @@ export function ttftCdfSpec(r: ReplayResult): TopLevelSpec {
   const values = r.strategies.flatMap((s) => s.cdf.filter(([t]) => t > 0).map(([t, q]) => ({ strategy: s.strategy, ttft: Math.round(t * 10) / 10, q })))
   return {
     $schema: SCHEMA,
-    title: 'Time to first token (CDF)',
+    title: title(r, 'Time to first token (CDF)'),
     width: WIDTH,
     height: HEIGHT,
     data: { values },
@@ -26,7 +51,7 @@ export function ttftCdfSpec(r: ReplayResult): TopLevelSpec {
     encoding: {
       x: { field: 'ttft', type: 'quantitative', scale: { type: 'log' }, title: 'TTFT (ms, log scale)' },
       y: { field: 'q', type: 'quantitative', title: 'share of requests', axis: { format: '%' } },
-      color: { field: 'strategy', type: 'nominal', sort: order(r), legend: LEGEND },
+      color: laneColour(r),
     },
   }
 }
@@ -37,7 +62,7 @@ export function sharesSpec(r: ReplayResult): TopLevelSpec {
   const even = 1 / r.instances
   return {
     $schema: SCHEMA,
-    title: 'Share of requests per instance',
+    title: title(r, 'Share of requests per instance'),
     width: WIDTH,
     height: HEIGHT,
     layer: [
@@ -48,7 +73,7 @@ export function sharesSpec(r: ReplayResult): TopLevelSpec {
           x: { field: 'instance', type: 'nominal', title: null, sort: null, axis: { labelAngle: 0 } },
           xOffset: { field: 'strategy', type: 'nominal', sort: order(r) },
           y: { field: 'share', type: 'quantitative', title: 'share of requests', axis: { format: '%' } },
-          color: { field: 'strategy', type: 'nominal', sort: order(r), legend: LEGEND },
+          color: laneColour(r),
         },
       },
       {
@@ -69,7 +94,7 @@ export function hitRateSpec(r: ReplayResult): TopLevelSpec {
   const events = (r.strategies[0]?.events ?? []).map((e) => ({ minute: e.atMs / 60_000, label: `${e.kind} instance` }))
   return {
     $schema: SCHEMA,
-    title: 'Fleet KV-cache hit rate over time',
+    title: title(r, 'Fleet KV-cache hit rate over time'),
     width: WIDTH,
     height: HEIGHT,
     layer: [
@@ -79,7 +104,7 @@ export function hitRateSpec(r: ReplayResult): TopLevelSpec {
         encoding: {
           x: { field: 'minute', type: 'quantitative', title: 'simulated minutes' },
           y: { field: 'hit', type: 'quantitative', title: 'hit rate (prompt tokens)', axis: { format: '%' }, scale: { domain: [0, 1] } },
-          color: { field: 'strategy', type: 'nominal', sort: order(r), legend: LEGEND },
+          color: laneColour(r),
         },
       },
       ...(events.length === 0

@@ -2,9 +2,8 @@
 // child processes, so they can be SIGKILLed), and clients that say when each request began
 // and ended. Every child still running when the test process ends is killed.
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process'
-import { existsSync, writeFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import http from 'node:http'
-import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
@@ -95,59 +94,33 @@ export interface Haproxy {
   close(): Promise<void>
 }
 
+/** The committed configuration (deploy/haproxy/haproxy.cfg): the test runs what users copy. */
+export const HAPROXY_CFG = fileURLToPath(new URL('../../deploy/haproxy/haproxy.cfg', import.meta.url))
+
 /**
- * HAProxy in `mode http`, `balance roundrobin` over `servers` (name -> loopback port), health
- * checks on each one's /health, and one log line per request on stdout: the client's
- * x-request-id, the server it went to, the status, the retries and the termination state.
+ * HAProxy on deploy/haproxy/haproxy.cfg, its addresses and check timings given as the file's
+ * environment variables: the front and stats on loopback, the replicas r1, r2, r3 (and r4 when
+ * a fourth port is given) on `replicaPorts`, and health checks every 200 ms, one failure or
+ * success enough, so that a killed or started replica is seen at once. Its request log (the
+ * file's log-format: the client's x-request-id, the replica, the status, the retries and the
+ * termination state) is read from its stdout.
  */
-export async function startHaproxy(dir: string, servers: [string, number][], front: number, stats: number): Promise<Haproxy> {
-  const cfg = `global
-  log stdout format raw local0 info
-  maxconn 2000
-
-defaults
-  mode http
-  log global
-  timeout connect 2s
-  timeout client 30s
-  timeout server 30s
-  timeout check 3s
-  # A replica that refuses the connection (killed, or the spare slot before its replica
-  # listens) never saw the request: trying another one hides no failure, so connection
-  # failures are redispatched. Nothing else is retried: a request a replica accepted and
-  # then lost with it fails, as it must for the test to count it.
-  retries 2
-  option redispatch 1
-  retry-on conn-failure
-  # One server connection per request: a request is never written onto a kept-alive
-  # connection whose replica died a moment before HAProxy noticed (that request would be
-  # lost though it was not in flight on the replica when it died).
-  option http-server-close
-
-frontend front
-  bind 127.0.0.1:${front}
-  capture request header x-request-id len 64
-  log-format "rid=%[capture.req.hdr(0)] srv=%s st=%ST rc=%rc ts=%ts"
-  default_backend replicas
-
-frontend stats
-  bind 127.0.0.1:${stats}
-  no log
-  stats enable
-  stats uri /stats
-
-backend replicas
-  balance roundrobin
-  option httpchk GET /health
-  http-check expect status 200
-  default-server inter 200ms fastinter 100ms downinter 100ms fall 1 rise 1
-${servers.map(([name, port]) => `  server ${name} 127.0.0.1:${port} check`).join('\n')}
-`
-  const file = join(dir, 'haproxy.cfg')
-  writeFileSync(file, cfg)
-  const check = spawnSync(haproxyBinary(), ['-c', '-f', file], { encoding: 'utf8' })
-  if (check.status !== 0) throw new Error(`haproxy -c refused the configuration:\n${check.stdout}${check.stderr}\n${cfg}`)
-  const child = spawn(haproxyBinary(), ['-db', '-f', file])
+export async function startHaproxy(replicaPorts: number[], front: number, stats: number): Promise<Haproxy> {
+  if (replicaPorts.length < 3 || replicaPorts.length > 4) throw new RangeError('the configuration has three replicas and a fourth slot')
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    PR_LB_BIND: `127.0.0.1:${front}`,
+    PR_LB_STATS: `127.0.0.1:${stats}`,
+    ...Object.fromEntries(replicaPorts.map((port, i) => [`PR_REPLICA_${i + 1}`, `127.0.0.1:${port}`])),
+    PR_CHECK_INTER: '200ms',
+    PR_CHECK_FASTINTER: '100ms',
+    PR_CHECK_FALL: '1',
+    PR_CHECK_RISE: '1',
+  }
+  const file = HAPROXY_CFG
+  const check = spawnSync(haproxyBinary(), ['-c', '-f', file], { encoding: 'utf8', env })
+  if (check.status !== 0) throw new Error(`haproxy -c refused ${file}:\n${check.stdout}${check.stderr}`)
+  const child = spawn(haproxyBinary(), ['-db', '-f', file], { env })
   const exited = track(child)
   let out = ''
   let err = ''

@@ -1,5 +1,5 @@
 // Router replicas behind a real load balancer: Debian's HAProxy (mode http, roundrobin, health
-// checks on /health) in front of three `serve` replicas (child processes), in front of four
+// checks on /health), on the committed deploy/haproxy/haproxy.cfg, in front of three `serve` replicas (child processes), in front of four
 // simulated vLLM workers publishing their KV events. Every replica follows every engine's
 // events, so the three route as one router would:
 //   1. the fleet's hit rate (the engines' own counters) through HAProxy and three replicas is
@@ -150,17 +150,18 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     sparePort = ports[3]!
     const started = await Promise.all([
       startReplica('one', replicaConfig(dir, 'one', fleetOne, true), ports[4]!),
-      ...[0, 1, 2].map((i) => startReplica(`r${i}`, haConfig, ports[i]!)),
+      ...[0, 1, 2].map((i) => startReplica(`r${i + 1}`, haConfig, ports[i]!)),
     ])
     one = started[0]!
     replicas.push(...started.slice(1))
-    // r3 is the spare slot: down (its port refuses) until test 3 starts a replica there.
-    lb = await startHaproxy(dir, [...replicas.map((r): [string, number] => [r.name, r.port]), ['r3', sparePort]], ports[5]!, ports[6]!)
+    // deploy/haproxy/haproxy.cfg's r1-r3, and r4, its fourth slot, as the spare: down (its port
+    // refuses) until test 3 starts a replica there.
+    lb = await startHaproxy([...replicas.map((r) => r.port), sparePort], ports[5]!, ports[6]!)
     const h = lb
     await until(async () => {
       const s = await h.servers()
-      return ['r0', 'r1', 'r2'].every((n) => s.get(n)?.status === 'UP') && s.get('r3')?.status.startsWith('DOWN') === true
-    }, 30_000, 'HAProxy to see r0-r2 up and r3 down')
+      return ['r1', 'r2', 'r3'].every((n) => s.get(n)?.status === 'UP') && s.get('r4')?.status.startsWith('DOWN') === true
+    }, 30_000, 'HAProxy to see r1-r3 up and r4 down')
     // Every replica hears the two others through Redis.
     await until(async () => (await Promise.all(replicas.map((r) => peers(r)))).every((n) => n === 2), 30_000, 'the replicas to hear each other through Redis')
     // Every replica subscribed to every engine before the first request.
@@ -196,7 +197,7 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     expect(b.queries).toBe(a.queries) // the same workload reached both fleets
     expect(Math.abs(b.rate - a.rate)).toBeLessThanOrEqual(0.02)
     // A fair share each (roundrobin: a third), else the comparison shows nothing.
-    for (const r of ['r0', 'r1', 'r2']) expect(per.get(r) ?? 0, `requests HAProxy sent to ${r}`).toBeGreaterThanOrEqual(Math.floor(spread.length * 0.25))
+    for (const r of ['r1', 'r2', 'r3']) expect(per.get(r) ?? 0, `requests HAProxy sent to ${r}`).toBeGreaterThanOrEqual(Math.floor(spread.length * 0.25))
   })
 
   it('SIGKILL one replica mid-run: only requests in flight on it fail, every request ends', async () => {
@@ -257,14 +258,14 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     const warm = engines()
     expect(Object.values(warm).every((n) => n > 0)).toBe(true)
 
-    spare = await startReplica('r3', spareConfig, sparePort)
+    spare = await startReplica('r4', spareConfig, sparePort)
     const fresh = spare
     await until(async () => {
       const rep = await report(fresh.admin)
       return rep.every((i) => i.kvEvents?.view === 'fresh') && same(await blocks(fresh.admin), await blocks(survivors[0]!.admin))
     }, 30_000, "the fresh replica's view to equal the others'")
     const fullAt = Date.now()
-    await until(async () => (await lb!.servers()).get('r3')?.status === 'UP', 30_000, 'HAProxy to bring r3 up')
+    await until(async () => (await lb!.servers()).get('r4')?.status === 'UP', 30_000, 'HAProxy to bring r4 up')
     // Redis: the fresh one hears the two survivors, and they hear it (the killed one has expired).
     await until(async () => (await Promise.all([fresh, ...survivors].map((r) => peers(r)))).every((n) => n === 2), 30_000, 'the replicas to hear each other through Redis')
     const rep = await report(fresh.admin)
@@ -284,6 +285,6 @@ describe('three serve replicas behind HAProxy, every one following the engines\'
     }
     // ...and all of that before it routed anything.
     expect(rep.reduce((n, i) => n + i.requests, 0)).toBe(0)
-    expect((await lb!.servers()).get('r3')!.stot).toBe(0)
+    expect((await lb!.servers()).get('r4')!.stot).toBe(0)
   })
 })
