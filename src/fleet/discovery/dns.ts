@@ -4,6 +4,7 @@
 // going away; so does a failed query of one family (A or AAAA) for that family's addresses.
 import { lookup } from 'node:dns/promises'
 import { Resolver } from 'node:dns/promises'
+import { withRole } from './role-label.js'
 import type { DnsSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
@@ -93,7 +94,7 @@ export class DnsSource implements DiscoverySource {
     } else {
       for (const a of await this.#addresses(this.#name, failed)) urls.add(this.#instanceUrl(a, this.#port))
     }
-    return { list: [...urls].sort().map(entry), failed }
+    return { list: withRole([...urls].sort().map(entry), this.#cfg.role), failed }
   }
 
   get #what(): string {

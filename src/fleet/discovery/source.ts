@@ -32,9 +32,15 @@ export class DiscoveryError extends PrefixRouterError {
    * reported again, where a repeated failure of the same lookup is reported once.
    */
   readonly distinct: boolean
-  constructor(message: string, opts: { distinct?: boolean } = {}) {
+  /**
+   * For a partial answer: what the log line says happened (its message holds the detail).
+   * Unset: a failed query answered with its last answer, the usual case.
+   */
+  readonly summary: string | undefined
+  constructor(message: string, opts: { distinct?: boolean; summary?: string } = {}) {
     super('ERR_DISCOVERY', message)
     this.name = 'DiscoveryError'
     this.distinct = opts.distinct ?? false
+    this.summary = opts.summary
   }
 }
