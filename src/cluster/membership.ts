@@ -7,10 +7,14 @@ import type { Config } from '../config/config.js'
 import { closeWhenDrained } from '../fleet/drain.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import { Instance } from '../fleet/instance.js'
+import type { Role } from '../config/disaggregation.js'
 
 export interface InstanceState {
   id: string
   weight: number
+  /** Its role in a disaggregated fleet, and its bootstrap port (SGLang's connector): a worker's picks read them. */
+  role: Role
+  bootstrapPort: number | undefined
   declaredModels: string[]
   discoveredModels: string[] | undefined
   parents: [string, string][]
@@ -39,6 +43,8 @@ export function membershipOf(ep: Endpoint): Membership {
     instances: [...ep.instances.values()].map((i) => ({
       id: i.id,
       weight: i.weight,
+      role: i.role,
+      bootstrapPort: i.bootstrapPort,
       declaredModels: i.declaredModels,
       discoveredModels: i.discoveredModels,
       parents: [...i.parents],
@@ -110,6 +116,8 @@ export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['u
       ep.instances.set(s.id, inst)
     }
     inst.weight = s.weight
+    inst.role = s.role
+    inst.bootstrapPort = s.bootstrapPort
     inst.declaredModels = s.declaredModels
     if (s.discoveredModels !== undefined) inst.setDiscoveredModels({ ids: s.discoveredModels, parents: new Map(s.parents) })
     inst.indexBlocks = s.indexBlocks

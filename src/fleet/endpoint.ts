@@ -21,6 +21,8 @@ import { LoadBeyondOwn } from './load/beyond.js'
 import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
+import type { DisaggregationConfig } from '../config/disaggregation.js'
+import { RoleWatch } from './roles.js'
 
 export interface EndpointEvents {
   log?: Logger
@@ -112,6 +114,8 @@ export class Endpoint {
   #tokenizeNext = 0
   /** The probes' credentials: the endpoint's probeAuth, else the top-level one. */
   #probeToken: ProbeToken | undefined
+  /** Warns when the instances' roles leave a leg with no instance to play it. */
+  #roles: RoleWatch
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -135,6 +139,13 @@ export class Endpoint {
     events.remote?.attached(this)
     this.#syncExact()
     this.#syncLoad()
+    this.#roles = new RoleWatch(ep.name, this.#log)
+    if (!events.remote) this.#roles.check(this.instances.values(), this.disaggregation.whenNoPrefill)
+  }
+
+  /** How requests run over prefill and decode instances here: the endpoint's setting, else the top-level one. */
+  get disaggregation(): DisaggregationConfig {
+    return this.#epConfig.disaggregation ?? this.#config.disaggregation
   }
 
   /**
@@ -438,6 +449,7 @@ export class Endpoint {
     this.#groups.clear()
     this.#events.onSync?.(this)
     if (this.#events.remote) return this.#syncExact()
+    this.#roles.check(this.instances.values(), this.disaggregation.whenNoPrefill)
     const members = this.#members()
     const key = JSON.stringify(members)
     // The scraper follows rotation even when the router keeps its members (none left in rotation).
