@@ -22,7 +22,7 @@ import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
 import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
 import type { DisaggregationConfig } from '../config/disaggregation.js'
-import { RoleWatch } from './roles.js'
+import { roleCounts, RoleWatch, type RoleCounts } from './roles.js'
 
 export interface EndpointEvents {
   log?: Logger
@@ -140,7 +140,15 @@ export class Endpoint {
     this.#syncExact()
     this.#syncLoad()
     this.#roles = new RoleWatch(ep.name, this.#log)
-    if (!events.remote) this.#roles.check(this.instances.values(), this.disaggregation.whenNoPrefill)
+    if (!events.remote) this.#roles.check(this.roleCounts(), this.disaggregation.whenNoPrefill)
+  }
+
+  /**
+   * Instances by role: the members and those joining (waiting for their first probe), so that
+   * a fleet discovered at once is not one lone leg for the moment its instances join one by one.
+   */
+  roleCounts(): RoleCounts {
+    return roleCounts([...this.instances.values(), ...this.#joining.values()])
   }
 
   /** How requests run over prefill and decode instances here: the endpoint's setting, else the top-level one. */
@@ -449,7 +457,7 @@ export class Endpoint {
     this.#groups.clear()
     this.#events.onSync?.(this)
     if (this.#events.remote) return this.#syncExact()
-    this.#roles.check(this.instances.values(), this.disaggregation.whenNoPrefill)
+    this.#roles.check(this.roleCounts(), this.disaggregation.whenNoPrefill)
     const members = this.#members()
     const key = JSON.stringify(members)
     // The scraper follows rotation even when the router keeps its members (none left in rotation).

@@ -1,7 +1,7 @@
 // An endpoint's instances by role, and what a mix that cannot disaggregate means: decode
 // instances with no instance to prefill for them, or prefill instances with none to decode.
-// Counted over the members (healthy or not): the warning is about what the configuration and
-// discovery give, which the gauges of health do not show.
+// Counted over the members, healthy or not (and those joining): the warning is about what the
+// configuration and discovery give, which the gauges of health do not show.
 import type { Logger } from 'pino'
 import { ROLES, type DisaggregationConfig, type Role } from '../config/disaggregation.js'
 
@@ -54,8 +54,7 @@ export class RoleWatch {
     private readonly log: Logger,
   ) {}
 
-  check(instances: Iterable<{ role: Role }>, whenNoPrefill: DisaggregationConfig['whenNoPrefill']): void {
-    const n = roleCounts(instances)
+  check(n: RoleCounts, whenNoPrefill: DisaggregationConfig['whenNoPrefill']): void {
     const gap = roleGap(n)
     if (gap === this.#gap) return
     const was = this.#gap
