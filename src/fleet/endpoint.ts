@@ -89,6 +89,8 @@ export class Endpoint {
   #discovered = new Map<string, InstanceEntry[]>()
   /** Discovered instances waiting for their first probe before they take traffic. */
   #joining = new Map<string, Instance>()
+  /** Each joining instance's first probe: a list naming it again waits for the same one. */
+  #joins = new WeakMap<Instance, Promise<void>>()
   /** Removed by discovery, waiting for their requests in flight to finish before closing. */
   #retiring = new Set<Instance>()
   /** No list names them, but they stay in rotation until a listed instance is (#prune). */
@@ -373,13 +375,18 @@ export class Endpoint {
         cur.indexBlocks = i.indexBlocks
         cur.role = i.role
         cur.bootstrapPort = i.bootstrapPort
+        // Still joining: this list has joined only once its first probe is done, as the first did.
+        const pending = this.#joins.get(cur)
+        if (pending !== undefined && this.#joining.get(id) === cur) joins.push(pending)
         continue
       }
       const inst = this.#instance(i)
       added.push(id)
       if (probeFirst) {
         this.#joining.set(id, inst)
-        joins.push(this.#join(inst))
+        const join = this.#join(inst)
+        this.#joins.set(inst, join)
+        joins.push(join)
       } else this.instances.set(id, inst)
     }
     const removed = this.#prune()
