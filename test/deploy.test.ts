@@ -504,9 +504,11 @@ describe('deploy/kubernetes/overlays/pd-nixl, prefill and decode pods with NixlC
     expect(f.ports.get('nixl')).toBe(Number(f.env.get('VLLM_NIXL_SIDE_CHANNEL_PORT')?.value ?? 5600))
     const events = JSON.parse(f.flag('--kv-events-config')!) as Record<string, unknown>
     const config = settled(r().raw)
-    expect(events.endpoint).toBe(`tcp://*:${config.kvEvents!.port.port}`)
-    expect(events.replay_endpoint).toBe(`tcp://*:${config.kvEvents!.replayPort!.port}`)
-    expect(f.ports.get('kv-events')).toBe(config.kvEvents!.port.port)
+    // The router reads each pod's events on its own address, at the ports the pods publish on.
+    expect(config.kvEvents!.port).toEqual({ port: f.ports.get('kv-events') })
+    expect(config.kvEvents!.replayPort).toEqual({ port: f.ports.get('kv-replay') })
+    expect(events.endpoint).toBe(`tcp://*:${f.ports.get('kv-events')}`)
+    expect(events.replay_endpoint).toBe(`tcp://*:${f.ports.get('kv-replay')}`)
   })
 
   it("configures the router with a DNS source per role, each a headless Service selecting that role's pods only, on their API port, and the nixl connector", () => {

@@ -1,7 +1,6 @@
 // A pod's role from its label, as llm-d names roles (its scheduler's by-label filters: the
-// label `llm-d.ai/role`), and the source's role for the instances that say none themselves.
+// label `llm-d.ai/role`).
 import type { Role } from '../../config/disaggregation.js'
-import type { InstanceEntry } from './source.js'
 
 /** The label llm-d's deployments put on their model-server pods. */
 export const LLMD_ROLE_LABEL = 'llm-d.ai/role'
@@ -43,9 +42,4 @@ export function unknownRoleNote(roleLabel: string, pods: readonly { pod: string;
   const shown = pods.slice(0, 5).map((p) => `${p.pod}: '${p.value}'`)
   const more = pods.length > shown.length ? ` and ${pods.length - shown.length} more` : ''
   return `pods with a ${roleLabel} label of no known role (${shown.join(', ')}${more}) take the source's role, ${fallback}; the values read are ${ROLE_LABEL_VALUES.join(', ')}`
-}
-
-/** The entries, each with the source's role (unset: both, as they are made). */
-export function withRole(list: InstanceEntry[], role: Role | undefined): InstanceEntry[] {
-  return role === undefined || role === 'both' ? list : list.map((e) => ({ ...e, role }))
 }

@@ -2,6 +2,7 @@
 // currently sees, again each time that list may have changed, until it is stopped.
 import type { EndpointConfig } from '../../config/config.js'
 import { PrefixRouterError } from '../../core/errors.js'
+import type { Role } from '../../config/disaggregation.js'
 
 /** One instance as `instances` lists it (after validation). */
 export type InstanceEntry = EndpointConfig['instances'][number]
@@ -23,6 +24,11 @@ export function hostPort(host: string, port: number | string): string {
 }
 
 export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined, kvEvents: undefined, role: 'both', bootstrapPort: undefined })
+
+/** The entries, each with the source's role (unset: both, as they are made). */
+export function withRole(list: InstanceEntry[], role: Role | undefined): InstanceEntry[] {
+  return role === undefined || role === 'both' ? list : list.map((e) => ({ ...e, role }))
+}
 
 /** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
 export class DiscoveryError extends PrefixRouterError {
