@@ -21,6 +21,8 @@ const overlayNames = readdirSync(overlaysDir).filter((d) => statSync(join(overla
 // The endpoint picker's overlay runs `epp` (no HTTP front of its own): checked on its own below.
 const EPP_OVERLAY = 'gateway-api'
 const serveOverlays = overlayNames.filter((o) => o !== EPP_OVERLAY)
+// The disaggregated overlay brings its own vLLM fleet (prefill and decode Deployments): checked on its own below.
+const PD_OVERLAY = 'pd-nixl'
 
 type Manifest = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [k: string]: any }
 
@@ -139,7 +141,8 @@ interface Rendered {
 }
 
 function inspect(manifests: Manifest[]): Rendered {
-  const deployment = one(manifests, 'Deployment')
+  // The router's: an overlay may bring the model servers' Deployments too.
+  const deployment = one(manifests, 'Deployment', 'prefix-router')
   const pod = deployment.spec.template.spec
   expect(pod.containers).toHaveLength(1)
   const container = pod.containers[0]
@@ -203,8 +206,8 @@ describe('the checks themselves', () => {
 })
 
 describe('deploy/kubernetes overlays', () => {
-  it('are static, dns, kubernetes, and gateway-api for the endpoint picker', () => {
-    expect(overlayNames.sort()).toEqual(['dns', 'gateway-api', 'kubernetes', 'static'])
+  it('are static, dns, kubernetes, pd-nixl (prefill and decode pods), and gateway-api for the endpoint picker', () => {
+    expect(overlayNames.sort()).toEqual(['dns', 'gateway-api', 'kubernetes', 'pd-nixl', 'static'])
   })
 
   describe.each(serveOverlays)('%s', (overlay) => {
@@ -286,10 +289,17 @@ describe('deploy/kubernetes overlays', () => {
       const config = settled(raw)
       const labels = deployment.spec.template.metadata.labels as Record<string, string>
       const ports = new Map((container.ports as { name: string; containerPort: number }[]).map((p) => [p.name, p.containerPort]))
+      const selects = (selector: Record<string, string>, l: Record<string, string>) => Object.entries(selector).every(([k, v]) => l[k] === v)
+      // Every other Service is the model servers' the overlay brings: it selects one of their Deployments' pods.
+      const others = manifests.filter((m) => m.kind === 'Deployment' && m !== deployment).map((d) => d.spec.template.metadata.labels as Record<string, string>)
       const targets = manifests
         .filter((m) => m.kind === 'Service')
         .flatMap((s) => {
-          for (const [k, v] of Object.entries(s.spec.selector as Record<string, string>)) expect(labels[k], `${s.metadata.name} selects the pods`).toBe(v)
+          const selector = s.spec.selector as Record<string, string>
+          if (!selects(selector, labels)) {
+            expect(others.some((l) => selects(selector, l)), `${s.metadata.name} selects the router's pods or the fleet's`).toBe(true)
+            return []
+          }
           return (s.spec.ports as { targetPort: string | number }[]).map((p) => (typeof p.targetPort === 'number' ? p.targetPort : ports.get(p.targetPort)))
         })
       expect(targets.sort()).toEqual([config.listen.port, config.admin.port].sort())
@@ -314,14 +324,18 @@ describe('deploy/kubernetes overlays', () => {
       const ns = deployment.metadata.namespace
       expect(ns, 'the overlay sets a namespace').toBeTypeOf('string')
       for (const s of k8s) expect(s.namespace ?? ns, 'the source reads the namespace its Role covers').toBe(ns)
-      const granted = bindings.some((b) => {
-        const role = manifests.find((m) => m.kind === b.roleRef.kind && m.metadata.name === b.roleRef.name)
-        if (role === undefined || (role.kind === 'Role' && role.metadata.namespace !== ns)) return false
-        return (role.rules as { apiGroups: string[]; resources: string[]; verbs: string[] }[]).some(
-          (rule) => rule.apiGroups.includes('discovery.k8s.io') && rule.resources.includes('endpointslices') && ['get', 'list', 'watch'].every((v) => rule.verbs.includes(v)),
-        )
-      })
-      expect(granted, 'a Role bound to the service account grants get/list/watch on discovery.k8s.io endpointslices').toBe(true)
+      const granted = (group: string, resource: string) =>
+        bindings.some((b) => {
+          const role = manifests.find((m) => m.kind === b.roleRef.kind && m.metadata.name === b.roleRef.name)
+          if (role === undefined || (role.kind === 'Role' && role.metadata.namespace !== ns)) return false
+          return (role.rules as { apiGroups: string[]; resources: string[]; verbs: string[] }[]).some(
+            (rule) => rule.apiGroups.includes(group) && rule.resources.includes(resource) && ['get', 'list', 'watch'].every((v) => rule.verbs.includes(v)),
+          )
+        })
+      expect(granted('discovery.k8s.io', 'endpointslices'), 'a Role bound to the service account grants get/list/watch on discovery.k8s.io endpointslices').toBe(true)
+      // The sources read the pods' role labels unless told not to (roleLabel: false).
+      const readsPods = parseConfig(raw).endpoints.some((e) => (e.discovery ?? []).some((s) => s.type === 'kubernetes' && s.roleLabel !== false))
+      expect(granted('', 'pods'), 'get/list/watch on pods, for their role labels').toBe(readsPods)
     })
   })
 })
@@ -433,7 +447,7 @@ describe('deploy/kubernetes/vllm, the example fleet', () => {
     expect(ConfigSchema.parse({ endpoints: [{ name: 'x', instances: ['http://a:1'] }] }).routing.exactBlockSize).toBe(16)
   })
 
-  it.each(overlayNames)("is what the %s overlay's configuration reads: its publishers' ports, its API port and the Services it names", (overlay) => {
+  it.each(overlayNames.filter((o) => o !== PD_OVERLAY))("is what the %s overlay's configuration reads: its publishers' ports, its API port and the Services it names", (overlay) => {
     const raw = rendered.get(overlay)!.raw
     const config = settled(raw)
     expect(config.kvEvents, 'the overlay follows the KV events').toBeDefined()
@@ -460,6 +474,65 @@ describe('deploy/kubernetes/vllm, the example fleet', () => {
     } else {
       expect(text).toContain(`${sts.spec.serviceName}.${namespace}.svc.cluster.local:${api}`)
       expect(services.get(sts.spec.serviceName)!.spec.clusterIP).toBe('None')
+    }
+  })
+})
+
+describe('deploy/kubernetes/overlays/pd-nixl, prefill and decode pods with NixlConnector', () => {
+  const r = () => rendered.get(PD_OVERLAY)!
+  const fleetOf = (role: 'prefill' | 'decode') => {
+    const found = r().manifests.filter((m) => m.kind === 'Deployment' && m.spec.template.metadata.labels?.['llm-d.ai/role'] === role)
+    expect(found, `one Deployment of ${role} pods`).toHaveLength(1)
+    const d = found[0]!
+    const vllm = d.spec.template.spec.containers[0]
+    const args: string[] = vllm.args
+    const flag = (name: string) => {
+      const a = args.find((x) => x === name || x.startsWith(`${name}=`))
+      return a === undefined ? undefined : a === name ? args[args.indexOf(a) + 1] : a.slice(name.length + 1)
+    }
+    const ports = new Map((vllm.ports as { name: string; containerPort: number }[]).map((p) => [p.name, p.containerPort]))
+    const env = new Map((vllm.env as { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[]).map((e) => [e.name, e]))
+    return { d, vllm, flag, ports, env, labels: d.spec.template.metadata.labels as Record<string, string> }
+  }
+
+  it.each(['prefill', 'decode'] as const)('runs %s pods labelled llm-d.ai/role, with NixlConnector and the side channel on the pod IP', (role) => {
+    const f = fleetOf(role)
+    expect(f.d.spec.selector.matchLabels['llm-d.ai/role']).toBe(role)
+    expect(JSON.parse(f.flag('--kv-transfer-config')!)).toEqual({ kv_connector: 'NixlConnector', kv_role: 'kv_both' })
+    expect(f.flag('--enable-prefix-caching')).toBeDefined()
+    expect(f.env.get('VLLM_NIXL_SIDE_CHANNEL_HOST')?.valueFrom?.fieldRef?.fieldPath).toBe('status.podIP')
+    expect(f.ports.get('nixl')).toBe(Number(f.env.get('VLLM_NIXL_SIDE_CHANNEL_PORT')?.value ?? 5600))
+    const events = JSON.parse(f.flag('--kv-events-config')!) as Record<string, unknown>
+    const config = settled(r().raw)
+    // The router reads each pod's events on its own address, at the ports the pods publish on.
+    expect(config.kvEvents!.port).toEqual({ port: f.ports.get('kv-events') })
+    expect(config.kvEvents!.replayPort).toEqual({ port: f.ports.get('kv-replay') })
+    expect(events.endpoint).toBe(`tcp://*:${f.ports.get('kv-events')}`)
+    expect(events.replay_endpoint).toBe(`tcp://*:${f.ports.get('kv-replay')}`)
+  })
+
+  it("configures the router with a DNS source per role, each a headless Service selecting that role's pods only, on their API port, and the nixl connector", () => {
+    const config = parseConfig(r().raw, `deploy/kubernetes/overlays/${PD_OVERLAY}`)
+    expect(config.disaggregation.connector).toBe('nixl')
+    // Under vLLM's default lease of the blocks on the prefill pod (kv_lease_duration, 30 s).
+    expect(config.disaggregation.kvHoldMs).toBeLessThan(30_000)
+    const sources = config.endpoints[0]!.discovery ?? []
+    expect(sources.map((s) => s.role).sort()).toEqual(['decode', 'prefill'])
+    const namespace = r().deployment.metadata.namespace
+    for (const s of sources) {
+      expect(s.type).toBe('dns')
+      if (s.type !== 'dns') continue
+      const u = new URL(s.url)
+      const [svcName, ns, ...rest] = u.hostname.split('.')
+      expect([ns, rest.join('.')]).toEqual([namespace, 'svc.cluster.local'])
+      const svc = one(r().manifests, 'Service', svcName)
+      expect(svc.spec.clusterIP, `${svcName} is headless: its name resolves to each pod`).toBe('None')
+      const selects = (l: Record<string, string>) => Object.entries(svc.spec.selector as Record<string, string>).every(([k, v]) => l[k] === v)
+      const mine = fleetOf(s.role as 'prefill' | 'decode')
+      const other = fleetOf(s.role === 'prefill' ? 'decode' : 'prefill')
+      expect(selects(mine.labels), `${svcName} selects the ${s.role} pods`).toBe(true)
+      expect(selects(other.labels), `${svcName} does not select the other role's pods`).toBe(false)
+      expect(Number(u.port)).toBe(mine.ports.get('http'))
     }
   })
 })

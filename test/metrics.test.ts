@@ -3,9 +3,9 @@ import { describe, expect, it } from 'vitest'
 import type { Endpoint } from '../src/fleet/endpoint.js'
 import { ProxyMetrics } from '../src/metrics/proxy-metrics.js'
 
-/** An endpoint as the metrics read it: a name, no instances, and a router's stats. */
+/** An endpoint as the metrics read it: a name, no instances (no role counted), and a router's stats. */
 function endpointWith(name: string, leasesCollected: number): Endpoint {
-  return { name, instances: new Map(), router: { instances: () => [], stats: () => ({ leasesCollected }) } } as unknown as Endpoint
+  return { name, instances: new Map(), roleCounts: () => ({ prefill: 0, decode: 0, both: 0 }), router: { instances: () => [], stats: () => ({ leasesCollected }) } } as unknown as Endpoint
 }
 
 describe('prefix_router_leases_collected_total', () => {

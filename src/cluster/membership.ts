@@ -12,6 +12,9 @@ import type { Role } from '../config/disaggregation.js'
 export interface InstanceState {
   id: string
   weight: number
+  /** Its role in a disaggregated fleet, and its bootstrap port (SGLang's connector): a worker's picks read them. */
+  role: Role
+  bootstrapPort: number | undefined
   declaredModels: string[]
   discoveredModels: string[] | undefined
   parents: [string, string][]
@@ -27,8 +30,6 @@ export interface InstanceState {
   failReports: number
   ejectedUntil: number
   ejections: number
-  role: Role
-  bootstrapPort: number | undefined
 }
 
 export interface Membership {
@@ -42,6 +43,8 @@ export function membershipOf(ep: Endpoint): Membership {
     instances: [...ep.instances.values()].map((i) => ({
       id: i.id,
       weight: i.weight,
+      role: i.role,
+      bootstrapPort: i.bootstrapPort,
       declaredModels: i.declaredModels,
       discoveredModels: i.discoveredModels,
       parents: [...i.parents],
@@ -55,8 +58,6 @@ export function membershipOf(ep: Endpoint): Membership {
       failReports: i.health.failReports,
       ejectedUntil: i.outlier.ejectedUntil,
       ejections: i.outlier.ejections,
-      role: i.role,
-      bootstrapPort: i.bootstrapPort,
     })),
   }
 }
@@ -115,6 +116,8 @@ export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['u
       ep.instances.set(s.id, inst)
     }
     inst.weight = s.weight
+    inst.role = s.role
+    inst.bootstrapPort = s.bootstrapPort
     inst.declaredModels = s.declaredModels
     if (s.discoveredModels !== undefined) inst.setDiscoveredModels({ ids: s.discoveredModels, parents: new Map(s.parents) })
     inst.indexBlocks = s.indexBlocks
@@ -132,8 +135,6 @@ export function applyMembership(ep: Endpoint, m: Membership, upstream: Config['u
     }
     inst.outlier.ejectedUntil = s.ejectedUntil
     inst.outlier.ejections = s.ejections
-    inst.role = s.role
-    inst.bootstrapPort = s.bootstrapPort
   }
   ep.sync()
 }

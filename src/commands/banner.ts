@@ -5,6 +5,7 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyServer } from '../proxy/proxy.js'
 import { unhealthyHint } from './hints.js'
+import { describeRoles, hasRoles, roleGap, roleGapMessage } from '../fleet/roles.js'
 
 /** The first line: how many instances, each endpoint's strategy, in how many processes, where. */
 export function listeningLine(proxy: ProxyServer, url: string, workers: number): string {
@@ -21,6 +22,7 @@ export function healthReport(proxy: ProxyServer, config: Config): string {
     const all = [...ep.instances.values()]
     const up = all.filter((i) => i.inRotation)
     lines.push(`prefix-router: ${up.length} of ${all.length} instances healthy${eps.length > 1 ? ` in endpoint ${ep.name}` : ''}`)
+    lines.push(...rolesReport(ep, eps.length > 1))
     for (const i of all) {
       if (i.inRotation) {
         // Healthy but its models unknown for a reason to fix (a probe refused: probeAuth).
@@ -34,6 +36,20 @@ export function healthReport(proxy: ProxyServer, config: Config): string {
     }
   }
   return `${lines.join('\n')}\n`
+}
+
+/**
+ * For an endpoint whose instances have roles: how many play each, how requests split over
+ * them, and a warning when a leg has no instance. Nothing for one whose instances all do both.
+ */
+export function rolesReport(ep: Endpoint, named: boolean): string[] {
+  const n = ep.roleCounts()
+  if (!hasRoles(n)) return []
+  const d = ep.disaggregation
+  const lines = [`prefix-router: ${describeRoles(n)}${named ? ` in endpoint ${ep.name}` : ''}, disaggregated with ${d.connector}, ${d.order}, threshold ${d.threshold} tokens`]
+  const gap = roleGap(n)
+  if (gap !== undefined) lines.push(`prefix-router: warning: ${roleGapMessage(ep.name, n, gap, d.whenNoPrefill)}`)
+  return lines
 }
 
 /** A model the endpoint serves: one a healthy instance lists first, else any declared or discovered. */

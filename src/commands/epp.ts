@@ -16,6 +16,7 @@ import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { joinBootstrapPorts } from './role-flags.js'
 import { version } from './version.js'
 
 const HELP = `usage: prefix-router epp (--upstream URL ... | --config FILE) [options]
@@ -119,7 +120,7 @@ function transport(epp: EppServer, settings: EppSettings): string {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { ...parseArgsOptions(EPP_FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
+  const { values } = parseFlags(joinBootstrapPorts(argv), { ...parseArgsOptions(EPP_FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
   const { help, version: showVersion, ...flags } = values
   if (help) {
     process.stdout.write(HELP)

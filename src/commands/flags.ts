@@ -4,7 +4,8 @@
 import { MAX_WORKERS } from '../config/config.js'
 import { ENGINE_LOAD_INTERVAL, ENGINE_LOAD_INTERVAL_MS, STALE_INTERVALS } from '../fleet/load/config.js'
 
-export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list'
+/** `entries`: repeatable, each value one entry that may hold a space (`URL PORT`); the variable separates entries by commas only. */
+export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list' | 'entries'
 
 export interface FlagSpec {
   /** The flag without its dashes. */
@@ -24,6 +25,41 @@ export interface FlagSpec {
 export const FLAGS: readonly FlagSpec[] = [
   { name: 'config', env: 'PREFIX_ROUTER_CONFIG', kind: 'string', arg: 'FILE', help: 'YAML or JSON configuration (see README: Configuration); flags override it' },
   { name: 'upstream', env: 'PREFIX_ROUTER_UPSTREAMS', kind: 'list', arg: 'URL', help: 'an instance, e.g. http://10.0.0.5:8000 (repeat for each; the variable takes a comma- or space-separated list)' },
+  {
+    name: 'prefill',
+    env: 'PREFIX_ROUTER_PREFILL',
+    kind: 'entries',
+    arg: 'URL [PORT]',
+    help: "a prefill instance of a disaggregated fleet, optionally with its SGLang bootstrap port, as vLLM's and SGLang's routers take it (repeat for each; the variable: comma-separated, each URL or 'URL PORT'); with --upstream and --decode, replaces the first endpoint's instances",
+  },
+  { name: 'decode', env: 'PREFIX_ROUTER_DECODE', kind: 'entries', arg: 'URL', help: 'a decode instance of a disaggregated fleet (repeat for each; the variable: comma-separated)' },
+  { name: 'pd-connector', env: 'PREFIX_ROUTER_PD_CONNECTOR', kind: 'string', key: ['disaggregation', 'connector'], arg: 'C', help: "with prefill and decode instances: how the KV cache moves: nixl (vLLM's NixlConnector: prefill, then decode; default) or sglang (SGLang's bootstrap: both legs at once)" },
+  { name: 'pd-order', env: 'PREFIX_ROUTER_PD_ORDER', kind: 'string', key: ['disaggregation', 'order'], arg: 'O', help: 'which instance is chosen first: decode-first (default: its cache decides whether to split at all) or prefill-first' },
+  {
+    name: 'pd-threshold',
+    env: 'PREFIX_ROUTER_PD_THRESHOLD',
+    kind: 'int',
+    key: ['disaggregation', 'threshold'],
+    arg: 'N',
+    help: 'tokens of the prompt the decode instance lacks below which a request runs there whole, 0-1048576 (default 256; 0: split every request)',
+  },
+  { name: 'pd-when-no-prefill', env: 'PREFIX_ROUTER_PD_WHEN_NO_PREFILL', kind: 'string', key: ['disaggregation', 'whenNoPrefill'], arg: 'W', help: 'no prefill instance can take a request: decode (run it whole on the decode instance; default) or fail (503)' },
+  {
+    name: 'pd-kv-hold-ms',
+    env: 'PREFIX_ROUTER_PD_KV_HOLD_MS',
+    kind: 'int',
+    key: ['disaggregation', 'kvHoldMs'],
+    arg: 'N',
+    help: "a decode leg failing before its first byte is tried on another decode instance within N ms of the prefill's answer, while the prefill instance holds the blocks, 0-3600000 (default 20000)",
+  },
+  {
+    name: 'pd-prefill-timeout-ms',
+    env: 'PREFIX_ROUTER_PD_PREFILL_TIMEOUT_MS',
+    kind: 'int',
+    key: ['disaggregation', 'prefillTimeoutMs'],
+    arg: 'N',
+    help: "a prefill leg's answer (it comes when the prompt is computed) must come within N ms, else it is tried on another prefill instance, 1-3600000 (default 60000)",
+  },
   { name: 'demo', env: 'PREFIX_ROUTER_DEMO', kind: 'boolean', serveOnly: true, help: 'no instances of your own: start an embedded fleet of simulated vLLM workers (answers are simulated)' },
   { name: 'sim-instances', env: 'PREFIX_ROUTER_SIM_INSTANCES', kind: 'int', arg: 'N', serveOnly: true, help: 'with --demo: workers in the simulated fleet, 1-64 (default 4)' },
   { name: 'strategy', env: 'PREFIX_ROUTER_STRATEGY', kind: 'string', key: ['routing', 'strategy'], arg: 'NAME', help: "longest_prefix (default: the instance holding most of the prompt, weighed against its queue), prefix_aware (SageMaker's PREFIX_AWARE exactly: a hash of the first prefix-length characters), least_outstanding_requests, random" },
@@ -145,7 +181,9 @@ export const FLAGS: readonly FlagSpec[] = [
     serveOnly: true,
     help: 'instances from DNS: each A/AAAA address of NAME in http://NAME:PORT is one, re-resolved every 5 s (repeat for more names; adds to --upstream)',
   },
-  { name: 'dns-server', env: 'PREFIX_ROUTER_DNS_SERVER', kind: 'string', arg: 'IP:PORT', serveOnly: true, help: 'with --upstream-dns: the resolver to ask instead of the system one' },
+  { name: 'prefill-dns', env: 'PREFIX_ROUTER_PREFILL_DNS', kind: 'list', arg: 'URL', serveOnly: true, help: 'as --upstream-dns, each address a prefill instance (a name for the prefill pods)' },
+  { name: 'decode-dns', env: 'PREFIX_ROUTER_DECODE_DNS', kind: 'list', arg: 'URL', serveOnly: true, help: 'as --upstream-dns, each address a decode instance' },
+  { name: 'dns-server', env: 'PREFIX_ROUTER_DNS_SERVER', kind: 'string', arg: 'IP:PORT', serveOnly: true, help: 'with --upstream-dns, --prefill-dns or --decode-dns: the resolver to ask instead of the system one' },
 ]
 
 /** The environment variables' common prefix: any other variable with it is a mistake. */
@@ -156,7 +194,7 @@ type Option = { type: 'string'; multiple?: boolean } | { type: 'boolean' }
 /** node:util parseArgs options for the given flags. */
 export function parseArgsOptions(flags: readonly FlagSpec[]): Record<string, Option> {
   return Object.fromEntries(
-    flags.map((f) => [f.name, f.kind === 'boolean' ? { type: 'boolean' } : f.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' }]),
+    flags.map((f) => [f.name, f.kind === 'boolean' ? { type: 'boolean' } : f.kind === 'list' || f.kind === 'entries' ? { type: 'string', multiple: true } : { type: 'string' }]),
   )
 }
 

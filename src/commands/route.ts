@@ -11,6 +11,7 @@ import { decisionOf, strategyInfo, type StrategyInfo } from '../core/strategies.
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { buildConfig, type ServeFlags } from './serve-config.js'
+import { joinBootstrapPorts } from './role-flags.js'
 
 // A dry run starts no fleet: the flags that size or start one are serve's alone.
 const ROUTE_FLAGS = FLAGS.filter((f) => !f.serveOnly)
@@ -61,7 +62,7 @@ function apiOf(flag: string | undefined, completions: boolean, body: Buffer): { 
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, {
+  const { values } = parseFlags(joinBootstrapPorts(argv), {
     ...parseArgsOptions(ROUTE_FLAGS),
     api: { type: 'string' },
     completions: { type: 'boolean' },

@@ -8,6 +8,7 @@ import { upstreamUrlProblem } from '../fleet/upstream-url.js'
 import { CliError } from '../cli/cli-error.js'
 import { EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, FLAGS, type FlagSpec } from './flags.js'
+import { entriesFromEnv, roleInstances } from './role-flags.js'
 
 /** Flag values as parseArgs gives them, by flag name. */
 export type ServeFlags = Partial<Record<string, string | string[] | boolean | undefined>>
@@ -36,6 +37,7 @@ function fromEnv(spec: FlagSpec, v: string): Given['value'] {
     if (!BOOL.test(v)) throw new CliError(`${spec.env} must be true or false; got '${v}'`)
     return /^(1|true|yes)$/i.test(v)
   }
+  if (spec.kind === 'entries') return entriesFromEnv(v)
   return spec.kind === 'list' ? v.split(/[\s,]+/).filter(Boolean) : v
 }
 
@@ -98,26 +100,32 @@ function upstreams(g: Given): string[] {
   return list
 }
 
-/** DNS discovery sources from --upstream-dns, each asking --dns-server when given. */
+/** The flags that name DNS names to discover instances from, and the role each gives them. */
+const DNS_FLAGS = [
+  ['upstream-dns', undefined],
+  ['prefill-dns', 'prefill'],
+  ['decode-dns', 'decode'],
+] as const
+
+/** DNS discovery sources from --upstream-dns, --prefill-dns and --decode-dns, each asking --dns-server when given. */
 function upstreamDns(given: Map<string, Given>): Record<string, unknown>[] {
-  const names = given.get('upstream-dns')
   const server = given.get('dns-server')
-  if (names === undefined) {
-    if (server !== undefined) throw new CliError(`${server.from} is the resolver for --upstream-dns names; give --upstream-dns too (got only ${server.from} '${String(server.value)}')`)
+  const named = DNS_FLAGS.filter(([flag]) => given.has(flag))
+  if (named.length === 0) {
+    if (server !== undefined) throw new CliError(`${server.from} is the resolver for --upstream-dns, --prefill-dns and --decode-dns names; give one of them too (got only ${server.from} '${String(server.value)}')`)
     return []
   }
   if (server !== undefined && !dnsServer.safeParse(server.value).success) throw new CliError(`${server.from} must be IP:PORT, the resolver's address ([v6]:PORT for IPv6); got '${String(server.value)}'`)
-  const list = Array.isArray(names.value) ? names.value : [String(names.value)]
-  return list.map((url) => {
-    if (!dnsUrl.safeParse(url).success) throw new CliError(`${names.from} must be http://NAME:PORT (or https://), the name to resolve; got '${url}'`)
-    return { type: 'dns', url, ...(server !== undefined && { server: String(server.value) }) }
+  return named.flatMap(([flag, role]) => {
+    const names = given.get(flag)!
+    const list = Array.isArray(names.value) ? names.value : [String(names.value)]
+    return list.map((url) => {
+      if (!dnsUrl.safeParse(url).success) throw new CliError(`${names.from} must be http://NAME:PORT (or https://), the name to resolve; got '${url}'`)
+      return { type: 'dns', url, ...(server !== undefined && { server: String(server.value) }), ...(role !== undefined && { role }) }
+    })
   })
 }
 
-/**
- * The configuration from the file (flag or env), the environment and the flags. Upstreams
- * given by flag or env replace the instances of the first endpoint (or make `default`).
- */
 /** buildConfig for a command's start: a configuration error is the CLI's one-line refusal. */
 export function buildForStart(flags: ServeFlags): BuiltConfig {
   try {
@@ -128,6 +136,11 @@ export function buildForStart(flags: ServeFlags): BuiltConfig {
   }
 }
 
+/**
+ * The configuration from the file (flag or env), the environment and the flags. Instances
+ * given by flag or env (--upstream, --prefill, --decode) replace the instances of the first
+ * endpoint (or make `default`); DNS names given so add discovery sources to it.
+ */
 export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): BuiltConfig {
   const given = settings(flags, env)
   const file = given.get('config')
@@ -154,13 +167,18 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
 
   let upstreamsFrom: string | undefined
   const ups = given.get('upstream')
-  if (ups !== undefined && upstreams(ups).length > 0) {
+  const upsList = ups === undefined ? [] : upstreams(ups)
+  const prefill = given.get('prefill')
+  const decode = given.get('decode')
+  // --upstream (instances doing both), --prefill and --decode together are the first endpoint's instances.
+  const withRoles = roleInstances(prefill, decode, ups === undefined ? undefined : { urls: upsList, from: ups.from })
+  if (upsList.length > 0 || withRoles.length > 0) {
     const eps = Array.isArray(r.endpoints) ? (r.endpoints as Record<string, unknown>[]) : []
     if (eps.length === 0) eps.push({ name: 'default' })
-    eps[0]!.instances = upstreams(ups)
+    eps[0]!.instances = [...upsList, ...withRoles]
     r.endpoints = eps
-    upstreamsFrom = ups.from
-    origins.set('endpoints[0].instances', ups.from)
+    upstreamsFrom = (upsList.length > 0 ? ups : (prefill ?? decode))!.from
+    origins.set('endpoints[0].instances', [ups, prefill, decode].filter((g) => g !== undefined).map((g) => g.from).join(', '))
   }
   const dns = upstreamDns(given)
   if (dns.length > 0) {
@@ -168,7 +186,7 @@ export function buildConfig(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     if (eps.length === 0) eps.push({ name: 'default' })
     eps[0]!.discovery = [...(Array.isArray(eps[0]!.discovery) ? eps[0]!.discovery : []), ...dns]
     r.endpoints = eps
-    upstreamsFrom ??= given.get('upstream-dns')!.from
+    upstreamsFrom ??= DNS_FLAGS.map(([flag]) => given.get(flag)).find((g) => g !== undefined)!.from
   }
   const hasUpstreams = Array.isArray(r.endpoints) && r.endpoints.length > 0
   if (hasUpstreams && upstreamsFrom === undefined) upstreamsFrom = `the endpoints in config file '${String(file?.value)}'`

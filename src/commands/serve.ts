@@ -10,6 +10,7 @@ import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { joinBootstrapPorts } from './role-flags.js'
 import { version } from './version.js'
 
 const HELP = `usage: prefix-router serve (--upstream URL ... | --config FILE | --demo) [options]
@@ -52,7 +53,7 @@ function check(built: BuiltConfig): void {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { ...parseArgsOptions(FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
+  const { values } = parseFlags(joinBootstrapPorts(argv), { ...parseArgsOptions(FLAGS), help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } })
   const { help, version: showVersion, ...flags } = values
   if (help) {
     process.stdout.write(HELP)

@@ -30,7 +30,7 @@ export const DisaggregationSchema = z
     connector: z.enum(CONNECTORS).default('nixl'),
     order: z.enum(PD_ORDERS).default('decode-first'),
     /**
-     * Tokens of the prompt the chosen decode instance does not hold, at or below which the request
+     * Tokens of the prompt the chosen decode instance does not hold, below which the request
      * runs there whole (no prefill leg): moving a short remainder costs more than computing it. 0:
      * disaggregate every request.
      */

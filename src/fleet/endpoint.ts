@@ -23,6 +23,7 @@ import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
 import { plays, type DisaggregationConfig } from '../config/disaggregation.js'
 import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from './groups.js'
+import { roleCounts, RoleWatch, type RoleCounts } from './roles.js'
 
 export interface EndpointEvents {
   log?: Logger
@@ -78,8 +79,6 @@ export class Endpoint {
   readonly router: Router
   readonly instances = new Map<string, Instance>()
   routing: RoutingConfig
-  /** How a request runs over a prefill and a decode instance (read when the endpoint disaggregates). */
-  disaggregation: DisaggregationConfig
   #config: Config
   /** This endpoint's own configuration (its instances' KV-event addresses, among others). */
   #epConfig: EndpointConfig
@@ -92,6 +91,8 @@ export class Endpoint {
   #discovered = new Map<string, InstanceEntry[]>()
   /** Discovered instances waiting for their first probe before they take traffic. */
   #joining = new Map<string, Instance>()
+  /** Each joining instance's first probe: a list naming it again waits for the same one. */
+  #joins = new WeakMap<Instance, Promise<void>>()
   /** Removed by discovery, waiting for their requests in flight to finish before closing. */
   #retiring = new Set<Instance>()
   /** No list names them, but they stay in rotation until a listed instance is (#prune). */
@@ -119,6 +120,8 @@ export class Endpoint {
   #tokenizeNext = 0
   /** The probes' credentials: the endpoint's probeAuth, else the top-level one. */
   #probeToken: ProbeToken | undefined
+  /** Warns when the instances' roles leave a leg with no instance to play it. */
+  #roles: RoleWatch
 
   constructor(config: Config, ep: EndpointConfig, events: EndpointEvents = {}) {
     this.name = ep.name
@@ -127,7 +130,6 @@ export class Endpoint {
     this.#log = (events.log ?? pino({ level: 'silent' })).child({ endpoint: ep.name })
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
-    this.disaggregation = ep.disaggregation ?? config.disaggregation
     this.#static = events.remote ? [] : ep.instances
     this.#probeToken = probeToken(config, ep)
     for (const i of this.#static) this.instances.set(i.url.replace(/\/+$/, ''), this.#instance(i))
@@ -143,6 +145,21 @@ export class Endpoint {
     events.remote?.attached(this)
     this.#syncExact()
     this.#syncLoad()
+    this.#roles = new RoleWatch(ep.name, this.#log)
+    if (!events.remote) this.#roles.check(this.roleCounts(), this.disaggregation.whenNoPrefill)
+  }
+
+  /**
+   * Instances by role: the members and those joining (waiting for their first probe), so that
+   * a fleet discovered at once is not one lone leg for the moment its instances join one by one.
+   */
+  roleCounts(): RoleCounts {
+    return roleCounts([...this.instances.values(), ...this.#joining.values()])
+  }
+
+  /** How requests run over prefill and decode instances here: the endpoint's setting, else the top-level one. */
+  get disaggregation(): DisaggregationConfig {
+    return this.#epConfig.disaggregation ?? this.#config.disaggregation
   }
 
   /**
@@ -254,7 +271,6 @@ export class Endpoint {
     this.#config = config
     this.#epConfig = ep
     this.routing = endpointRouting(config, ep)
-    this.disaggregation = ep.disaggregation ?? config.disaggregation
     this.#probeToken = token
     for (const i of [...this.instances.values(), ...this.#joining.values()]) i.probeToken = token
     const remote = this.#events.remote
@@ -363,13 +379,18 @@ export class Endpoint {
         cur.indexBlocks = i.indexBlocks
         cur.role = i.role
         cur.bootstrapPort = i.bootstrapPort
+        // Still joining: this list has joined only once its first probe is done, as the first did.
+        const pending = this.#joins.get(cur)
+        if (pending !== undefined && this.#joining.get(id) === cur) joins.push(pending)
         continue
       }
       const inst = this.#instance(i)
       added.push(id)
       if (probeFirst) {
         this.#joining.set(id, inst)
-        joins.push(this.#join(inst))
+        const join = this.#join(inst)
+        this.#joins.set(inst, join)
+        joins.push(join)
       } else this.instances.set(id, inst)
     }
     const removed = this.#prune()
@@ -469,6 +490,7 @@ export class Endpoint {
     this.#disaggregated = [...this.instances.values()].some((i) => i.role !== 'both')
     this.#events.onSync?.(this)
     if (this.#events.remote) return this.#syncExact()
+    this.#roles.check(this.roleCounts(), this.disaggregation.whenNoPrefill)
     const members = this.#members()
     const key = JSON.stringify(members)
     // The scraper follows rotation even when the router keeps its members (none left in rotation).

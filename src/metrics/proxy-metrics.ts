@@ -6,6 +6,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import { registerKvEventMetrics } from '../fleet/events/metrics.js'
 import { registerEngineLoadMetrics } from '../fleet/load/metrics.js'
 import { PdMetrics } from './pd-metrics.js'
+import { registerRoleMetrics } from './role-metrics.js'
 
 export class ProxyMetrics {
   readonly registry = new Registry()
@@ -103,6 +104,8 @@ export class ProxyMetrics {
     registerKvEventMetrics(endpoints, registers)
     // The primary reads the engines for the host: its figures are the fleet's.
     registerEngineLoadMetrics(endpoints, fleetRegisters)
+    // Membership and health are the primary's to report, as the gauges below.
+    registerRoleMetrics(endpoints, fleetRegisters)
     new Gauge({
       name: 'prefix_router_front_connections',
       help: 'Client connections open on the front port (limits.maxConnections caps them).',

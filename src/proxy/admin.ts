@@ -10,6 +10,7 @@ import { strategyInfo } from '../core/strategies.js'
 import type { EngineLoadStatus } from '../fleet/load/scraper.js'
 import { STATUS_PAGE_HEADERS, statusAsset } from './status-page.js'
 import { statusReport } from './status-view.js'
+import { roleGap } from '../fleet/roles.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -34,12 +35,20 @@ export function instancesReport(p: AdminView) {
     const engine = new Map(live.map((i) => [i.id, i.engineInFlight]))
     const total = [...ep.instances.values()].reduce((n, i) => n + i.requests, 0)
     const { blocks } = strategyInfo(ep.routing.strategy)
+    const roles = ep.roleCounts()
     return {
       name: ep.name,
       routing: ep.routing,
       router: ep.router.stats(),
+      // Instances by role, and the leg none of them can play while the other's need it (else null).
+      roles,
+      missingRole: roleGap(roles) ?? null,
+      disaggregation: ep.disaggregation,
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
+        // prefill, decode or both; the bootstrap port SGLang's connector sends the decode leg (null: unset).
+        role: i.role,
+        bootstrapPort: i.bootstrapPort ?? null,
         healthy: i.healthy,
         // No discovery list names it any more, but none of the listed instances is healthy yet.
         keptUntilReplacementHealthy: ep.keptUntilReplaced(i.id),

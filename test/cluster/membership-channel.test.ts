@@ -16,12 +16,12 @@ const A = 'http://127.0.0.1:9'
 const B = 'http://127.0.0.2:9'
 const C = 'http://127.0.0.3:9'
 
-function config(urls: string[]): Config {
+function config(urls: string[], extra: Record<string, Record<string, unknown>> = {}): Config {
   return parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     health: { intervalMs: 0 },
     discovery: { modelsIntervalMs: 0, metricsIntervalMs: 0 },
-    endpoints: [{ name: 'default', instances: urls.map((url) => ({ url, models: ['m'] })) }],
+    endpoints: [{ name: 'default', instances: urls.map((url) => ({ url, models: ['m'], ...extra[url] })) }],
   })
 }
 
@@ -40,8 +40,8 @@ interface Pair {
   toPrimary: ToPrimary[]
 }
 
-function pair(urls: string[]): Pair {
-  const c = config(urls)
+function pair(urls: string[], extra: Record<string, Record<string, unknown>> = {}): Pair {
+  const c = config(urls, extra)
   // As ClusterPrimary does: the record published as the endpoint syncs, before its ring.
   let last: string | undefined
   const primary = new Endpoint(c, c.endpoints[0]!, { router: (_name, options) => new Router({ ...options, shared: true }), onSync: (ep) => void (last = publishMembership(ep, last)) })
@@ -99,5 +99,17 @@ describe('--workers: the membership a worker picks from', () => {
     primary.instances.get(B)!.health.probe(true, undefined, { healthyThreshold: 1, unhealthyThreshold: 1 })
     primary.sync()
     expect(keys.map((k) => pickFor(worker, k))).toContain(B)
+  })
+
+  it("a worker's instances have the roles and bootstrap ports the primary's have, and follow a reload that changes them", () => {
+    const { primary, worker } = pair([A, B, C], { [A]: { role: 'prefill', bootstrapPort: 8998 }, [B]: { role: 'decode' } })
+    // The worker reads the record as it attaches, then on its timer (run here by hand).
+    const roles = (ep: Endpoint) => [...ep.instances.values()].map((i) => `${i.id} ${i.role} ${i.bootstrapPort ?? '-'}`).sort()
+    expect(roles(worker)).toEqual([`${A} prefill 8998`, `${B} decode -`, `${C} both -`])
+    const next = config([A, B, C], { [A]: { role: 'prefill' }, [C]: { role: 'decode' } })
+    primary.update(next, next.endpoints[0]!)
+    expect(fleets.at(-1)!.refresh(worker)).toBe(true)
+    expect(roles(worker)).toEqual([`${A} prefill -`, `${B} both -`, `${C} decode -`])
+    expect(roles(worker)).toEqual(roles(primary))
   })
 })

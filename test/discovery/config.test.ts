@@ -32,9 +32,24 @@ describe('discovery configuration', () => {
     expect(c.endpoints[0]!.discovery).toEqual([
       { type: 'dns', url: 'http://vllm:8000', intervalMs: 5000, srv: false },
       { type: 'file', path: 'fleet.yaml' },
-      { type: 'kubernetes', service: 'vllm', scheme: 'http' },
-      { type: 'inferencePool', name: 'vllm-llama3', scheme: 'http' },
-      { type: 'inferencePool', name: 'vllm.gpu', namespace: 'inference', scheme: 'https' },
+      { type: 'kubernetes', service: 'vllm', scheme: 'http', roleLabel: 'llm-d.ai/role' },
+      { type: 'inferencePool', name: 'vllm-llama3', scheme: 'http', roleLabel: 'llm-d.ai/role' },
+      { type: 'inferencePool', name: 'vllm.gpu', namespace: 'inference', scheme: 'https', roleLabel: 'llm-d.ai/role' },
+    ])
+  })
+
+  it('every source type takes a role for its instances; the Kubernetes ones a role label, or false to read none', () => {
+    const c = parse([
+      { type: 'dns', url: 'http://prefill:8000', role: 'prefill' },
+      { type: 'file', path: 'decode.yaml', role: 'decode' },
+      { type: 'kubernetes', service: 'vllm', role: 'decode', roleLabel: 'example.com/stage' },
+      { type: 'inferencePool', name: 'vllm', role: 'both', roleLabel: false },
+    ])
+    expect(c.endpoints[0]!.discovery!.map((s) => [s.type, s.role, 'roleLabel' in s ? s.roleLabel : undefined])).toEqual([
+      ['dns', 'prefill', undefined],
+      ['file', 'decode', undefined],
+      ['kubernetes', 'decode', 'example.com/stage'],
+      ['inferencePool', 'both', false],
     ])
   })
 
@@ -52,6 +67,10 @@ describe('discovery configuration', () => {
     [[{ type: 'inferencePool', name: 'vllm', scheme: 'grpc' }], /discovery\[0\]\.scheme/],
     [[{ type: 'inferencePool', name: 'vllm', selector: 'app=vllm' }], /discovery\[0\]: unknown key 'selector'/],
     [[{ type: 'file', path: 'f.yaml', watch: true }], /discovery\[0\]: unknown key 'watch'/],
+    [[{ type: 'dns', url: 'http://vllm:8000', role: 'prefiller' }], /discovery\[0\]\.role: .*"prefill"\|"decode"\|"both"; got "prefiller"/],
+    [[{ type: 'kubernetes', service: 'vllm', roleLabel: 'llm-d.ai/role=prefill' }], /discovery\[0\]\.roleLabel: .*label key/],
+    [[{ type: 'inferencePool', name: 'vllm', roleLabel: true }], /discovery\[0\]\.roleLabel/],
+    [[{ type: 'file', path: 'f.yaml', roleLabel: 'llm-d.ai/role' }], /discovery\[0\]: unknown key 'roleLabel'/],
   ])('%j is refused', (discovery, message) => {
     expect(messageOf(() => parse(discovery))).toMatch(message)
   })
@@ -60,7 +79,7 @@ describe('discovery configuration', () => {
 describe('EndpointSlices to instances', () => {
   const slice = (endpoints: unknown[], ports: unknown[] = [{ name: 'http', port: 8000 }]) => ({ metadata: { name: 's' }, addressType: 'IPv4', ports, endpoints }) as never
   it('ready addresses only, on the chosen port, IPv6 in brackets', () => {
-    const cfg = { type: 'kubernetes', service: 'vllm', scheme: 'http' } as const
+    const cfg = { type: 'kubernetes', service: 'vllm', scheme: 'http', roleLabel: 'llm-d.ai/role' } as const
     const list = instancesOf([slice([{ addresses: ['10.0.0.1'] }, { addresses: ['10.0.0.2'], conditions: { ready: false } }, { addresses: ['fd00::3'], conditions: { ready: true } }])], cfg)
     expect(list.map((i) => i.url)).toEqual(['http://10.0.0.1:8000', 'http://[fd00::3]:8000'])
     const named = instancesOf([slice([{ addresses: ['10.0.0.1'] }], [{ name: 'metrics', port: 9000 }, { name: 'http', port: 8000 }])], { ...cfg, port: 'http' })
@@ -71,9 +90,36 @@ describe('EndpointSlices to instances', () => {
   })
 
   it("the Service's label and a given selector together", () => {
-    expect(selectorOf({ type: 'kubernetes', service: 'vllm', scheme: 'http' })).toBe('kubernetes.io/service-name=vllm')
-    expect(selectorOf({ type: 'kubernetes', service: 'vllm', labelSelector: 'tier=gpu', scheme: 'http' })).toBe('kubernetes.io/service-name=vllm,tier=gpu')
-    expect(selectorOf({ type: 'kubernetes', labelSelector: 'app=vllm', scheme: 'http' })).toBe('app=vllm')
+    const k = { type: 'kubernetes', scheme: 'http', roleLabel: false } as const
+    expect(selectorOf({ ...k, service: 'vllm' })).toBe('kubernetes.io/service-name=vllm')
+    expect(selectorOf({ ...k, service: 'vllm', labelSelector: 'tier=gpu' })).toBe('kubernetes.io/service-name=vllm,tier=gpu')
+    expect(selectorOf({ ...k, labelSelector: 'app=vllm' })).toBe('app=vllm')
+  })
+
+  it("each endpoint's role from the label of the pod it targets (llm-d's values), else the source's", () => {
+    const cfg = { type: 'kubernetes', service: 'vllm', scheme: 'http', roleLabel: 'llm-d.ai/role', role: 'decode' } as const
+    const at = (n: number, pod?: string) => ({ addresses: [`10.0.0.${n}`], ...(pod !== undefined && { targetRef: { kind: 'Pod', name: pod, namespace: 'inference' } }) })
+    const labels = new Map<string, Record<string, string>>([
+      ['p', { 'llm-d.ai/role': 'prefill' }],
+      ['d', { 'llm-d.ai/role': 'decode' }],
+      ['pd', { 'llm-d.ai/role': 'prefill-decode' }],
+      ['old', { 'llm-d.ai/role': 'both' }],
+      ['ep', { 'llm-d.ai/role': 'encode-prefill' }],
+      ['ed', { 'llm-d.ai/role': 'encode-decode' }],
+      ['epd', { 'llm-d.ai/role': 'encode-prefill-decode' }],
+      ['e', { 'llm-d.ai/role': 'encode' }],
+      ['typo', { 'llm-d.ai/role': 'prefiller' }],
+    ])
+    const pods = { labels, unknown: [] as { pod: string; value: string }[] }
+    const names = ['p', 'd', 'pd', 'old', 'ep', 'ed', 'epd', 'e', 'typo', 'unlabelled']
+    const list = instancesOf([slice([...names.map((p, i) => at(i + 1, p)), at(20)])], cfg, pods)
+    const role = Object.fromEntries(list.map((i) => [i.url.slice('http://10.0.0.'.length, -':8000'.length), i.role]))
+    expect(role).toEqual({ '1': 'prefill', '2': 'decode', '3': 'both', '4': 'both', '5': 'prefill', '6': 'decode', '7': 'both', '9': 'decode', '10': 'decode', '20': 'decode' })
+    // The encode-only pod (8) is no instance; the value of no known role is named.
+    expect(pods.unknown).toEqual([{ pod: 'typo', value: 'prefiller' }])
+    // Without the pods read (roleLabel: false), every endpoint takes the source's role.
+    expect(new Set(instancesOf([slice(names.map((p, i) => at(i + 1, p)))], { ...cfg, roleLabel: false }, pods).map((i) => i.role))).toEqual(new Set(['decode']))
+    expect(new Set(instancesOf([slice([at(1, 'p')])], { ...cfg, role: undefined }).map((i) => i.role))).toEqual(new Set(['both']))
   })
 })
 
@@ -107,6 +153,24 @@ describe('an InferencePool and its pods to instances', () => {
     expect(poolInstances(pool({}, [8000]), pods, 'http')).toEqual([])
   })
 
+  it("each pod's role from its label (configurable), else the source's; an encode-only pod is no instance", () => {
+    const p = pool({ app: 'vllm' }, [8000])
+    const labelled = (ip: string, role: string, key = 'llm-d.ai/role') => pod(ip, { labels: { app: 'vllm', [key]: role } })
+    const pods = [labelled('10.0.0.1', 'prefill'), labelled('10.0.0.2', 'decode'), labelled('10.0.0.3', 'encode'), labelled('10.0.0.4', 'prefil'), pod('10.0.0.5'), labelled('10.0.0.6', 'prefill', 'stage')]
+    const unknown: { pod: string; value: string }[] = []
+    const roles = (l: ReturnType<typeof poolInstances>) => l.map((i) => `${i.url} ${i.role}`)
+    expect(roles(poolInstances(p, pods, 'http', { roleLabel: 'llm-d.ai/role', role: 'decode', unknown }))).toEqual([
+      'http://10.0.0.1:8000 prefill',
+      'http://10.0.0.2:8000 decode',
+      'http://10.0.0.4:8000 decode',
+      'http://10.0.0.5:8000 decode',
+      'http://10.0.0.6:8000 decode',
+    ])
+    expect(unknown).toEqual([{ pod: 'pod-10.0.0.4', value: 'prefil' }])
+    expect(roles(poolInstances(p, pods, 'http', { roleLabel: 'stage' })).filter((r) => !r.endsWith(' both'))).toEqual(['http://10.0.0.6:8000 prefill'])
+    expect(new Set(poolInstances(p, pods, 'http').map((i) => i.role))).toEqual(new Set(['both']))
+  })
+
   it("the selector as the API takes it, keys sorted; none when it has no label", () => {
     expect(poolSelector(pool({ tier: 'gpu', 'app.kubernetes.io/name': 'vllm' }, [8000]))).toBe('app.kubernetes.io/name=vllm,tier=gpu')
     expect(poolSelector(pool({}, [8000]))).toBeUndefined()
@@ -116,10 +180,11 @@ describe('an InferencePool and its pods to instances', () => {
   it("the namespace: the configured one, else the service account's, else an error", () => {
     const dir = mkdtempSync(join(tmpdir(), 'pr-sa-'))
     try {
-      expect(poolNamespace({ type: 'inferencePool', name: 'p', namespace: 'given', scheme: 'http' }, dir)).toBe('given')
-      expect(() => poolNamespace({ type: 'inferencePool', name: 'p', scheme: 'http' }, dir)).toThrow(/inferencePool 'p' needs a namespace: not in a cluster/)
+      const src = { type: 'inferencePool', name: 'p', scheme: 'http', roleLabel: 'llm-d.ai/role' } as const
+      expect(poolNamespace({ ...src, namespace: 'given' }, dir)).toBe('given')
+      expect(() => poolNamespace(src, dir)).toThrow(/inferencePool 'p' needs a namespace: not in a cluster/)
       writeFileSync(join(dir, 'namespace'), 'inference\n')
-      expect(poolNamespace({ type: 'inferencePool', name: 'p', scheme: 'http' }, dir)).toBe('inference')
+      expect(poolNamespace(src, dir)).toBe('inference')
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

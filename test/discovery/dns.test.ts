@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { chat, closeRouter, post, until } from '../proxy/helpers.js'
-import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+import { MODEL, members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-dns-'))
@@ -210,6 +210,35 @@ describe('DNS discovery', () => {
     expect(changes.flatMap((l) => l.added as string[])).toEqual([])
   })
 
+  it("a name per role: each source's role is its addresses', named in its logs", async () => {
+    // vllm.test for the prefill instances, decode.test for the decode ones.
+    const decodeAt = async (n: number) => {
+      writeHosts([1, 2], [`127.0.0.${n} decode.test`])
+      dnsmasq.kill('SIGHUP')
+      const r = new Resolver({ timeout: 1000, tries: 1 })
+      r.setServers([server()])
+      await until(async () => (await r.resolve4('decode.test').catch(() => [] as string[])).join(' ') === `127.0.0.${n}`, 20_000, `decode.test at 127.0.0.${n}`)
+      await answering([1, 2])
+    }
+    await decodeAt(3)
+    const s = await startDiscoveryRouter([
+      { type: 'dns', url: `http://vllm.test:${port}`, server: server(), intervalMs: 100, role: 'prefill' },
+      { type: 'dns', url: `http://decode.test:${port}`, server: server(), intervalMs: 100, role: 'decode' },
+    ])
+    router = s.router
+    expect(roles(router)).toEqual([`${url(1)} prefill`, `${url(2)} prefill`, `${url(3)} decode`])
+    expect(s.endpoint.roleCounts()).toEqual({ prefill: 2, decode: 1, both: 0 })
+    // The decode name moves: the new address is a decode instance.
+    const from = s.lines.length
+    await decodeAt(1)
+    await untilRoles(router, [`${url(1)} prefill`, `${url(2)} prefill`])
+    const removed = await untilLog(s.lines, membershipChange, 'the decode address removed', from)
+    expect(removed).toMatchObject({ source: `dns http://decode.test:${port} @${server()} (decode)`, removed: [url(3)] })
+    // 127.0.0.1 is the prefill source's already: the first source listing an address gives it its role.
+    expect(s.lines.slice(from).some((l) => typeof l.msg === 'string' && l.msg.includes('but no decode instance'))).toBe(true)
+    await records(1)
+  })
+
   it('SRV records give each target its host and port', async () => {
     const s = await startDiscoveryRouter([{ type: 'dns', url: 'http://_vllm._tcp.test', srv: true, server: server() }])
     router = s.router
@@ -260,6 +289,48 @@ describe('DNS discovery', () => {
   }, 60_000)
 })
 
+describe('serve --prefill-dns and --decode-dns', () => {
+  it('find the instances of each role by name, and the banner counts them', async () => {
+    writeHosts([1, 2], ['127.0.0.3 decode.test'])
+    dnsmasq.kill('SIGHUP')
+    await answering([1, 2])
+    const r = new Resolver({ timeout: 1000, tries: 1 })
+    r.setServers([server()])
+    await until(async () => (await r.resolve4('decode.test').catch(() => [] as string[])).join(' ') === '127.0.0.3', 20_000, 'decode.test answering')
+    const child = spawn(process.execPath, [
+      cli,
+      'serve',
+      '--prefill-dns',
+      `http://vllm.test:${port}`,
+      '--decode-dns',
+      `http://decode.test:${port}`,
+      '--dns-server',
+      server(),
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--drain-delay-ms',
+      '0',
+      '--warmup-requests',
+      '0',
+    ])
+    let err = ''
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()))
+    try {
+      await until(() => /try:|no model known/.test(err) || child.exitCode !== null, 30_000, 'serve to start')
+      expect(err).toMatch(/routing 3 instance\(s\)/)
+      expect(err).toMatch(/\nprefix-router: 2 prefill \+ 1 decode, disaggregated with nixl, decode-first, threshold 256 tokens\n/)
+      const admin = /\(admin (http:\/\/[\d.:]+)\)/.exec(err)![1]!
+      const report = (await (await fetch(`${admin}/admin/instances`)).json()) as { endpoints: { instances: { id: string; role: string }[] }[] }
+      expect(report.endpoints[0]!.instances.map((i) => `${i.id} ${i.role}`).sort()).toEqual([`${url(1)} prefill`, `${url(2)} prefill`, `${url(3)} decode`])
+    } finally {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await new Promise((r) => child.once('exit', r))
+    }
+  }, 60_000)
+})
+
 describe('--upstream-dns and --dns-server refuse bad values', () => {
   const run = (args: string[]) =>
     new Promise<{ code: number | null; err: string }>((resolve) => {
@@ -271,7 +342,9 @@ describe('--upstream-dns and --dns-server refuse bad values', () => {
   it.each([
     [['--upstream-dns', 'vllm.test:8000'], /--upstream-dns must be http:\/\/NAME:PORT .*; got 'vllm\.test:8000'/],
     [['--upstream-dns', 'http://vllm.test:8000', '--dns-server', 'dns.local:53'], /--dns-server must be IP:PORT.*; got 'dns\.local:53'/],
-    [['--dns-server', '127.0.0.1:53'], /--dns-server is the resolver for --upstream-dns names; give --upstream-dns too/],
+    [['--dns-server', '127.0.0.1:53'], /--dns-server is the resolver for --upstream-dns, --prefill-dns and --decode-dns names; give one of them too/],
+    [['--prefill-dns', 'prefill.test:8000'], /--prefill-dns must be http:\/\/NAME:PORT .*; got 'prefill\.test:8000'/],
+    [['--decode-dns', 'http://'], /--decode-dns must be http:\/\/NAME:PORT .*; got 'http:\/\/'/],
   ])('%j', async (args, message) => {
     const r = await run(args)
     expect(r.code).toBe(2)

@@ -11,7 +11,7 @@ import { resolveSim, SimWorker, startSimFleet, type SimFleet } from '../../src/s
 import { instancesReport } from '../../src/proxy/admin.js'
 import { chat, closeRouter, post, until } from '../proxy/helpers.js'
 import { freePort } from '../helpers/ports.js'
-import { GatedClock, MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers } from './helpers.js'
+import { GatedClock, MODEL, members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles } from './helpers.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-file-'))
 let fleet: SimFleet | undefined
@@ -74,6 +74,61 @@ describe('file discovery', () => {
     saveByRename(path, `- ${w2}\n`)
     await untilMembers(router, [w2])
     expect(s.lines.filter((l) => l.msg === 'discovery source answers again')).toHaveLength(1)
+  })
+
+  it("entries keep their own role and bootstrap port, the others take the source's; roles follow the file, and a mix with a leg missing is warned of as it comes and goes", async () => {
+    fleet = await startSimFleet({ instances: 3, profile: 'tiny' })
+    const [w0, w1, w2] = fleet.urls as [string, string, string]
+    const path = join(dir, 'roles.yaml')
+    writeFileSync(path, `- url: ${w0}\n  role: prefill\n  bootstrapPort: 8998\n- ${w1}\n`)
+    const s = await startDiscoveryRouter([{ type: 'file', path, role: 'decode' }])
+    router = s.router
+    expect(roles(router)).toEqual([`${w0} prefill`, `${w1} decode`].sort())
+    expect(s.endpoint.instances.get(w0)!.bootstrapPort).toBe(8998)
+    expect(s.endpoint.instances.get(w1)!.bootstrapPort).toBeUndefined()
+    const report = () => instancesReport(router!)[0]!
+    expect(report()).toMatchObject({ roles: { prefill: 1, decode: 1, both: 0 }, missingRole: null })
+    expect(report().instances.find((i) => i.id === w0)).toMatchObject({ role: 'prefill', bootstrapPort: 8998 })
+    expect(report().instances.find((i) => i.id === w1)).toMatchObject({ role: 'decode', bootstrapPort: null })
+    const noPrefill = (l: Record<string, unknown>) => l.level === 40 && typeof l.msg === 'string' && l.msg.includes('but no prefill instance')
+    const noDecode = (l: Record<string, unknown>) => l.level === 40 && typeof l.msg === 'string' && l.msg.includes('but no decode instance')
+    const whole = (l: Record<string, unknown>) => l.msg === 'endpoint default has instances for prefill and decode again'
+    expect(s.lines.filter((l) => noPrefill(l) || noDecode(l))).toEqual([])
+    const missing = async () => (await router!.metricsText()).split('\n').filter((l) => l.startsWith('prefix_router_role_missing{')).sort()
+
+    // The prefill instance leaves: decode alone, warned of once, and the gauge says which leg.
+    let from = s.lines.length
+    saveByRename(path, `- ${w1}\n`)
+    await untilMembers(router, [w1])
+    const warned = await untilLog(s.lines, noPrefill, 'the missing prefill instance warned of', from)
+    expect(warned).toMatchObject({ endpoint: 'default', missing: 'prefill', msg: 'endpoint default has 1 decode instance(s) but no prefill instance: requests run whole on the decode instances' })
+    expect(report().missingRole).toBe('prefill')
+    expect(await missing()).toEqual(['prefix_router_role_missing{endpoint="default",role="decode"} 0', 'prefix_router_role_missing{endpoint="default",role="prefill"} 1'])
+
+    // An instance doing both comes: whole again.
+    from = s.lines.length
+    saveByRename(path, `- ${w1}\n- url: ${w2}\n  role: both\n`)
+    await untilLog(s.lines, whole, 'the mix whole again', from)
+    expect(roles(router)).toEqual([`${w1} decode`, `${w2} both`].sort())
+    expect(report().missingRole).toBeNull()
+    expect(await missing()).toEqual(['prefix_router_role_missing{endpoint="default",role="decode"} 0', 'prefix_router_role_missing{endpoint="default",role="prefill"} 0'])
+
+    // A running instance takes another role; with the other leaving, prefill alone.
+    from = s.lines.length
+    saveByRename(path, `- url: ${w1}\n  role: prefill\n`)
+    await untilRoles(router, [`${w1} prefill`])
+    expect(await untilLog(s.lines, noDecode, 'the missing decode instance warned of', from)).toMatchObject({
+      missing: 'decode',
+      msg: 'endpoint default has 1 prefill instance(s) but no decode instance: requests cannot be served: no decode instance',
+    })
+    expect(s.lines.slice(from).filter(noDecode)).toHaveLength(1)
+
+    // A role of no known name is refused, naming the entry; the last list stays.
+    from = s.lines.length
+    saveByRename(path, `- url: ${w1}\n  role: prefiller\n`)
+    const bad = await untilLog(s.lines, sourceFailed, 'the bad role reported', from)
+    expect(bad.err).toMatch(/roles\.yaml' must hold a list of instances .*\[0\]\.role: .*"prefill"\|"decode"\|"both".*; got "prefiller"/)
+    expect(roles(router)).toEqual([`${w1} prefill`])
   })
 
   it('a list whose new instances all fail their first probe keeps the healthy ones that left until a replacement is up', async () => {

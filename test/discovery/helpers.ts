@@ -21,6 +21,17 @@ export function members(router: ProxyServer): string[] {
   return [...router.endpoint(undefined)!.healthy()].map((i) => i.id).sort()
 }
 
+/** Each instance of the default endpoint (in rotation or not) as `id role`, sorted. */
+export function roles(router: ProxyServer): string[] {
+  return [...router.endpoint(undefined)!.instances.values()].map((i) => `${i.id} ${i.role}`).sort()
+}
+
+/** Waits until the default endpoint's instances have exactly these roles (`id role` each). */
+export async function untilRoles(router: ProxyServer, want: string[]): Promise<void> {
+  const w = [...want].sort().join(', ')
+  await until(() => roles(router).join(', ') === w, 20_000, `roles ${w} (now ${roles(router).join(', ') || 'none'})`)
+}
+
 /** Waits until the default endpoint routes to exactly `ids`. */
 export async function untilMembers(router: ProxyServer, ids: string[], what = `members ${ids.join(', ')}`): Promise<void> {
   const want = [...ids].sort().join(' ')

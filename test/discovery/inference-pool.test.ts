@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { chat, closeRouter, post, until } from '../proxy/helpers.js'
-import { MODEL, members, membershipChange, reached, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, useKubeconfig } from './helpers.js'
+import { MODEL, members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles, useKubeconfig } from './helpers.js'
 
 interface Meta {
   name: string
@@ -449,6 +449,35 @@ describe('InferencePool discovery', () => {
     expect(members(router)).toEqual([url(9, p1)])
     api.noCrd = false
     await untilMembers(router, [url(6, p1), url(9, p1)])
+  })
+
+  it("each pod's role from its llm-d.ai/role label (or the roleLabel configured), pods without it the source's role; a relabelled pod changes role", async () => {
+    const api = await startApi()
+    api.put(pool({ app: 'vllm' }, [p1]))
+    api.put(pod(6, { labels: { app: 'vllm', 'llm-d.ai/role': 'prefill' } }))
+    api.put(pod(7, { labels: { app: 'vllm', 'llm-d.ai/role': 'decode' } }))
+    api.put(pod(8))
+    api.put(pod(9, { labels: { app: 'vllm', 'llm-d.ai/role': 'encode' } })) // serves no text request
+    const s = await startDiscoveryRouter([{ ...SOURCE, role: 'decode' }])
+    router = s.router
+    expect(roles(router)).toEqual([`${url(6, p1)} prefill`, `${url(7, p1)} decode`, `${url(8, p1)} decode`])
+    expect(s.endpoint.roleCounts()).toEqual({ prefill: 1, decode: 2, both: 0 })
+    await until(() => api.watching('pods') === 1, 10_000, 'the pods watch')
+    api.put(pod(8, { labels: { app: 'vllm', 'llm-d.ai/role': 'prefill-decode' } }))
+    api.put(pod(6, { labels: { app: 'vllm' } }))
+    await untilRoles(router, [`${url(6, p1)} decode`, `${url(7, p1)} decode`, `${url(8, p1)} both`])
+    // A value of no known role is warned of, naming the pod; the pod takes the source's role.
+    const from = s.lines.length
+    api.put(pod(7, { labels: { app: 'vllm', 'llm-d.ai/role': 'decoder' } }))
+    const warned = await untilLog(s.lines, (l) => l.msg === "discovery source found role labels it does not know; those instances take the source's role", 'the unknown value warned of', from)
+    expect(warned.err).toMatch(/\(vllm-7: 'decoder'\) take the source's role, decode/)
+    await closeRouter(router, 10_000)
+
+    // Another label: llm-d's is then not read (the encode pod is an instance like any other).
+    api.put(pod(7, { labels: { app: 'vllm', 'example.com/stage': 'prefill', 'llm-d.ai/role': 'decode' } }))
+    const t = await startDiscoveryRouter([{ ...SOURCE, roleLabel: 'example.com/stage' }])
+    router = t.router
+    expect(roles(router)).toEqual([`${url(6, p1)} both`, `${url(7, p1)} prefill`, `${url(8, p1)} both`, `${url(9, p1)} both`])
   })
 
   it('without a namespace outside a cluster, it says it needs one and routes to the static instances', async () => {

@@ -5,7 +5,7 @@
 import { lookup } from 'node:dns/promises'
 import { Resolver } from 'node:dns/promises'
 import type { DnsSourceConfig } from './schema.js'
-import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
+import { DiscoveryError, entry, hostPort, withRole, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** Timeout of one query to the resolver (c-ares retries once more before failing). */
 const QUERY_TIMEOUT_MS = 2000
@@ -93,7 +93,7 @@ export class DnsSource implements DiscoverySource {
     } else {
       for (const a of await this.#addresses(this.#name, failed)) urls.add(this.#instanceUrl(a, this.#port))
     }
-    return { list: [...urls].sort().map(entry), failed }
+    return { list: withRole([...urls].sort().map(entry), this.#cfg.role), failed }
   }
 
   get #what(): string {

@@ -50,7 +50,8 @@ export class EndpointDiscovery {
           const onChange = (list: InstanceEntry[], partial?: Error) => {
             if (this.#running.get(key) !== r) return
             if (partial !== undefined) {
-              if (r.failing !== partial.message) this.#log.warn({ source: r.label, err: partial.message, instances: list.length }, "discovery source answered in part; keeping the failed query's last answer")
+              const summary = (partial instanceof DiscoveryError ? partial.summary : undefined) ?? "discovery source answered in part; keeping the failed query's last answer"
+              if (r.failing !== partial.message) this.#log.warn({ source: r.label, err: partial.message, instances: list.length }, summary)
               r.failing = partial.message
             } else {
               if (r.failing !== undefined) this.#log.info({ source: r.label }, 'discovery source answers again')

@@ -6,18 +6,22 @@ import { readFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import { Instance } from '../../config/config.js'
+import type { Role } from '../../config/disaggregation.js'
 import type { FileSourceConfig } from './schema.js'
 import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 
-/** Parses the file's text: the list, or an error that says where it is wrong. */
-export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
+/**
+ * Parses the file's text: the list, or an error that says where it is wrong. An entry without
+ * a `role` of its own takes `role` (the source's), when one is given.
+ */
+export function parseInstanceFile(path: string, text: string, role?: Role): InstanceEntry[] {
   let raw: unknown
   try {
     raw = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text)
   } catch (err) {
     throw new DiscoveryError(`'${path}' is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(err as Error).message}`)
   }
-  const what = `'${path}' must hold a list of instances (URLs or {url, weight, models})`
+  const what = `'${path}' must hold a list of instances (URLs or {url, weight, models, role})`
   if (!Array.isArray(raw)) throw new DiscoveryError(`${what}; got ${raw === null ? 'nothing' : typeof raw}`)
   const problems: string[] = []
   const list: InstanceEntry[] = []
@@ -25,7 +29,8 @@ export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
     // Each entry against the form it has (a URL, or an object), for a message about that form.
     const form = typeof item === 'string' ? Instance.options[0] : Instance.options[1]
     const r = form.safeParse(item)
-    if (r.success) list.push(r.data)
+    const ownRole = item !== null && typeof item === 'object' && 'role' in item
+    if (r.success) list.push(ownRole || role === undefined ? r.data : { ...r.data, role })
     else {
       for (const issue of r.error.issues) {
         const at = issue.path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${String(k)}`)).join('')
@@ -41,6 +46,7 @@ export function parseInstanceFile(path: string, text: string): InstanceEntry[] {
 
 export class FileSource implements DiscoverySource {
   readonly #path: string
+  readonly #role: Role | undefined
   #watcher: FSWatcher | undefined
   #timer: NodeJS.Timeout | undefined
   #last: string | undefined
@@ -49,6 +55,7 @@ export class FileSource implements DiscoverySource {
 
   constructor(cfg: FileSourceConfig) {
     this.#path = resolve(cfg.path)
+    this.#role = cfg.role
   }
 
   start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
@@ -64,7 +71,7 @@ export class FileSource implements DiscoverySource {
       if (this.#stopped || text === this.#last || text === this.#lastBad) return
       let list: InstanceEntry[]
       try {
-        list = parseInstanceFile(this.#path, text)
+        list = parseInstanceFile(this.#path, text, this.#role)
       } catch (err) {
         // The last good list stays; each bad version is reported once, even when two versions
         // are wrong the same way (a write cut short twice).

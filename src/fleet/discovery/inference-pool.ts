@@ -5,9 +5,12 @@
 // only when such a source is configured.
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { KubeConfig, KubernetesListObject, KubernetesObject, ListWatch, V1Pod, Watch } from '@kubernetes/client-node'
+import type { KubernetesListObject, KubernetesObject, V1Pod } from '@kubernetes/client-node'
 import { requireFeature } from '../../core/optional-packages.js'
-import { describeError, loadKubeConfig, RETRY_MS, SERVICE_ACCOUNT } from './kubernetes.js'
+import { loadKubeConfig, SERVICE_ACCOUNT } from './kube-client.js'
+import { Watched } from './watched.js'
+import type { Role } from '../../config/disaggregation.js'
+import { roleFromLabels, unknownRoleNote } from './role-label.js'
 import type { InferencePoolSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
@@ -51,104 +54,33 @@ export function podServes(pod: V1Pod): boolean {
   return pod.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
 }
 
-/** Every serving pod the pool selects, on every one of its target ports, sorted. */
-export function poolInstances(pool: InferencePool, pods: readonly V1Pod[], scheme: 'http' | 'https'): InstanceEntry[] {
+/** How the pods' roles are read: the label, the role of pods without it, and the label values found that name no role (filled in). */
+export interface PoolRoles {
+  roleLabel: string | false
+  role?: Role | undefined
+  unknown?: { pod: string; value: string }[]
+}
+
+/**
+ * Every serving pod the pool selects, on every one of its target ports, sorted; each with the
+ * role its label gives (an encode-only pod is no instance), else the source's role.
+ */
+export function poolInstances(pool: InferencePool, pods: readonly V1Pod[], scheme: 'http' | 'https', roles: PoolRoles = { roleLabel: false }): InstanceEntry[] {
   const valid = (n: number | undefined): n is number => n !== undefined && Number.isInteger(n) && n >= 1 && n <= 65535
   const ports = [...new Set((pool.spec?.targetPorts ?? []).map((p) => p.number).filter(valid))]
   const match = Object.entries(pool.spec?.selector?.matchLabels ?? {})
   if (match.length === 0) return []
-  const urls = new Set<string>()
+  const byUrl = new Map<string, Role>()
   for (const pod of pods) {
     const labels = pod.metadata?.labels ?? {}
     if (!match.every(([k, v]) => labels[k] === v) || !podServes(pod)) continue
-    for (const port of ports) urls.add(`${scheme}://${hostPort(pod.status!.podIP!, port)}`)
+    const r = roleFromLabels(labels, roles.roleLabel)
+    if (r !== undefined && 'encodeOnly' in r) continue
+    if (r !== undefined && 'unknown' in r) roles.unknown?.push({ pod: pod.metadata?.name ?? pod.status!.podIP!, value: r.unknown })
+    const role = r !== undefined && 'role' in r ? r.role : (roles.role ?? 'both')
+    for (const port of ports) byUrl.set(`${scheme}://${hostPort(pod.status!.podIP!, port)}`, role)
   }
-  return [...urls].sort().map(entry)
-}
-
-type K8s = typeof import('@kubernetes/client-node')
-
-/**
- * A list-and-watch of one collection that retries after an error (1 s, doubling up to 30 s,
- * from the last version it saw) and keeps what it had meanwhile; once stopped, it neither
- * reports nor leaves a watch open, even one that was being set up as it stopped.
- */
-class Watched<T extends KubernetesObject> {
-  readonly informer: ListWatch<T>
-  /** It has listed once: its cache is the collection, not a part of it. */
-  listed = false
-  #stopped = false
-  #retry: NodeJS.Timeout | undefined
-  #delay = RETRY_MS.first
-  readonly #what: string
-  readonly #onError: (err: Error) => void
-
-  constructor(
-    k8s: K8s,
-    kc: KubeConfig,
-    path: string,
-    list: () => Promise<KubernetesListObject<T>>,
-    selectors: { label?: string; field?: string },
-    what: string,
-    onEvent: () => void,
-    onError: (err: Error) => void,
-  ) {
-    this.#what = what
-    this.#onError = onError
-    const watch = new k8s.Watch(kc)
-    const guarded = {
-      watch: async (...args: Parameters<Watch['watch']>) => {
-        const c = await watch.watch(...args)
-        if (this.#stopped) c.abort()
-        return c
-      },
-    } as Watch
-    const answered = () => {
-      if (this.#stopped) return
-      this.#delay = RETRY_MS.first // it answers: the next failure starts the back-off afresh
-      onEvent()
-    }
-    this.informer = new k8s.ListWatch<T>(
-      path,
-      guarded,
-      async () => {
-        if (this.#stopped) throw new Error('stopped')
-        const l = await list()
-        this.listed = true
-        answered() // also when the list is empty or unchanged, which fires no event
-        return l
-      },
-      false,
-      selectors.label,
-      selectors.field,
-    )
-    this.informer.on('add', answered)
-    this.informer.on('update', answered)
-    this.informer.on('delete', answered)
-    this.informer.on('error', (err: unknown) => this.#failed(err))
-  }
-
-  start(): void {
-    if (this.#stopped) return
-    this.informer.start().catch((err: unknown) => this.#failed(err))
-  }
-
-  #failed(err: unknown): void {
-    if (this.#stopped) return
-    this.#onError(new DiscoveryError(`${this.#what}: ${describeError(err)}`))
-    // The informer stops on an error; after a pause it watches again from the last
-    // resourceVersion it saw (or lists again, if it never listed), keeping what it has.
-    clearTimeout(this.#retry)
-    this.#retry = setTimeout(() => this.start(), this.#delay)
-    this.#retry.unref()
-    this.#delay = Math.min(this.#delay * 2, RETRY_MS.max)
-  }
-
-  async stop(): Promise<void> {
-    this.#stopped = true
-    clearTimeout(this.#retry)
-    await this.informer.stop()
-  }
+  return [...byUrl.keys()].sort().map((url) => ({ ...entry(url), role: byUrl.get(url)! }))
 }
 
 export class InferencePoolSource implements DiscoverySource {
@@ -161,11 +93,11 @@ export class InferencePoolSource implements DiscoverySource {
     this.#cfg = cfg
   }
 
-  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
+  start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): void {
     void this.#start(onChange, onError).catch((err: Error) => onError(new DiscoveryError(`inferencePool discovery cannot start: ${err.message}`)))
   }
 
-  async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
+  async #start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): Promise<void> {
     requireFeature('kubernetes')
     const k8s = await import('@kubernetes/client-node')
     const kc = new k8s.KubeConfig()
@@ -214,7 +146,15 @@ export class InferencePoolSource implements DiscoverySource {
       // No pool, or one selecting nothing: no instance. Otherwise the list waits for the
       // new selector's pods, so that a change of selector does not empty the endpoint.
       if (p === undefined || this.#pods === undefined) return onChange([])
-      if (this.#pods.watched.listed) onChange(poolInstances(p, this.#pods.watched.informer.list(), scheme))
+      if (!this.#pods.watched.listed) return
+      const { role, roleLabel } = this.#cfg
+      const unknown: { pod: string; value: string }[] = []
+      const list = poolInstances(p, this.#pods.watched.informer.list(), scheme, { roleLabel, role, unknown })
+      const note =
+        roleLabel !== false && unknown.length > 0
+          ? new DiscoveryError(unknownRoleNote(roleLabel, unknown, role ?? 'both'), { summary: "discovery source found role labels it does not know; those instances take the source's role" })
+          : undefined
+      onChange(list, note)
     }
 
     const pool = new Watched<InferencePool>(

@@ -1,17 +1,21 @@
 // Instances from Kubernetes: the EndpointSlices of a Service (or of a label selector),
 // listed and then watched through the API server, each ready address an instance. The
 // client library is loaded only when such a source is configured: it is large.
-import { existsSync } from 'node:fs'
-import { homedir } from 'node:os'
-import { join } from 'node:path'
-import type { KubeConfig, V1EndpointSlice } from '@kubernetes/client-node'
+//
+// Roles: the pods say theirs in a label (llm-d's `llm-d.ai/role`), but an EndpointSlice
+// carries no pod labels, only each endpoint's targetRef (the pod's name). The source reads
+// the labelled pods of the namespace beside the slices and joins them by that name, so that
+// one Service over the prefill and the decode pods, the way llm-d deploys them, is enough;
+// a Service per role with `role:` on each source works too (set roleLabel: false to read no
+// pods: that takes no access to pods). Endpoints whose pod has no label take the source's role.
+import type { V1EndpointSlice, V1Pod } from '@kubernetes/client-node'
+import type { Role } from '../../config/disaggregation.js'
 import { requireFeature } from '../../core/optional-packages.js'
+import { describeError, loadKubeConfig, RETRY_MS } from './kube-client.js'
+import { roleFromLabels, unknownRoleNote } from './role-label.js'
 import type { KubernetesSourceConfig } from './schema.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
-
-export const SERVICE_ACCOUNT = '/var/run/secrets/kubernetes.io/serviceaccount'
-/** After a failed list or watch, the next try waits this long, doubling up to the cap. */
-export const RETRY_MS = { first: 1000, max: 30_000 }
+import { Watched } from './watched.js'
 
 type Informer = { start(): Promise<void>; stop(): Promise<void>; list(): readonly V1EndpointSlice[] }
 
@@ -20,9 +24,20 @@ export function selectorOf(cfg: KubernetesSourceConfig): string {
   return [cfg.service !== undefined ? `kubernetes.io/service-name=${cfg.service}` : undefined, cfg.labelSelector].filter(Boolean).join(',')
 }
 
-/** Instance URLs of the ready endpoints in the slices, on the port chosen by `cfg.port`. */
-export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesSourceConfig): InstanceEntry[] {
-  const urls = new Set<string>()
+/** The labelled pods by name, and the label values found that name no role (filled in). */
+export interface PodRoles {
+  labels: ReadonlyMap<string, Record<string, string> | undefined>
+  unknown: { pod: string; value: string }[]
+}
+
+/**
+ * Instance URLs of the ready endpoints in the slices, on the port chosen by `cfg.port`, each
+ * with its pod's role when `pods` has the pod (an encode-only pod is no instance), else the
+ * source's role.
+ */
+export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesSourceConfig, pods?: PodRoles): InstanceEntry[] {
+  const byUrl = new Map<string, Role>()
+  const fallback = cfg.role ?? 'both'
   for (const s of slices) {
     const port =
       typeof cfg.port === 'number' ? cfg.port : cfg.port === undefined ? s.ports?.find((p) => p.port !== undefined)?.port : s.ports?.find((p) => p.name === cfg.port)?.port
@@ -30,23 +45,24 @@ export function instancesOf(slices: readonly V1EndpointSlice[], cfg: KubernetesS
     for (const ep of s.endpoints ?? []) {
       // An unset condition means ready (the API's own reading of it).
       if (ep.conditions?.ready === false) continue
-      for (const a of ep.addresses) urls.add(`${cfg.scheme}://${hostPort(a, port)}`)
+      let role = fallback
+      const pod = ep.targetRef?.kind === 'Pod' ? ep.targetRef.name : undefined
+      if (pods !== undefined && pod !== undefined && cfg.roleLabel !== false) {
+        const r = roleFromLabels(pods.labels.get(pod), cfg.roleLabel)
+        if (r !== undefined && 'encodeOnly' in r) continue
+        if (r !== undefined && 'unknown' in r && !pods.unknown.some((u) => u.pod === pod)) pods.unknown.push({ pod, value: r.unknown })
+        if (r !== undefined && 'role' in r) role = r.role
+      }
+      for (const a of ep.addresses) byUrl.set(`${cfg.scheme}://${hostPort(a, port)}`, role)
     }
   }
-  return [...urls].sort().map(entry)
-}
-
-/** In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config). */
-export function loadKubeConfig(kc: KubeConfig): void {
-  if (process.env.KUBERNETES_SERVICE_HOST && existsSync(join(SERVICE_ACCOUNT, 'token'))) return kc.loadFromCluster()
-  const file = process.env.KUBECONFIG?.split(':').find(Boolean) ?? join(homedir(), '.kube', 'config')
-  if (!existsSync(file)) throw new DiscoveryError(`no in-cluster credentials and no kubeconfig: '${file}' does not exist`)
-  kc.loadFromDefault()
+  return [...byUrl.keys()].sort().map((url) => ({ ...entry(url), role: byUrl.get(url)! }))
 }
 
 export class KubernetesSource implements DiscoverySource {
   readonly #cfg: KubernetesSourceConfig
   #informer: Informer | undefined
+  #pods: Watched<V1Pod> | undefined
   #retry: NodeJS.Timeout | undefined
   #stopped = false
 
@@ -54,11 +70,11 @@ export class KubernetesSource implements DiscoverySource {
     this.#cfg = cfg
   }
 
-  start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): void {
+  start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): void {
     void this.#start(onChange, onError).catch((err: Error) => onError(new DiscoveryError(`kubernetes discovery cannot start: ${err.message}`)))
   }
 
-  async #start(onChange: (list: InstanceEntry[]) => void, onError: (err: Error) => void): Promise<void> {
+  async #start(onChange: (list: InstanceEntry[], partial?: Error) => void, onError: (err: Error) => void): Promise<void> {
     requireFeature('kubernetes')
     const k8s = await import('@kubernetes/client-node')
     const kc = new k8s.KubeConfig()
@@ -66,6 +82,11 @@ export class KubernetesSource implements DiscoverySource {
     const namespace = this.#cfg.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default'
     const labelSelector = selectorOf(this.#cfg)
     const api = kc.makeApiClient(k8s.DiscoveryV1Api)
+    const { roleLabel } = this.#cfg
+    // The slices listed once, and the pods' labels read once or failed: before both, a list
+    // would be empty, or give the labelled pods the source's role for a moment.
+    let slicesListed = false
+    let podsFailed: string | undefined
     // One report per burst: a list applies its slices one event at a time, and a list in
     // between would be half old, half new.
     let pending = false
@@ -75,20 +96,30 @@ export class KubernetesSource implements DiscoverySource {
       pending = true
       setImmediate(() => {
         pending = false
-        delay = RETRY_MS.first // it answers: the next failure starts the back-off afresh
-        if (!this.#stopped) onChange(instancesOf(informer.list(), this.#cfg))
+        if (this.#stopped || !slicesListed) return
+        const pods = this.#pods
+        if (pods !== undefined && !pods.listed && podsFailed === undefined) return
+        const roles: PodRoles | undefined = pods === undefined ? undefined : { labels: new Map(pods.informer.list().map((p) => [p.metadata?.name ?? '', p.metadata?.labels])), unknown: [] }
+        const list = instancesOf(informer.list(), this.#cfg, roles)
+        onChange(list, this.#partial(roleLabel, podsFailed, pods?.listed ?? false, roles?.unknown ?? []))
       })
     }
     const list = async () => {
       const l = await api.listNamespacedEndpointSlice({ namespace, labelSelector })
+      slicesListed = true
+      delay = RETRY_MS.first // it answers: the next failure starts the back-off afresh
       report() // also when the list is empty or unchanged, which fires no event
       return l
     }
     const informer = k8s.makeInformer(kc, `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices`, list, labelSelector)
     this.#informer = informer
-    informer.on('add', report)
-    informer.on('update', report)
-    informer.on('delete', report)
+    const changed = () => {
+      delay = RETRY_MS.first
+      report()
+    }
+    informer.on('add', changed)
+    informer.on('update', changed)
+    informer.on('delete', changed)
     informer.on('error', (err: unknown) => {
       if (this.#stopped) return
       onError(new DiscoveryError(`EndpointSlices in '${namespace}' (${labelSelector}): ${describeError(err)}`))
@@ -101,39 +132,59 @@ export class KubernetesSource implements DiscoverySource {
       this.#retry.unref()
       delay = Math.min(delay * 2, RETRY_MS.max)
     })
+    if (roleLabel !== false) {
+      const core = kc.makeApiClient(k8s.CoreV1Api)
+      // Only the pods that carry the label (the selector `KEY` means "has it"): the others'
+      // endpoints take the source's role without being read.
+      const answered = () => {
+        podsFailed = undefined
+        report()
+      }
+      this.#pods = new Watched<V1Pod>(
+        k8s,
+        kc,
+        `/api/v1/namespaces/${namespace}/pods`,
+        () => core.listNamespacedPod({ namespace, labelSelector: roleLabel }),
+        { label: roleLabel },
+        `Pods' ${roleLabel} labels in '${namespace}'`,
+        answered,
+        (err) => {
+          podsFailed = err.message
+          report()
+        },
+        answered,
+      )
+    }
     if (this.#stopped) return
+    this.#pods?.start()
     await informer.start()
+  }
+
+  /** What the list lacks: the pods' labels unread (and what that means), label values of no known role. */
+  #partial(roleLabel: string | false, podsFailed: string | undefined, podsListed: boolean, unknown: { pod: string; value: string }[]): DiscoveryError | undefined {
+    const fallback = this.#cfg.role ?? 'both'
+    const notes: string[] = []
+    if (podsFailed !== undefined) {
+      notes.push(
+        podsListed
+          ? `${podsFailed}; the roles are the pods' as last read`
+          : `${podsFailed}; every instance takes the source's role, ${fallback}: grant get/list/watch on pods, or set roleLabel: false on the source to read none`,
+      )
+    }
+    if (roleLabel !== false && unknown.length > 0) notes.push(unknownRoleNote(roleLabel, unknown, fallback))
+    if (notes.length === 0) return undefined
+    const summary =
+      podsFailed !== undefined && !podsListed
+        ? "discovery source cannot read the pods' role labels; its instances take the source's role"
+        : podsFailed !== undefined
+          ? "discovery source answered in part; keeping the failed query's last answer"
+          : 'discovery source found role labels it does not know; those instances take the source\'s role'
+    return new DiscoveryError(notes.join('; '), { summary })
   }
 
   async stop(): Promise<void> {
     this.#stopped = true
     clearTimeout(this.#retry)
-    await this.#informer?.stop()
+    await Promise.all([this.#informer?.stop(), this.#pods?.stop()])
   }
-}
-
-/**
- * The status and the API server's own message: an ApiException's message holds the whole
- * answer, its headers (a Date among them) too, which would make every retry a new error.
- */
-export function describeError(err: unknown): string {
-  if (err instanceof Error) {
-    const e = err as Error & { code?: unknown; statusCode?: unknown; body?: unknown }
-    return [e.statusCode ?? e.code, statusMessage(e.body) ?? e.message].filter((x) => x !== undefined && x !== '').join(' ')
-  }
-  return String(err)
-}
-
-/** The `message` of a Status object, as the body of an API error (JSON text or parsed). */
-function statusMessage(body: unknown): string | undefined {
-  let b = body
-  if (typeof b === 'string') {
-    try {
-      b = JSON.parse(b)
-    } catch {
-      return undefined
-    }
-  }
-  const m = b !== null && typeof b === 'object' ? (b as { message?: unknown }).message : undefined
-  return typeof m === 'string' && m !== '' ? m : undefined
 }

@@ -2,6 +2,8 @@
 // `instances`. Validated with the rest of the configuration.
 import { isIP } from 'node:net'
 import { z } from 'zod'
+import { RoleSchema } from '../../config/disaggregation.js'
+import { LLMD_ROLE_LABEL } from './role-label.js'
 
 function parsedUrl(s: string): URL | undefined {
   try {
@@ -25,11 +27,24 @@ export const dnsServer = z.string().refine((s) => {
   return isIP(host) !== 0 && port >= 1 && port <= 65535
 }, 'must be IP:PORT (an address, not a name: [v6]:PORT for IPv6)')
 
+/** The role of the instances a source finds, unless it reads one of its own (a file entry's, a pod's label); unset: both. */
+const sourceRole = RoleSchema.optional()
+
+/** A label key (an optional DNS-subdomain prefix and a name), as Kubernetes takes it. */
+const labelKey = z
+  .string()
+  .regex(/^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/, 'must be a label key (prefix/name, e.g. llm-d.ai/role)')
+
+/** The pod label that says each pod's role (llm-d's by default); false: the pods' labels are not read. */
+const roleLabel = z.union([labelKey, z.literal(false)]).default(LLMD_ROLE_LABEL)
+
 const FileSource = z
   .object({
     type: z.literal('file'),
     /** YAML or JSON list of instances, in the form of `instances`; watched for changes. */
     path: z.string().min(1),
+    /** For the entries that give no `role` of their own. */
+    role: sourceRole,
   })
   .strict()
 
@@ -41,6 +56,8 @@ const DnsSource = z
     server: dnsServer.optional(),
     /** The name is an SRV name: its records give each target's host and port. */
     srv: z.boolean().default(false),
+    /** Every address's role: a name per role (a headless Service for the prefill pods, one for the decode pods). */
+    role: sourceRole,
   })
   .strict()
 
@@ -53,6 +70,13 @@ const KubernetesSource = z
     /** A port's name in the EndpointSlice, or a number to use as it is; unset: the slice's first port. */
     port: z.union([z.number().int().min(1).max(65535), z.string().min(1)]).optional(),
     scheme: z.enum(['http', 'https']).default('http'),
+    /** The role of endpoints whose pod carries no role label (or whose pods cannot be read). */
+    role: sourceRole,
+    /**
+     * Read from the pods the endpoints target (EndpointSlices carry no pod labels): needs
+     * get/list/watch on pods; false to read none.
+     */
+    roleLabel,
   })
   .strict()
   .refine((s) => s.service !== undefined || s.labelSelector !== undefined, { message: "give service (a Service's name) or labelSelector", path: ['service'] })
@@ -71,6 +95,10 @@ const InferencePoolSource = z
     /** Unset: the pod's own namespace (its service account's), required outside a cluster. */
     namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name (lower-case letters, digits and -)').optional(),
     scheme: z.enum(['http', 'https']).default('http'),
+    /** The role of pods without a role label. */
+    role: sourceRole,
+    /** The pod label that gives each pod's role; false: every pod takes `role`. */
+    roleLabel,
   })
   .strict()
 
@@ -82,8 +110,12 @@ export type DnsSourceConfig = z.infer<typeof DnsSource>
 export type KubernetesSourceConfig = z.infer<typeof KubernetesSource>
 export type InferencePoolSourceConfig = z.infer<typeof InferencePoolSource>
 
-/** How a source is named in the logs. */
+/** How a source is named in the logs: what it reads, and the role it gives when one is set. */
 export function describeSource(s: DiscoverySourceConfig): string {
+  return s.role === undefined ? describeWhere(s) : `${describeWhere(s)} (${s.role})`
+}
+
+function describeWhere(s: DiscoverySourceConfig): string {
   switch (s.type) {
     case 'file':
       return `file ${s.path}`

@@ -2,6 +2,7 @@
 // currently sees, again each time that list may have changed, until it is stopped.
 import type { EndpointConfig } from '../../config/config.js'
 import { PrefixRouterError } from '../../core/errors.js'
+import type { Role } from '../../config/disaggregation.js'
 
 /** One instance as `instances` lists it (after validation). */
 export type InstanceEntry = EndpointConfig['instances'][number]
@@ -24,6 +25,11 @@ export function hostPort(host: string, port: number | string): string {
 
 export const entry = (url: string): InstanceEntry => ({ url, weight: 1, models: [], indexBlocks: undefined, kvEvents: undefined, role: 'both', bootstrapPort: undefined })
 
+/** The entries, each with the source's role (unset: both, as they are made). */
+export function withRole(list: InstanceEntry[], role: Role | undefined): InstanceEntry[] {
+  return role === undefined || role === 'both' ? list : list.map((e) => ({ ...e, role }))
+}
+
 /** A discovery source that cannot read its instances (a bad file, a failed DNS lookup, the Kubernetes API). */
 export class DiscoveryError extends PrefixRouterError {
   declare readonly code: 'ERR_DISCOVERY'
@@ -32,9 +38,15 @@ export class DiscoveryError extends PrefixRouterError {
    * reported again, where a repeated failure of the same lookup is reported once.
    */
   readonly distinct: boolean
-  constructor(message: string, opts: { distinct?: boolean } = {}) {
+  /**
+   * For a partial answer: what the log line says happened (its message holds the detail).
+   * Unset: a failed query answered with its last answer, the usual case.
+   */
+  readonly summary: string | undefined
+  constructor(message: string, opts: { distinct?: boolean; summary?: string } = {}) {
     super('ERR_DISCOVERY', message)
     this.name = 'DiscoveryError'
     this.distinct = opts.distinct ?? false
+    this.summary = opts.summary
   }
 }
