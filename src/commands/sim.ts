@@ -267,16 +267,14 @@ export async function run(argv: string[]): Promise<number> {
   }
 
   const kvEvents = kvEventsFlags(values, instances)
-  checkPortClashes(
-    [
+  const ranges: PortRange[] = [
       { flag: 'port', first: port },
       { flag: 'side-channel-port', first: sidePort },
       ...(bootPort !== null ? [{ flag: 'bootstrap-port', first: bootPort }] : []),
       ...(kvEvents !== undefined ? [{ flag: 'kv-events-port', first: kvEvents.port }] : []),
       ...(kvEvents?.replayPort !== undefined ? [{ flag: 'kv-events-replay-port', first: kvEvents.replayPort }] : []),
-    ],
-    instances,
-  )
+  ]
+  checkPortClashes(ranges, instances)
   if (kvEvents === undefined) {
     for (const f of ['fault-kv-drop-rate', 'fault-kv-delay-ms'] as const) {
       if (values[f] !== undefined) throw new CliError(`--${f} needs --kv-events-port (there are no KV events to fault)`)
@@ -319,7 +317,10 @@ export async function run(argv: string[]): Promise<number> {
     if (err instanceof OutOfRangeError) throw new CliError(err.message)
     const e = err as NodeJS.ErrnoException
     if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
-      process.stderr.write(`prefix-router sim: cannot listen: ${e.message}\n`)
+      // Name the flag whose port it was (free ports are never in use).
+      const at = (e as { port?: number }).port
+      const flag = ranges.find((r) => r.first > 0 && at !== undefined && at >= r.first && at < r.first + instances)?.flag
+      process.stderr.write(`prefix-router sim: cannot listen${flag !== undefined ? ` on port ${at} (--${flag})` : ''}: ${e.message}\n`)
       return 1
     }
     throw err
