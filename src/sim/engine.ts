@@ -205,6 +205,8 @@ export class SimEngine {
     const src = seq.remote
     if (src === null) return
     seq.remote = null
+    if (seq.kvTimer !== null) this.clock.cancel(seq.kvTimer)
+    seq.kvTimer = null
     src.cancel()
   }
 
@@ -224,7 +226,7 @@ export class SimEngine {
     if (this.closed || seq.state !== 'remote' || seq.remote !== src) return
     if (refusal === null) {
       seq.pullStartedAt = at
-      this.clock.schedule(at + transferMs(this.config.kv, seq.pulledTokens), (t) => this.kvArrived(seq, src, t))
+      seq.kvTimer = this.clock.schedule(at + transferMs(this.config.kv, seq.pulledTokens), (t) => this.kvArrived(seq, src, t))
       return
     }
     this.stats.kvTransferFailures++
@@ -238,6 +240,7 @@ export class SimEngine {
   }
 
   private kvArrived(seq: Sequence, src: RemoteKvSource, t: number): void {
+    seq.kvTimer = null
     if (this.closed || seq.state !== 'remote' || seq.remote !== src) return
     src.finish()
     const s = this.stats

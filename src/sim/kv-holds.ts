@@ -9,27 +9,14 @@
 // beginRead() starts the read, after which only release() ends the hold.
 import type { Clock, TimerHandle } from './clock.js'
 import type { KvCache } from './kv-cache.js'
-import type { PullRefusal } from './kv-transfer.js'
+import type { HoldEnd, KvHold, PullRefusal } from './kv-transfer.js'
 import type { Sequence } from './sequence.js'
 import type { EngineStats } from './stats.js'
 
-/** How a hold ended: read by the decode, expired, given up by the decode, or lost with the process. */
-export type HoldEnd = 'read' | 'expired' | 'cancelled' | 'restart'
-
-export interface KvHold {
-  readonly id: string
-  readonly seq: Sequence
-  /** The blocks held (vLLM's remote_block_ids, one KV-cache group). */
-  readonly blockIds: readonly number[]
-  /** Prompt tokens whose KV is held (remote_num_tokens). */
-  readonly tokens: number
-  readonly heldAt: number
-  state: 'held' | 'reading'
-  /** Simulated ms the lease ends; Infinity while a decode keeps it alive or reads it. */
-  expiresAt: number
-}
+export type { HoldEnd, KvHold } from './kv-transfer.js'
 
 interface Entry extends KvHold {
+  readonly seq: Sequence
   slots: number[]
   timer: TimerHandle | null
 }

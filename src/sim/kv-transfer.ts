@@ -37,6 +37,22 @@ export function transferMs(kv: KvTransferConfig, tokens: number): number {
   return kv.latencyMs + (tokens * kv.bytesPerToken * 1000) / kv.linkBytesPerSec
 }
 
+/** How a prefill leg's hold ended: read by the decode, expired, given up by the decode, or lost with the process. */
+export type HoldEnd = 'read' | 'expired' | 'cancelled' | 'restart'
+
+/** A prefill leg's held blocks (kv-holds.ts keeps them). */
+export interface KvHold {
+  readonly id: string
+  /** The blocks held (vLLM's remote_block_ids, one KV-cache group). */
+  readonly blockIds: readonly number[]
+  /** Prompt tokens whose KV is held (remote_num_tokens). */
+  readonly tokens: number
+  readonly heldAt: number
+  state: 'held' | 'reading'
+  /** Simulated ms the lease ends; Infinity while a decode keeps it alive or reads it. */
+  expiresAt: number
+}
+
 /** Why a prefill instance refuses a read; the decode applies its load-failure policy. */
 export type PullRefusal = string
 

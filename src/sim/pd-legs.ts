@@ -24,7 +24,7 @@ export interface PdContext {
 
 export type Leg =
   | { kind: 'whole' }
-  /** vLLM prefill leg: hold the blocks under `holdId`, answer kv_transfer_params. */
+  /** vLLM prefill leg: hold the blocks (under the response's id), answer kv_transfer_params. */
   | { kind: 'nixl-prefill' }
   /** vLLM decode leg: read the KV from `remote`. */
   | { kind: 'nixl-decode'; remote: RemotePrefill }

@@ -1,7 +1,7 @@
 // One request inside an engine: its prompt (as token count and block hashes), its
 // progress and the blocks it pins. Times are simulated milliseconds.
-import type { HoldEnd, KvHold } from './kv-holds.js'
-import type { RemoteKvSource } from './kv-transfer.js'
+import type { TimerHandle } from './clock.js'
+import type { HoldEnd, KvHold, RemoteKvSource } from './kv-transfer.js'
 
 /** `error`: vLLM's FinishReason.ERROR (a KV load failure under policy `fail`), answered 500. */
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error'
@@ -81,6 +81,8 @@ export class Sequence {
   /** Decode leg: simulated ms its pull was accepted and its KV arrived (-1 before). */
   pullStartedAt = -1
   kvArrivedAt = -1
+  /** Decode leg: the end of its transfer, on the engine's clock. */
+  kvTimer: TimerHandle | null = null
   /** Decode leg: the KV could not be had and was computed here instead (policy recompute). */
   recomputed = false
   // Copied out of `request` (whose shape varies by caller) so the scheduler's loops read

@@ -4,7 +4,7 @@
 import { Subscriber } from 'zeromq'
 import { afterEach, describe, expect, it } from 'vitest'
 import { decodeBatch } from '../../src/fleet/events/codec.js'
-import type { BlockStoredEvent, KvEvent } from '../../src/fleet/events/types.js'
+import type { BlockStoredEvent, EngineBlockHash, KvEvent } from '../../src/fleet/events/types.js'
 import type { SimWorker } from '../../src/sim/index.js'
 import { waitFor } from '../fleet/events/helpers.js'
 import { fleet, post, promptOf } from './helpers.js'
@@ -33,7 +33,7 @@ async function listen(w: SimWorker): Promise<KvEvent[]> {
   return out
 }
 
-const stored = (events: KvEvent[]): bigint[] =>
+const stored = (events: KvEvent[]): EngineBlockHash[] =>
   events.filter((e): e is BlockStoredEvent => e.type === 'BlockStored').flatMap((e) => e.blockHashes)
 
 describe('KV events of both roles', () => {

@@ -148,6 +148,36 @@ describe('vLLM NixlConnector flow between live workers', () => {
     expect(ps.kv_transfer.heartbeats).toBeGreaterThan(4)
   })
 
+  it('a restarted prefill instance no longer knows its old parameters: the decode fails', async () => {
+    const { pf, df } = await pdPair()
+    const p = await post(pf.urls[0]!, '/v1/chat/completions', prefillLeg(chat('restart')))
+    expect((await post(pf.urls[0]!, '/sim/restart', {})).status).toBe(200)
+    const s = await state(pf, 0)
+    expect(s.kv_transfer.held_requests).toBe(0)
+    expect(s.kv_transfer.engine_id).not.toBe(p.body.kv_transfer_params.remote_engine_id)
+    const d = await post(df.urls[0]!, '/v1/chat/completions', { ...chat('restart'), kv_transfer_params: p.body.kv_transfer_params })
+    expect(d.status).toBe(500)
+    expect(d.body.error.message).toMatch(/unknown engine_id/)
+  })
+
+  it('a decode whose client leaves mid-transfer frees the prefill’s blocks', async () => {
+    // 1 MB/s: the ~2.4 MB of this prompt's KV take ~2.4 s to arrive.
+    const { pf } = await pdPair()
+    const df = await fleet({ instances: 1, role: 'decode', kvLinkGbPerSec: 0.001 })
+    const p = await post(pf.urls[0]!, '/v1/chat/completions', prefillLeg(chat('leave')))
+    const ac = new AbortController()
+    const d = post(df.urls[0]!, '/v1/chat/completions', { ...chat('leave'), kv_transfer_params: p.body.kv_transfer_params }, { signal: ac.signal })
+    await waitFor(() => pf.workers[0]!.sideChannel!.pulls === 1, 'the pull to start')
+    expect(pf.workers[0]!.engine.holds.get(p.body.id)?.state).toBe('reading')
+    ac.abort()
+    await expect(d).rejects.toThrow()
+    await waitFor(() => pf.workers[0]!.engine.holds.size === 0, 'the prefill to free the blocks')
+    const s = await state(pf, 0)
+    expect(s.kv_transfer.holds_read).toBe(0)
+    expect(s.kv_blocks_used).toBe(0)
+    expect(df.workers[0]!.engine.cache.usedBlocks).toBe(0)
+  })
+
   it('parameters vLLM cannot use make the decode prefill locally, counted', async () => {
     const { df } = await pdPair()
     const d = await post(df.urls[0]!, '/v1/chat/completions', {
@@ -253,6 +283,17 @@ describe('SGLang’s bootstrap flow between live workers', () => {
       expect((await state(pf, i)).kv_transfer.holds_read).toBe(1)
       expect((await state(pf, i)).kv_transfer.bootstrap_rooms_open).toBe(0)
     }
+  })
+
+  it('a both-role fleet plays the prefill leg where the bootstrap server named is its own', async () => {
+    const f = await fleet({ instances: 2 })
+    expect(f.bootstrapPorts!.every((p) => typeof p === 'number')).toBe(true)
+    const body = sglang(f, 0, '4242', 'both')
+    const [p, d] = await Promise.all([post(f.urls[0]!, '/v1/chat/completions', body), post(f.urls[1]!, '/v1/chat/completions', body)])
+    expect(p.body.usage.completion_tokens).toBe(1)
+    expect(d.body.usage.completion_tokens).toBe(6)
+    expect((await state(f, 1)).kv_transfer.transfers).toBe(1)
+    expect((await state(f, 0)).kv_transfer.holds_read).toBe(1)
   })
 
   it('a room that never completes times out: the waiting decode, or the waiting prefill, is answered 500', async () => {
