@@ -1,5 +1,8 @@
 import { OutOfRangeError } from '../core/errors.js'
+import { ROLES, type Role } from '../config/disaggregation.js'
+import { SGLANG_BOOTSTRAP_PORT } from '../sim/bootstrap.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
+import { KV_LOAD_FAILURE_POLICIES, type KvLoadFailurePolicy } from '../sim/kv-transfer.js'
 import { parseFaults } from '../sim/faults.js'
 import type { SimKvEventsOptions } from '../sim/http-worker.js'
 import { ApiError } from '../sim/openai-shapes.js'
@@ -29,6 +32,19 @@ on ports PORT..PORT+N-1 until SIGINT or SIGTERM. Prints one URL per worker.
   --tokenizer NAME            ${TOKENIZERS.join(' | ')}: how prompt text becomes tokens (default ${DEFAULT_TOKENIZER};
                               bytes = 4 bytes of UTF-8 a token, o200k = OpenAI's o200k_base BPE)
   --api-key KEY               as vLLM's --api-key: /v1/* answers 401 without Authorization: Bearer KEY
+
+prefill/decode disaggregation (see docs/simulator.md, "Prefill and decode roles"):
+  --role R                    prefill | decode | both (default both): labels, ids (prefill-i, decode-i, sim-i)
+                              and defaults; every role serves whole requests and both vLLM legs (kv_both)
+  --side-channel-port P       KV side channel (vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT), worker i on P + i
+                              (${describeLimit('port')}; default 0 = free ports)
+  --bootstrap-port P          SGLang bootstrap server, worker i on P + i (prefill: default ${SGLANG_BOOTSTRAP_PORT};
+                              both: default free ports; decode workers run none)
+  --kv-lease-ms N             held blocks no decode asked for are freed after N ms (${describeLimit('kvLeaseMs')}; default 30000)
+  --kv-load-failure-policy P  fail | recompute: a decode whose KV cannot be read fails (500) or prefills (default fail)
+  --kv-link-gb-per-sec X      KV transfer bandwidth, GB/s (${describeLimit('kvLinkGbPerSec')}; default: the profile's)
+  --kv-transfer-latency-ms X  fixed cost per KV transfer (${describeLimit('kvTransferLatencyMs')}; default: the profile's)
+  --bootstrap-timeout-ms N    an SGLang room waits N ms for its other leg (${describeLimit('bootstrapTimeoutMs')}; default 300000)
 
 KV-cache events (vLLM's --kv-events-config: ZeroMQ PUB, msgpack batches; see docs/simulator.md):
   --kv-events-port P          publish each worker's cache events, worker i on P + i (${describeLimit('port')}; 0 = free ports)
@@ -60,6 +76,12 @@ const NUMBER_FLAGS: [flag: string, limit: LimitName][] = [
   ['max-model-len', 'maxModelLen'],
   ['output-tokens', 'outputTokens'],
   ['time-scale', 'timeScale'],
+  ['kv-lease-ms', 'kvLeaseMs'],
+  ['kv-link-gb-per-sec', 'kvLinkGbPerSec'],
+  ['kv-transfer-latency-ms', 'kvTransferLatencyMs'],
+  ['bootstrap-timeout-ms', 'bootstrapTimeoutMs'],
+  ['side-channel-port', 'port'],
+  ['bootstrap-port', 'port'],
 ]
 
 const FAULT_FLAGS = ['error-rate', 'error-status', 'drop-after-tokens', 'hang-rate', 'delay-ms', 'kv-drop-rate', 'kv-delay-ms', 'seed'] as const
@@ -108,6 +130,32 @@ function kvEventsFlags(values: Record<string, unknown>, instances: number): SimK
   return out
 }
 
+/** Ports a flag's workers take: P..P+N-1 (none for 0, free ports). */
+interface PortRange {
+  flag: string
+  first: number
+}
+
+/** Refuses two flags whose port ranges share a port, naming both and the port. */
+function checkPortClashes(ranges: PortRange[], instances: number): void {
+  const used = ranges.filter((r) => r.first > 0)
+  for (const r of used) {
+    if (r.first + instances - 1 > 65535) throw new CliError(`--${r.flag} + --instances - 1 must be at most 65535; got ${r.first + instances - 1}`)
+  }
+  for (let i = 0; i < used.length; i++) {
+    for (let j = i + 1; j < used.length; j++) {
+      const a = used[i]!
+      const b = used[j]!
+      const lo = Math.max(a.first, b.first)
+      if (lo <= Math.min(a.first, b.first) + instances - 1) {
+        throw new CliError(
+          `--${b.flag} ${b.first}..${b.first + instances - 1} and --${a.flag} ${a.first}..${a.first + instances - 1} both take port ${lo}`,
+        )
+      }
+    }
+  }
+}
+
 export async function run(argv: string[]): Promise<number> {
   const str = { type: 'string' } as const
   const { values } = parseFlags(argv, {
@@ -127,6 +175,14 @@ export async function run(argv: string[]): Promise<number> {
     'time-scale': str,
     tokenizer: str,
     'api-key': str,
+    role: str,
+    'side-channel-port': str,
+    'bootstrap-port': str,
+    'kv-lease-ms': str,
+    'kv-load-failure-policy': str,
+    'kv-link-gb-per-sec': str,
+    'kv-transfer-latency-ms': str,
+    'bootstrap-timeout-ms': str,
     'kv-events-port': str,
     'kv-events-replay-port': str,
     'kv-events-encoding': str,
@@ -148,10 +204,25 @@ export async function run(argv: string[]): Promise<number> {
     return 0
   }
   const nums: Partial<Record<LimitName, number>> = {}
+  const flagNums: Record<string, number> = {}
   for (const [flag, limit] of NUMBER_FLAGS) {
     const raw = values[flag as keyof typeof values]
-    if (typeof raw === 'string') nums[limit] = numberFlag(flag, limit, raw)
+    if (typeof raw !== 'string') continue
+    const v = numberFlag(flag, limit, raw)
+    flagNums[flag] = v
+    if (flag !== 'side-channel-port' && flag !== 'bootstrap-port') nums[limit] = v
   }
+  const role = (values.role ?? 'both') as Role
+  if (!(ROLES as readonly string[]).includes(role)) throw new CliError(`--role must be one of ${ROLES.join(', ')}; got '${values.role}'`)
+  const policy = values['kv-load-failure-policy']
+  if (policy !== undefined && !(KV_LOAD_FAILURE_POLICIES as readonly string[]).includes(policy)) {
+    throw new CliError(`--kv-load-failure-policy must be one of ${KV_LOAD_FAILURE_POLICIES.join(', ')}; got '${policy}'`)
+  }
+  if (role === 'decode' && flagNums['bootstrap-port'] !== undefined) {
+    throw new CliError('--bootstrap-port is for --role prefill or both: decode workers register with the prefill worker\'s bootstrap server')
+  }
+  const sidePort = flagNums['side-channel-port'] ?? 0
+  const bootPort = flagNums['bootstrap-port'] ?? (role === 'prefill' ? SGLANG_BOOTSTRAP_PORT : role === 'both' ? 0 : null)
   const instances = nums.instances ?? 1
   const port = nums.port ?? 8000
   if (port > 0 && port + instances - 1 > 65535) {
@@ -196,6 +267,14 @@ export async function run(argv: string[]): Promise<number> {
   }
 
   const kvEvents = kvEventsFlags(values, instances)
+  const ranges: PortRange[] = [
+      { flag: 'port', first: port },
+      { flag: 'side-channel-port', first: sidePort },
+      ...(bootPort !== null ? [{ flag: 'bootstrap-port', first: bootPort }] : []),
+      ...(kvEvents !== undefined ? [{ flag: 'kv-events-port', first: kvEvents.port }] : []),
+      ...(kvEvents?.replayPort !== undefined ? [{ flag: 'kv-events-replay-port', first: kvEvents.replayPort }] : []),
+  ]
+  checkPortClashes(ranges, instances)
   if (kvEvents === undefined) {
     for (const f of ['fault-kv-drop-rate', 'fault-kv-delay-ms'] as const) {
       if (values[f] !== undefined) throw new CliError(`--${f} needs --kv-events-port (there are no KV events to fault)`)
@@ -225,12 +304,23 @@ export async function run(argv: string[]): Promise<number> {
       faults,
       ...(faultInstances !== undefined ? { faultInstances } : {}),
       ...(kvEvents !== undefined ? { kvEvents } : {}),
+      role,
+      sideChannelPort: sidePort,
+      bootstrapPort: bootPort,
+      ...(nums.kvLeaseMs !== undefined ? { kvLeaseMs: nums.kvLeaseMs } : {}),
+      ...(nums.kvLinkGbPerSec !== undefined ? { kvLinkGbPerSec: nums.kvLinkGbPerSec } : {}),
+      ...(nums.kvTransferLatencyMs !== undefined ? { kvTransferLatencyMs: nums.kvTransferLatencyMs } : {}),
+      ...(nums.bootstrapTimeoutMs !== undefined ? { bootstrapTimeoutMs: nums.bootstrapTimeoutMs } : {}),
+      ...(policy !== undefined ? { kvLoadFailurePolicy: policy as KvLoadFailurePolicy } : {}),
     })
   } catch (err) {
     if (err instanceof OutOfRangeError) throw new CliError(err.message)
     const e = err as NodeJS.ErrnoException
     if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
-      process.stderr.write(`prefix-router sim: cannot listen: ${e.message}\n`)
+      // Name the flag whose port it was (free ports are never in use).
+      const at = (e as { port?: number }).port
+      const flag = ranges.find((r) => r.first > 0 && at !== undefined && at >= r.first && at < r.first + instances)?.flag
+      process.stderr.write(`prefix-router sim: cannot listen${flag !== undefined ? ` on port ${at} (--${flag})` : ''}: ${e.message}\n`)
       return 1
     }
     throw err
@@ -238,9 +328,14 @@ export async function run(argv: string[]): Promise<number> {
   const w = fleet.workers[0]!
   const sim = w.engine.config
   process.stderr.write(
-    `prefix-router sim: ${instances} worker(s), profile ${values.profile ?? DEFAULT_PROFILE}, model ${w.models.base}, ` +
+    `prefix-router sim: ${instances} ${role === 'both' ? '' : `${role} `}worker(s), profile ${values.profile ?? DEFAULT_PROFILE}, model ${w.models.base}, ` +
       `${sim.kvBlocks} KV blocks of ${sim.blockSize} tokens, ` +
       `time scale ${nums.timeScale ?? 1}${tokenizer === DEFAULT_TOKENIZER ? '' : `, tokenizer ${tokenizer}`}${values.h2c ? ', h2c' : ''}; Ctrl-C to stop\n`,
+  )
+  const boots = fleet.bootstrapPorts ?? []
+  process.stderr.write(
+    `prefix-router sim: KV side channels on ports ${(fleet.sideChannelPorts ?? []).join(', ')}` +
+      `${boots[0] !== undefined ? `; SGLang bootstrap on ports ${boots.join(', ')}` : ''}\n`,
   )
   if (fleet.kvEndpoints !== undefined) {
     const replay = fleet.kvReplayEndpoints

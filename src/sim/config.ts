@@ -1,7 +1,9 @@
 // Simulator options, shared by the CLI, startSimFleet and the virtual fleet: defaults come
 // from the profile; every number is range-checked with an error naming the option.
 import { OutOfRangeError } from '../core/errors.js'
+import { ROLES, type Role } from '../config/disaggregation.js'
 import { engineConfig, type EngineConfig } from './engine.js'
+import { KV_LOAD_FAILURE_POLICIES, type KvLoadFailurePolicy, type KvTransferConfig } from './kv-transfer.js'
 import type { LoraSpec } from './models.js'
 import { DEFAULT_PROFILE, PROFILES, type Profile } from './profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS, type TokenizerName } from './tokenizers/index.js'
@@ -26,6 +28,22 @@ export interface SimOptions {
   tokenizer?: TokenizerName
   /** vLLM's --api-key: /v1/* answers 401 without `Authorization: Bearer <key>`. */
   apiKey?: string
+  /**
+   * What the instances do in a disaggregated fleet (default both). Labels and defaults only:
+   * every role serves whole requests and either NIXL leg, as vLLM with kv_role kv_both does;
+   * SGLang's legs (identical bodies) are told apart by it.
+   */
+  role?: Role
+  /** How long a prefill instance holds blocks no decode has asked for (vLLM's kv_lease_duration; default 30,000). */
+  kvLeaseMs?: number
+  /** vLLM's kv_load_failure_policy: `fail` (default) or `recompute`. */
+  kvLoadFailurePolicy?: KvLoadFailurePolicy
+  /** KV link bandwidth between a prefill and a decode instance, GB/s (default: the profile's). */
+  kvLinkGbPerSec?: number
+  /** Fixed cost of a KV transfer, ms (default: the profile's). */
+  kvTransferLatencyMs?: number
+  /** SGLang: how long a bootstrap room waits for its other leg (default 300,000 ms, SGLang's). */
+  bootstrapTimeoutMs?: number
 }
 
 export interface ResolvedSim {
@@ -37,6 +55,7 @@ export interface ResolvedSim {
   timeScale: number
   tokenizer: TokenizerName
   apiKey: string | undefined
+  role: Role
 }
 
 interface Limit {
@@ -56,6 +75,10 @@ export const SIM_LIMITS = {
   maxModelLen: { min: 1, max: 16_777_216, integer: true },
   outputTokens: { min: 1, max: 1_000_000, integer: true },
   timeScale: { min: 0.001, max: 100_000, integer: false },
+  kvLeaseMs: { min: 1, max: 3_600_000, integer: true },
+  kvLinkGbPerSec: { min: 0.001, max: 100_000, integer: false },
+  kvTransferLatencyMs: { min: 0, max: 60_000, integer: false },
+  bootstrapTimeoutMs: { min: 1, max: 3_600_000, integer: true },
 } as const satisfies Record<string, Limit>
 
 export type LimitName = keyof typeof SIM_LIMITS
@@ -94,7 +117,7 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
   const profile = resolveProfile(o.profile)
   const opt = <K extends LimitName>(k: K, v: number | undefined): number | undefined =>
     v === undefined ? undefined : checkLimit(k, v)
-  const overrides: Partial<Omit<EngineConfig, 'latency'>> = {}
+  const overrides: Partial<Omit<EngineConfig, 'latency' | 'kv'>> = {}
   const set = (k: 'kvBlocks' | 'blockSize' | 'maxNumSeqs' | 'maxNumBatchedTokens' | 'maxModelLen'): void => {
     const v = opt(k, o[k])
     if (v !== undefined) overrides[k] = v
@@ -115,11 +138,29 @@ export function resolveSim(o: SimOptions = {}): ResolvedSim {
   const tokenizer = o.tokenizer ?? DEFAULT_TOKENIZER
   if (!isTokenizerName(tokenizer)) throw new OutOfRangeError('tokenizer', `one of ${TOKENIZERS.join(', ')}`, tokenizer)
   if (o.apiKey !== undefined && o.apiKey.trim() === '') throw new OutOfRangeError('apiKey', 'a non-empty key', o.apiKey)
+  const role = o.role ?? 'both'
+  if (!(ROLES as readonly string[]).includes(role)) throw new OutOfRangeError('role', `one of ${ROLES.join(', ')}`, role)
+  const kv: Partial<KvTransferConfig> = {}
+  const lease = opt('kvLeaseMs', o.kvLeaseMs)
+  if (lease !== undefined) kv.leaseMs = lease
+  const link = opt('kvLinkGbPerSec', o.kvLinkGbPerSec)
+  if (link !== undefined) kv.linkBytesPerSec = link * 1e9
+  const lat = opt('kvTransferLatencyMs', o.kvTransferLatencyMs)
+  if (lat !== undefined) kv.latencyMs = lat
+  const boot = opt('bootstrapTimeoutMs', o.bootstrapTimeoutMs)
+  if (boot !== undefined) kv.bootstrapTimeoutMs = boot
+  if (o.kvLoadFailurePolicy !== undefined) {
+    if (!(KV_LOAD_FAILURE_POLICIES as readonly string[]).includes(o.kvLoadFailurePolicy)) {
+      throw new OutOfRangeError('kvLoadFailurePolicy', `one of ${KV_LOAD_FAILURE_POLICIES.join(', ')}`, o.kvLoadFailurePolicy)
+    }
+    kv.loadFailurePolicy = o.kvLoadFailurePolicy
+  }
   return {
     profile,
     model,
     loras,
-    engine: engineConfig(profile, overrides),
+    role,
+    engine: engineConfig(profile, overrides, kv),
     outputTokens: opt('outputTokens', o.outputTokens) ?? profile.outputTokens,
     timeScale: opt('timeScale', o.timeScale) ?? 1,
     tokenizer,

@@ -1,12 +1,15 @@
 // One simulated vLLM instance: prefix cache + scheduler + latency model, driven by a Clock.
 // Live workers run it on a RealClock behind HTTP; the virtual fleet runs many on one
 // VirtualClock. This class is the whole model: nothing about it differs between the two.
+import { randomUUID } from 'node:crypto'
 import type { KvEvent } from '../fleet/events/types.js'
 import type { Clock, TimerHandle } from './clock.js'
 import { KvCache } from './kv-cache.js'
 import { KvEventLog } from './kv-event-log.js'
+import { KvHolds } from './kv-holds.js'
+import { transferMs, type KvTransferConfig, type PullRefusal, type RemoteKvSource } from './kv-transfer.js'
 import { LatencyModel } from './latency-model.js'
-import type { Profile } from './profiles.js'
+import { kvTransferConfig, type Profile } from './profiles.js'
 import { Scheduler } from './scheduler.js'
 import { Sequence, type EngineRequest, type SeqListener } from './sequence.js'
 import { EngineStats } from './stats.js'
@@ -19,10 +22,16 @@ export interface EngineConfig {
   /** Longest prompt + output accepted; at most kvBlocks * blockSize. */
   maxModelLen: number
   latency: LatencyModel
+  /** Prefill/decode disaggregation: transfer time, leases, what a failed load does. */
+  kv: KvTransferConfig
 }
 
 /** Engine configuration from a profile with overrides. */
-export function engineConfig(profile: Profile, o: Partial<Omit<EngineConfig, 'latency'>> = {}): EngineConfig {
+export function engineConfig(
+  profile: Profile,
+  o: Partial<Omit<EngineConfig, 'latency' | 'kv'>> = {},
+  kv: Partial<KvTransferConfig> = {},
+): EngineConfig {
   const kvBlocks = o.kvBlocks ?? profile.kvBlocks
   const blockSize = o.blockSize ?? profile.blockSize
   return {
@@ -32,6 +41,7 @@ export function engineConfig(profile: Profile, o: Partial<Omit<EngineConfig, 'la
     maxNumBatchedTokens: o.maxNumBatchedTokens ?? profile.maxNumBatchedTokens,
     maxModelLen: Math.min(o.maxModelLen ?? profile.maxModelLen, kvBlocks * blockSize),
     latency: new LatencyModel(profile.latency),
+    kv: { ...kvTransferConfig(profile), ...kv },
   }
 }
 
@@ -41,6 +51,10 @@ export type KvEventListener = (events: KvEvent[], atMs: number) => void
 export class SimEngine {
   readonly cache: KvCache
   readonly stats = new EngineStats()
+  /** Prefill legs' blocks held for their decode legs. */
+  readonly holds: KvHolds
+  /** vLLM's engine_id (remote_engine_id in kv_transfer_params): a new one for every process, so restart() changes it. */
+  kvEngineId = randomUUID()
   private readonly scheduler: Scheduler
   private readonly finished: Sequence[] = []
   private nextId = 0
@@ -58,6 +72,7 @@ export class SimEngine {
   ) {
     this.cache = new KvCache(config.kvBlocks)
     this.scheduler = new Scheduler(this.cache, config, this.stats)
+    this.holds = new KvHolds(this.cache, clock, this.stats)
   }
 
   get numRunning(): number {
@@ -76,6 +91,11 @@ export class SimEngine {
   /** Requests in the engine that have not finished. */
   get inFlight(): number {
     return this.scheduler.pending.length + this.scheduler.numWaiting + this.scheduler.running.length
+  }
+
+  /** Decode legs whose blocks are allocated and whose KV has not arrived yet. */
+  get numPulling(): number {
+    return this.scheduler.remote.length
   }
 
   /** True while a KV event listener is set: requests should then carry their token ids. */
@@ -121,8 +141,10 @@ export class SimEngine {
   restart(): void {
     if (this.closed) return
     this.abortAll()
+    this.holds.clear(this.clock.now())
     this.kvLog?.discard()
     this.cache.clear()
+    this.kvEngineId = randomUUID()
   }
 
   /** Why this request cannot be served (vLLM's wording), or undefined. */
@@ -145,9 +167,13 @@ export class SimEngine {
     const problem = this.check(request.promptTokens, request.maxTokens)
     if (problem !== undefined) throw new RangeError(problem)
     const now = this.clock.now()
+    if (request.holdKv !== undefined && this.holds.get(request.holdKv.id) !== undefined) {
+      throw new RangeError(`KV blocks are already held under ${request.holdKv.id}`)
+    }
     const seq = new Sequence(this.nextId++, request, listener, now)
     seq.readyAt = now + this.config.latency.overheadMs(request.promptTokens) + (request.extraDelayMs ?? 0)
     this.scheduler.addPending(seq)
+    seq.remote?.attach()
     if (!this.busy) this.wakeAt(seq.readyAt)
     return seq
   }
@@ -155,6 +181,7 @@ export class SimEngine {
   /** Drops a sequence (client gone): out of the batch at once, its blocks unpinned. */
   abort(seq: Sequence): void {
     if (seq.state === 'finished') return
+    this.dropRemote(seq)
     this.scheduler.remove(seq)
     seq.state = 'finished'
     seq.finishReason = 'abort'
@@ -170,6 +197,73 @@ export class SimEngine {
     if (this.stepTimer !== null) this.clock.cancel(this.stepTimer)
     if (this.wake !== null) this.clock.cancel(this.wake)
     this.abortAll()
+    this.holds.clear(this.clock.now())
+  }
+
+  /** The sequence leaves before its KV arrived: the prefill side may free its blocks. */
+  private dropRemote(seq: Sequence): void {
+    const src = seq.remote
+    if (src === null) return
+    seq.remote = null
+    if (seq.kvTimer !== null) this.clock.cancel(seq.kvTimer)
+    seq.kvTimer = null
+    src.cancel()
+  }
+
+  /** Asks the prefill side for a decode leg's KV, its blocks being allocated. */
+  private beginPull(seq: Sequence): void {
+    const src = seq.remote!
+    let answered = false
+    src.begin(seq.pulledTokens, (refusal) => {
+      if (answered) return
+      answered = true
+      // A source may answer inside begin(), that is inside plan(): handle it on the clock.
+      this.clock.schedule(this.clock.now(), (at) => this.pullAnswered(seq, src, refusal, at))
+    })
+  }
+
+  private pullAnswered(seq: Sequence, src: RemoteKvSource, refusal: PullRefusal | null, at: number): void {
+    if (this.closed || seq.state !== 'remote' || seq.remote !== src) return
+    if (refusal === null) {
+      seq.pullStartedAt = at
+      seq.kvTimer = this.clock.schedule(at + transferMs(this.config.kv, seq.pulledTokens), (t) => this.kvArrived(seq, src, t))
+      return
+    }
+    this.stats.kvTransferFailures++
+    seq.remote = null // a refused source is done: nothing more is called on it
+    if (this.config.kv.loadFailurePolicy === 'recompute') {
+      this.scheduler.recomputeRemote(seq)
+      if (!this.busy) this.wakeAt(at)
+      return
+    }
+    this.finishError(seq, at, `KV transfer failed: ${refusal}`)
+  }
+
+  private kvArrived(seq: Sequence, src: RemoteKvSource, t: number): void {
+    seq.kvTimer = null
+    if (this.closed || seq.state !== 'remote' || seq.remote !== src) return
+    src.finish()
+    const s = this.stats
+    const bytes = seq.pulledTokens * this.config.kv.bytesPerToken
+    s.kvTransfers++
+    s.kvTransferBytes += bytes
+    s.externalTokens += seq.pulledTokens
+    s.xferTime.observe((t - seq.pullStartedAt) / 1000)
+    s.xferBytes.observe(bytes)
+    seq.kvArrivedAt = t
+    this.scheduler.landRemote(seq)
+    if (!this.busy) this.wakeAt(t)
+  }
+
+  /** vLLM's FINISHED_ERROR: the request ends with finish reason `error` (its API server answers 500). */
+  private finishError(seq: Sequence, t: number, message: string): void {
+    this.scheduler.remove(seq)
+    seq.state = 'finished'
+    seq.finishReason = 'error'
+    seq.error = message
+    seq.finishedAt = t
+    this.stats.success.error++
+    seq.listener?.onFinish?.(seq, t)
   }
 
   private abortAll(): void {
@@ -201,7 +295,12 @@ export class SimEngine {
 
   private startStep(t: number): void {
     const s = this.scheduler
-    if (!s.plan(t)) {
+    const planned = s.plan(t)
+    if (s.pulls.length > 0) {
+      for (const seq of s.pulls) this.beginPull(seq)
+      s.pulls.length = 0
+    }
+    if (!planned) {
       this.busy = false
       const next = s.pending[0]
       if (next !== undefined) this.wakeAt(next.readyAt)
@@ -222,6 +321,10 @@ export class SimEngine {
       const seq = finished[i]!
       this.stats.success[seq.finishReason as 'stop' | 'length']++
       this.stats.e2e.observe((t - seq.arrivalAt) / 1000)
+      if (seq.holdId !== null) {
+        const lease = seq.request.holdKv!.leaseMs ?? this.config.kv.leaseMs
+        seq.hold = this.holds.add(seq.holdId, seq, seq.slots.splice(0), lease, t)
+      }
       seq.listener?.onFinish?.(seq, t)
     }
     finished.length = 0

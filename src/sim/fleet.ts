@@ -1,5 +1,7 @@
 // A fleet of live workers in this process, on ports port..port+N-1 (or free ports).
 import { OutOfRangeError } from '../core/errors.js'
+import type { Role } from '../config/disaggregation.js'
+import { SGLANG_BOOTSTRAP_PORT } from './bootstrap.js'
 import { checkLimit, resolveSim, type SimOptions } from './config.js'
 import { NO_FAULTS, type FaultConfig } from './faults.js'
 import { SimWorker, type SimKvEventsOptions } from './http-worker.js'
@@ -14,8 +16,15 @@ export interface SimFleetOptions extends SimOptions {
   /** Faults every worker starts with (or only those in `faultInstances`). */
   faults?: Partial<FaultConfig>
   faultInstances?: readonly number[]
-  /** Instance ids are `${idPrefix}${index}` (default "sim-"). */
+  /** Instance ids are `${idPrefix}${index}` (default "sim-", or "prefill-" / "decode-" for those roles). */
   idPrefix?: string
+  /** KV side channels (vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT): worker i on sideChannelPort + i; 0 (default) gives free ports. */
+  sideChannelPort?: number
+  /**
+   * SGLang bootstrap servers: worker i on bootstrapPort + i; 0 gives free ports; null: none.
+   * Default by role: prefill 8998 + i (SGLang's default port), both free ports, decode none.
+   */
+  bootstrapPort?: number | null
   /**
    * Publish every engine's KV events as vLLM does: worker i on port + i (replays on
    * replayPort + i); port 0 gives every worker free ports.
@@ -30,6 +39,10 @@ export interface SimFleet {
   kvEndpoints?: string[]
   /** Each worker's replay ROUTER endpoint; set with kvEvents.replayPort. */
   kvReplayEndpoints?: string[]
+  /** Each worker's KV side channel port (remote_port of its prefill answers). */
+  sideChannelPorts?: number[]
+  /** Each worker's SGLang bootstrap port; undefined entries where none runs. */
+  bootstrapPorts?: (number | undefined)[]
   close(): Promise<void>
 }
 
@@ -52,12 +65,20 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
       throw new OutOfRangeError('kvEvents.encoding', "'map' or 'array'", kv.encoding)
     }
   }
+  const side = checkLimit('port', opts.sideChannelPort ?? 0, 'sideChannelPort')
+  if (side > 0) checkLimit('port', side + n - 1, 'sideChannelPort + instances - 1')
+  const boot = opts.bootstrapPort === undefined ? defaultBootstrapPort(sim.role) : opts.bootstrapPort
+  if (boot !== null) {
+    checkLimit('port', boot, 'bootstrapPort')
+    if (boot > 0) checkLimit('port', boot + n - 1, 'bootstrapPort + instances - 1')
+  }
+  const prefix = opts.idPrefix ?? (sim.role === 'both' ? 'sim-' : `${sim.role}-`)
   const workers: SimWorker[] = []
   for (let i = 0; i < n; i++) {
     const faulty = opts.faultInstances === undefined || opts.faultInstances.includes(i)
     workers.push(
       new SimWorker({
-        id: `${opts.idPrefix ?? 'sim-'}${i}`,
+        id: `${prefix}${i}`,
         index: i,
         host: opts.host ?? '127.0.0.1',
         port: port === 0 ? 0 : port + i,
@@ -65,6 +86,8 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
         sim,
         faults: faulty ? faults : { ...NO_FAULTS },
         ...(kv !== undefined ? { kvEvents: kvFor(kv, i) } : {}),
+        sideChannelPort: side === 0 ? 0 : side + i,
+        ...(boot !== null ? { bootstrapPort: boot === 0 ? 0 : boot + i } : {}),
       }),
     )
   }
@@ -77,10 +100,21 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
     await close()
     throw err
   }
-  const out: SimFleet = { urls: workers.map((w) => w.url), workers, close }
+  const out: SimFleet = {
+    urls: workers.map((w) => w.url),
+    workers,
+    close,
+    sideChannelPorts: workers.map((w) => w.sideChannelPort),
+    bootstrapPorts: workers.map((w) => w.bootstrapPort),
+  }
   if (kv !== undefined) out.kvEndpoints = workers.map((w) => w.kvPublisher!.endpoint)
   if (kv?.replayPort !== undefined) out.kvReplayEndpoints = workers.map((w) => w.kvPublisher!.replayEndpoint!)
   return out
+}
+
+/** SGLang's default port for prefill workers, free ports for `both`, none for decode workers. */
+export function defaultBootstrapPort(role: Role): number | null {
+  return role === 'prefill' ? SGLANG_BOOTSTRAP_PORT : role === 'both' ? 0 : null
 }
 
 /** Worker i's ports: the base + i, or free ports for a base of 0. */

@@ -2,6 +2,9 @@
 // a connection starting with the HTTP/2 preface goes to an http2 server, anything else to
 // the HTTP/1.1 one) over one SimEngine on a RealClock. It can be stopped (connections
 // refused, open ones reset) and started again on the same port, for the "down" fault.
+// Beside it, each worker listens on a KV side channel (side-channel.ts: where decode workers
+// read what its prefill legs hold) and, for prefill and both roles, an SGLang bootstrap
+// server (bootstrap.ts).
 import http from 'node:http'
 import http2 from 'node:http2'
 import net from 'node:net'
@@ -15,7 +18,8 @@ import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.js'
 import { ModelRegistry } from './models.js'
 import { embeddingsAnswer } from './embeddings.js'
 import { ApiError } from './openai-shapes.js'
-import { responsesAnswer } from './responses.js'
+import { BootstrapServer } from './bootstrap.js'
+import { SideChannelServer } from './side-channel.js'
 import { detokenizeAnswer, tokenizeAnswer } from './tokenize-route.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
 import { requireFeature } from '../core/optional-packages.js'
@@ -45,12 +49,17 @@ export interface SimWorkerOptions {
   clock?: Clock
   faults?: FaultConfig
   kvEvents?: SimKvEventsOptions
+  /** The KV side channel's port (vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT); 0 or undefined picks a free one (kept across stop/start). */
+  sideChannelPort?: number
+  /** SGLang's bootstrap server port; 0 picks a free one; undefined: none. */
+  bootstrapPort?: number
 }
 
 const GENERATION: Record<string, Api> = {
   '/v1/chat/completions': 'chat',
   '/v1/completions': 'completion',
   '/invocations': 'invocation',
+  '/v1/responses': 'responses',
 }
 
 export class SimWorker {
@@ -67,6 +76,10 @@ export class SimWorker {
   private readonly ctx: GenerateContext
   private downTimer: NodeJS.Timeout | undefined
   private publisher: KvEventPublisher | null = null
+  private side: SideChannelServer | null = null
+  private boot: BootstrapServer | null = null
+  private sidePort: number
+  private bootPort: number | undefined
   private listening = false
   private closed = false
 
@@ -74,11 +87,20 @@ export class SimWorker {
     this.id = opts.id
     this.host = opts.host ?? '127.0.0.1'
     this.portNumber = opts.port ?? 0
+    this.sidePort = opts.sideChannelPort ?? 0
+    this.bootPort = opts.bootstrapPort
     const clock = opts.clock ?? new RealClock(opts.sim.timeScale)
     this.engine = new SimEngine(opts.id, clock, opts.sim.engine)
     this.models = new ModelRegistry(opts.sim.model, opts.sim.loras, opts.sim.engine.maxModelLen)
     this.faults = new FaultInjector(opts.faults ?? { ...NO_FAULTS })
-    this.ctx = { engine: this.engine, models: this.models, sim: opts.sim, faults: this.faults, hanging: new Set() }
+    this.ctx = {
+      engine: this.engine,
+      models: this.models,
+      sim: opts.sim,
+      faults: this.faults,
+      hanging: new Set(),
+      pd: { role: opts.sim.role, sideChannel: null, bootstrap: null },
+    }
     const onRequest = (req: Req, res: Res): void => void this.handle(req, res)
     this.h1 = http.createServer({ keepAliveTimeout: 30_000 }, onRequest)
     if (opts.h2c === true) {
@@ -107,6 +129,25 @@ export class SimWorker {
   /** The KV-event publisher (once started with kvEvents), for its endpoints and counters. */
   get kvPublisher(): KvEventPublisher | null {
     return this.publisher
+  }
+
+  /** The KV side channel's port (remote_port of this worker's prefill answers), once started. */
+  get sideChannelPort(): number {
+    return this.sidePort
+  }
+
+  /** The KV side channel and the SGLang bootstrap server, while listening. */
+  get sideChannel(): SideChannelServer | null {
+    return this.side
+  }
+
+  get bootstrap(): BootstrapServer | null {
+    return this.boot
+  }
+
+  /** The SGLang bootstrap server's port, or undefined if this worker runs none. */
+  get bootstrapPort(): number | undefined {
+    return this.bootPort
   }
 
   /**
@@ -151,6 +192,19 @@ export class SimWorker {
     })
     this.portNumber = (this.listener.address() as net.AddressInfo).port
     this.listening = true
+    try {
+      this.side = await SideChannelServer.open(this.engine, this.host, this.sidePort)
+      this.sidePort = this.side.port
+      if (this.bootPort !== undefined) {
+        this.boot = await BootstrapServer.open(this.engine, this.host, this.bootPort)
+        this.bootPort = this.boot.port
+      }
+    } catch (err) {
+      await this.stop()
+      throw err
+    }
+    this.ctx.pd.sideChannel = this.side
+    this.ctx.pd.bootstrap = this.boot
   }
 
   /** Refuses new connections and resets open ones (their sequences are aborted). */
@@ -160,7 +214,11 @@ export class SimWorker {
     const closed = new Promise<void>((resolve) => this.listener.close(() => resolve()))
     for (const s of this.sockets) s.destroy()
     for (const res of this.ctx.hanging) destroy(res)
-    await closed
+    const side = this.side
+    const boot = this.boot
+    this.side = this.boot = null
+    this.ctx.pd.sideChannel = this.ctx.pd.bootstrap = null
+    await Promise.all([closed, side?.close(), boot?.close()])
   }
 
   /** Stops the worker for good: sockets, engine, timers. */
@@ -214,13 +272,15 @@ export class SimWorker {
           return send(res, 200, 'application/json', path === '/ping' ? '{}' : '')
         case '/metrics':
           allow(method, 'GET')
-          return send(res, 200, PROMETHEUS_CONTENT_TYPE, renderMetrics(this.engine, { modelName: this.models.base, engineIndex: 0 }))
+          return send(
+            res,
+            200,
+            PROMETHEUS_CONTENT_TYPE,
+            renderMetrics(this.engine, { modelName: this.models.base, engineIndex: 0, role: this.opts.sim.role }),
+          )
         case '/v1/embeddings':
           allow(method, 'POST')
           return sendJson(res, 200, embeddingsAnswer(parseJson(await readBody(req)), this.models))
-        case '/v1/responses':
-          allow(method, 'POST')
-          return sendJson(res, 200, responsesAnswer(parseJson(await readBody(req)), this.models))
         case '/tokenize':
         case '/detokenize': {
           allow(method, 'POST')
@@ -285,7 +345,45 @@ export class SimWorker {
       evictions: e.cache.evictions,
       steps: e.stats.steps,
       sim_time_ms: e.clock.now(),
+      prompt_tokens_computed: e.stats.computedTokens,
+      role: this.opts.sim.role,
+      kv_transfer: this.kvTransferState(),
       ...(this.publisher !== null ? { kv_events: kvState(this.publisher) } : {}),
+    }
+  }
+
+  /** Prefill/decode disaggregation: what this worker holds for decodes and what it pulled. */
+  private kvTransferState(): object {
+    const e = this.engine
+    const s = e.stats
+    const kv = e.config.kv
+    return {
+      engine_id: e.kvEngineId,
+      side_channel: this.side === null ? null : `${this.side.host}:${this.side.port}`,
+      bootstrap: this.boot === null ? null : `${this.boot.host}:${this.boot.port}`,
+      held_requests: e.holds.size,
+      held_blocks: e.holds.blocks,
+      holds: s.kvHolds,
+      holds_read: s.kvHoldsRead,
+      holds_expired: s.kvHoldsExpired,
+      pulling: e.numPulling,
+      transfers: s.kvTransfers,
+      transfer_tokens: s.externalTokens,
+      transfer_bytes: s.kvTransferBytes,
+      transfer_seconds: s.xferTime.sum,
+      transfer_failures: s.kvTransferFailures,
+      invalid_params: s.kvInvalidParams,
+      side_channel_pulls: this.side?.pulls ?? 0,
+      side_channel_refused: this.side?.refused ?? 0,
+      heartbeats: this.side?.heartbeats ?? 0,
+      bootstrap_registered: this.boot?.registered ?? 0,
+      bootstrap_rooms_open: this.boot?.openRooms ?? 0,
+      bootstrap_timed_out: this.boot?.timedOut ?? 0,
+      lease_ms: kv.leaseMs,
+      load_failure_policy: kv.loadFailurePolicy,
+      link_gb_per_sec: kv.linkBytesPerSec / 1e9,
+      transfer_latency_ms: kv.latencyMs,
+      bytes_per_token: kv.bytesPerToken,
     }
   }
 }

@@ -5,11 +5,27 @@ export { SimWorker, type SimWorkerOptions, type SimKvEventsOptions } from './htt
 export type { KvEventPublisher, KvEventPublisherOptions, KvPublishFaults } from './kv-publisher.js'
 export {
   VirtualFleet,
+  PrefillHandle,
   type VirtualFleetOptions,
   type VirtualRequest,
   type VirtualResult,
   type SubmitOptions,
+  type PdResult,
+  type PdLegs,
+  type PrefillState,
+  type PrefillOptions,
+  type DecodeOptions,
+  type BootstrapOptions,
 } from './virtual-fleet.js'
+export {
+  transferMs,
+  KV_LOAD_FAILURE_POLICIES,
+  type KvTransferConfig,
+  type KvLoadFailurePolicy,
+  type RemoteKvSource,
+} from './kv-transfer.js'
+export { readKvLeg, prefillAnswer, type KvTransferParams, type KvLeg } from './kv-params.js'
+export { KvHolds, type KvHold, type HoldEnd } from './kv-holds.js'
 export { SimEngine, engineConfig, type EngineConfig, type KvEventListener } from './engine.js'
 export { KvEventLog } from './kv-event-log.js'
 export { RealClock, VirtualClock, type Clock, type TimerHandle } from './clock.js'

@@ -1,6 +1,10 @@
 // Prometheus text exposition (format 0.0.4) of an engine's state under vLLM v1's metric
 // names, help strings and labels ({model_name, engine}), as vllm/v1/metrics/loggers.py
 // registers them. Counters are exposed as <name>_total, as prometheus_client does.
+// Prefill/decode disaggregation adds vLLM's KV-connector series (vllm:nixl_*, external prefix
+// cache, prompt tokens by source) and a few of the simulator's own (sim:*): the role, and
+// the blocks a prefill instance holds. None share a name with what the router scrapes.
+import type { Role } from '../config/disaggregation.js'
 import type { SimEngine } from './engine.js'
 import type { Histogram } from './stats.js'
 
@@ -45,7 +49,12 @@ class Writer {
 export interface MetricsContext {
   modelName: string
   engineIndex?: number
+  /** The instance's role in a disaggregated fleet (default both). */
+  role?: Role
 }
+
+/** vLLM's kv_role for each of our roles. */
+const KV_ROLE: Record<Role, string> = { prefill: 'kv_producer', decode: 'kv_consumer', both: 'kv_both' }
 
 export function renderMetrics(engine: SimEngine, ctx: MetricsContext): string {
   const base = { model_name: ctx.modelName, engine: String(ctx.engineIndex ?? 0) }
@@ -69,7 +78,7 @@ export function renderMetrics(engine: SimEngine, ctx: MetricsContext): string {
   w.family('vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.')
   w.sample('vllm:generation_tokens_total', lbl, s.generationTokens)
   w.family('vllm:request_success_total', 'counter', 'Count of successfully processed requests.')
-  for (const reason of ['stop', 'length', 'abort'] as const) {
+  for (const reason of ['stop', 'length', 'abort', 'error'] as const) {
     w.sample('vllm:request_success_total', labels({ ...base, finished_reason: reason }), s.success[reason])
   }
   w.histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', base, s.ttft)
@@ -80,6 +89,52 @@ export function renderMetrics(engine: SimEngine, ctx: MetricsContext): string {
     base,
     s.queue,
   )
+  w.family('vllm:prompt_tokens_by_source_total', 'counter', 'Number of prompt tokens by source.')
+  const local = s.prefixQueries - s.prefixHits - s.externalTokens
+  w.sample('vllm:prompt_tokens_by_source_total', labels({ ...base, source: 'local_compute' }), local)
+  w.sample('vllm:prompt_tokens_by_source_total', labels({ ...base, source: 'local_cache_hit' }), s.prefixHits)
+  w.sample('vllm:prompt_tokens_by_source_total', labels({ ...base, source: 'external_kv_transfer' }), s.externalTokens)
+  w.family('vllm:prompt_tokens_cached_total', 'counter', 'Number of cached prompt tokens (local + external).')
+  w.sample('vllm:prompt_tokens_cached_total', lbl, s.prefixHits + s.externalTokens)
+  w.family(
+    'vllm:external_prefix_cache_queries_total',
+    'counter',
+    'External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.',
+  )
+  w.sample('vllm:external_prefix_cache_queries_total', lbl, s.externalQueries)
+  w.family(
+    'vllm:external_prefix_cache_hits_total',
+    'counter',
+    'External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.',
+  )
+  w.sample('vllm:external_prefix_cache_hits_total', lbl, s.externalTokens)
+  w.histogram('vllm:nixl_xfer_time_seconds', 'Histogram of transfer duration for NIXL KV Cache transfers.', base, s.xferTime)
+  w.histogram('vllm:nixl_bytes_transferred', 'Histogram of bytes transferred per NIXL KV Cache transfers.', base, s.xferBytes)
+  w.family('vllm:nixl_num_failed_transfers_total', 'counter', 'Number of failed NIXL KV Cache transfers.')
+  w.sample('vllm:nixl_num_failed_transfers_total', lbl, s.kvTransferFailures)
+  w.family(
+    'vllm:nixl_num_kv_expired_reqs_total',
+    'counter',
+    'Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.',
+  )
+  w.sample('vllm:nixl_num_kv_expired_reqs_total', lbl, s.kvHoldsExpired)
+  const role = ctx.role ?? 'both'
+  w.family('sim:role_info', 'gauge', "The simulated instance's role in a disaggregated fleet, and the vLLM kv_role it stands for.")
+  w.sample('sim:role_info', labels({ ...base, role, kv_role: KV_ROLE[role], kv_connector: 'NixlConnector' }), 1)
+  w.family('sim:kv_held_requests', 'gauge', 'Prefill legs whose KV blocks are held for a decode instance.')
+  w.sample('sim:kv_held_requests', lbl, engine.holds.size)
+  w.family('sim:kv_held_blocks', 'gauge', 'KV blocks held for decode instances (counted in vllm:kv_cache_usage_perc).')
+  w.sample('sim:kv_held_blocks', lbl, engine.holds.blocks)
+  w.family('sim:kv_holds_total', 'counter', 'Prefill legs that held their KV blocks for a decode instance.')
+  w.sample('sim:kv_holds_total', lbl, s.kvHolds)
+  w.family('sim:kv_holds_read_total', 'counter', 'Held KV blocks read by a decode instance.')
+  w.sample('sim:kv_holds_read_total', lbl, s.kvHoldsRead)
+  w.family(
+    'sim:kv_transfer_invalid_params_total',
+    'counter',
+    'Decode legs whose kv_transfer_params vLLM cannot use (no remote_block_ids, a remote_* key missing): prefilled locally.',
+  )
+  w.sample('sim:kv_transfer_invalid_params_total', lbl, s.kvInvalidParams)
   const c = engine.config
   w.family('vllm:cache_config_info', 'gauge', 'Information of the LLMEngine CacheConfig')
   w.sample(

@@ -182,14 +182,15 @@ export interface ResponseMeta {
   model: string
 }
 
-export function completeBody(m: ResponseMeta, text: string, finishReason: string, usage: Usage): string {
+/** The whole answer; `kvTransferParams` is a prefill leg's (vLLM's top-level field, null otherwise). */
+export function completeBody(m: ResponseMeta, text: string, finishReason: string, usage: Usage, kvTransferParams: object | null = null): string {
   const head = `{"id":${JSON.stringify(m.id)},"object":${m.kind === 'chat' ? '"chat.completion"' : '"text_completion"'},"created":${m.created},"model":${JSON.stringify(m.model)},"choices":[`
   const choice =
     m.kind === 'chat'
       ? `{"index":0,"message":{"role":"assistant","content":${JSON.stringify(text)},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null}`
       : `{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":"${finishReason}","stop_reason":null,"prompt_logprobs":null}`
   const tail = m.kind === 'chat' ? ',"service_tier":null,"system_fingerprint":null' : ',"system_fingerprint":null'
-  return `${head}${choice}]${tail},"usage":${usageJson(usage)},"prompt_logprobs":null,"kv_transfer_params":null}`
+  return `${head}${choice}]${tail},"usage":${usageJson(usage)},"prompt_logprobs":null,"kv_transfer_params":${JSON.stringify(kvTransferParams)}}`
 }
 
 /** Builds SSE events for one streamed response. Token text must need no JSON escaping (filler does not). */
@@ -221,5 +222,10 @@ export class ChunkFormat {
 
   done(): string {
     return 'data: [DONE]\n\n'
+  }
+
+  /** An error event, as vLLM streams a generation error (then [DONE]). */
+  error(status: number, message: string, type: string): string {
+    return `data: ${errorBody(status, message, type)}\n\n`
   }
 }

@@ -1,5 +1,6 @@
 // Latency and capacity profiles. Each is a set of coefficients for latency-model.ts plus
 // the engine limits vLLM would run with, and the published numbers it is calibrated to.
+import { DEFAULT_BOOTSTRAP_TIMEOUT_MS, DEFAULT_KV_LEASE_MS, type KvTransferConfig } from './kv-transfer.js'
 import type { LatencyParams } from './latency-model.js'
 
 export interface CalibrationPoint {
@@ -9,11 +10,21 @@ export interface CalibrationPoint {
   source: string
 }
 
+/** What moving this model's KV between two instances costs (kv-transfer.ts), and where the numbers come from. */
+export interface KvTransferProfile {
+  bytesPerToken: number
+  linkBytesPerSec: number
+  latencyMs: number
+  tpSize: number
+  sources: readonly string[]
+}
+
 export interface Profile {
   name: string
   description: string
   model: string
   latency: LatencyParams
+  kvTransfer: KvTransferProfile
   kvBlocks: number
   blockSize: number
   maxNumSeqs: number
@@ -48,6 +59,23 @@ const SAGEMAKER =
 //   8,192-token step budget).
 // Capacity: 8 x 80 GB at gpu_memory_utilization 0.9 minus 141 GB of bf16 weights leaves
 // ~430 GB of KV at 327 KB/token, ~1.3 M tokens: 80,000 blocks of 16.
+//
+// KV transfer between two such instances (prefill/decode disaggregation, NixlConnector over
+// RDMA): 327,680 bytes a token (80 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes, bf16)
+// over a link that vLLM's transfers reach at 12 GB/s. A p5.48xlarge has 3,200 Gb/s of EFA
+// (400 GB/s), and NIXL's UCX backend reaches 99% of a 400 Gb/s rail in nixlbench with 1-8 MB
+// descriptors, but vLLM reads 16-token blocks (4 KiB per layer and rank at TP8), and what
+// its NixlConnector was measured to move between two p5.48xlarge over EFA is 10-12 GB/s; we
+// take 12. Plus 1 ms per transfer (posting the read, the completion notification). An
+// 8,000-token prompt then moves in ~220 ms, as long as its prefill: set --kv-link-gb-per-sec
+// for a better-tuned fabric.
+const P5_KV_SOURCES = [
+  'AWS p5.48xlarge: 3,200 Gbps of EFA networking (400 GB/s) between instances',
+  'llm-d, "Networking for Distributed Inference in llm-d" (2026): nixlbench, UCX over 400 Gb/s InfiniBand: ~49.5 GB/s per rail (99% of line rate)',
+  'anyscale/ray-serve-llm-perf-examples, prefill_decode/experiments: vLLM NixlConnector + UCX (SRD) over EFA between two p5.48xlarge: 10-12 GB/s cross-node',
+  'kvcache-ai/Mooncake, vLLM v1 PD performance: 0.54 ms for the smallest (20 MB) transfer, so ~1 ms fixed cost per transfer',
+]
+
 export const LLAMA_3_1_70B_P5: Profile = {
   name: 'llama-3.1-70b-p5',
   description: 'Llama 3.1 70B Instruct on ml.p5.48xlarge (8x H100, TP8) with vLLM, calibrated to SageMaker numbers',
@@ -60,6 +88,7 @@ export const LLAMA_3_1_70B_P5: Profile = {
     requestOverheadMs: 20,
     overheadMsPerPromptToken: 0.0025,
   },
+  kvTransfer: { bytesPerToken: 327_680, linkBytesPerSec: 12e9, latencyMs: 1, tpSize: 8, sources: P5_KV_SOURCES },
   kvBlocks: 80_000,
   blockSize: 16,
   maxNumSeqs: 256,
@@ -86,6 +115,8 @@ export const TINY: Profile = {
     requestOverheadMs: 1,
     overheadMsPerPromptToken: 0,
   },
+  // Small enough that a 2,000-token transfer takes ~1.3 ms, like a few steps.
+  kvTransfer: { bytesPerToken: 4096, linkBytesPerSec: 10e9, latencyMs: 0.5, tpSize: 1, sources: [] },
   kvBlocks: 8192,
   blockSize: 16,
   maxNumSeqs: 64,
@@ -93,6 +124,20 @@ export const TINY: Profile = {
   maxModelLen: 32_768,
   outputTokens: 16,
   calibration: [],
+}
+
+/** The profile's transfer model with vLLM's and SGLang's defaults for leases and failures. */
+export function kvTransferConfig(p: Profile): KvTransferConfig {
+  const t = p.kvTransfer
+  return {
+    bytesPerToken: t.bytesPerToken,
+    linkBytesPerSec: t.linkBytesPerSec,
+    latencyMs: t.latencyMs,
+    tpSize: t.tpSize,
+    leaseMs: DEFAULT_KV_LEASE_MS,
+    loadFailurePolicy: 'fail',
+    bootstrapTimeoutMs: DEFAULT_BOOTSTRAP_TIMEOUT_MS,
+  }
 }
 
 export const PROFILES: Readonly<Record<string, Profile>> = {

@@ -5,6 +5,13 @@
 // decoding sequence needs a block and none is free, the most recently admitted sequence is
 // preempted (its blocks freed; it recomputes later, mostly from cache), as vLLM does.
 // The scheduler knows no time source: the engine calls plan(t) and commit(t).
+//
+// A decode leg (its KV computed by a prefill instance) is admitted like any request: its
+// prompt's blocks are allocated (local cache hits reduce what it must pull), but it then
+// leaves the queue without taking any of the step's budget and waits, in `remote`, for its
+// KV (vLLM's WAITING_FOR_REMOTE_KVS). When the KV lands, its blocks are cached and it goes
+// back to the head of the queue with all but the last prompt token computed (vLLM computes
+// the last one to sample), so it enters the batch at the cost of one token.
 import type { KvCache } from './kv-cache.js'
 import type { KvEventLog } from './kv-event-log.js'
 import type { Sequence } from './sequence.js'
@@ -21,6 +28,10 @@ export class Scheduler {
   readonly pending: Sequence[] = []
   readonly waiting: Sequence[] = []
   private waitingHead = 0
+  /** Decode legs whose blocks are allocated, waiting for their KV. */
+  readonly remote: Sequence[] = []
+  /** Decode legs admitted by the last plan(): the engine starts their pulls. */
+  readonly pulls: Sequence[] = []
   running: Sequence[] = []
   /** The sequences in the step being computed, and what the step carries. */
   readonly step: Sequence[] = []
@@ -37,8 +48,9 @@ export class Scheduler {
     private readonly stats: EngineStats,
   ) {}
 
+  /** Queued requests, those waiting for their KV included (vLLM counts them as waiting). */
   get numWaiting(): number {
-    return this.waiting.length - this.waitingHead
+    return this.waiting.length - this.waitingHead + this.remote.length
   }
 
   addPending(seq: Sequence): void {
@@ -56,6 +68,7 @@ export class Scheduler {
       const i = this.waiting.indexOf(seq, this.waitingHead)
       if (i >= 0) this.waiting.splice(i, 1)
     } else if (seq.state === 'running') removeFrom(this.running, seq, 0)
+    else if (seq.state === 'remote') removeFrom(this.remote, seq, 0)
     this.cache.release(seq.slots)
     seq.slots.length = 0
   }
@@ -108,6 +121,15 @@ export class Scheduler {
     const waiting = this.waiting
     while (budget > 0 && running.length < maxNumSeqs && this.waitingHead < waiting.length) {
       const seq = waiting[this.waitingHead]!
+      if (seq.kvReady) {
+        // A decode leg whose KV arrived: its blocks are in place, one token is left to compute.
+        seq.kvReady = false
+        this.waitingHead++
+        seq.state = 'running'
+        running.push(seq)
+        takeChunk(seq)
+        continue
+      }
       // vLLM always computes the prompt's last token (it needs its logits), so a fully
       // cached prompt still hits at most its first (n - 1) tokens, rounded down to blocks.
       const limit = Math.floor((seq.prefillTarget - 1) / bs)
@@ -118,6 +140,10 @@ export class Scheduler {
       this.cache.acquire(hits, seq.slots)
       this.cache.allocate(need, seq.slots)
       this.waitingHead++
+      if (seq.remote !== null) {
+        this.admitRemote(seq, hits, t)
+        continue
+      }
       seq.state = 'running'
       running.push(seq)
       if (seq.scheduledAt < 0) {
@@ -155,6 +181,7 @@ export class Scheduler {
       if (seq.state !== 'running') continue // aborted while the step ran
       if (seq.chunk > 0) {
         seq.numComputed += seq.chunk
+        stats.computedTokens += seq.chunk
         const keys = seq.blockKeys
         let full = Math.floor(seq.numComputed / bs)
         if (full > keys.length) full = keys.length
@@ -177,12 +204,77 @@ export class Scheduler {
         seq.state = 'finished'
         seq.finishReason = seq.request.finishReason ?? 'length'
         seq.finishedAt = t
-        this.cache.release(seq.slots)
-        seq.slots.length = 0
+        // A prefill leg keeps its blocks: the engine hands them to its holds.
+        if (seq.holdId === null) {
+          this.cache.release(seq.slots)
+          seq.slots.length = 0
+        }
         finished.push(seq)
       }
     }
     if (finished.length > 0) this.running = this.running.filter((s) => s.state === 'running')
+  }
+
+  /** A decode leg got its blocks: out of the queue until its KV arrives (landRemote). */
+  private admitRemote(seq: Sequence, hits: number, t: number): void {
+    const bs = this.limits.blockSize
+    seq.state = 'remote'
+    this.remote.push(seq)
+    this.pulls.push(seq)
+    seq.localHitTokens = hits * bs
+    seq.pulledTokens = seq.promptTokens - hits * bs
+    this.stats.externalQueries += seq.pulledTokens
+    seq.numComputed = hits * bs
+    seq.registered = hits
+    if (seq.scheduledAt < 0) {
+      seq.scheduledAt = t
+      seq.cachedTokens = hits * bs
+      this.stats.prefixQueries += seq.promptTokens
+      this.stats.prefixHits += hits * bs
+      this.stats.queue.observe((t - seq.readyAt) / 1000)
+    }
+  }
+
+  /**
+   * A decode leg's KV arrived: its full prompt blocks become cached (BlockStored, as vLLM
+   * caches received blocks) and it goes back to the head of the queue with all but the last
+   * prompt token computed.
+   */
+  landRemote(seq: Sequence): void {
+    const bs = this.limits.blockSize
+    removeFrom(this.remote, seq, 0)
+    const keys = seq.blockKeys
+    let full = Math.floor((seq.promptTokens - 1) / bs)
+    if (full > keys.length) full = keys.length
+    const events = this.events
+    for (let b = seq.registered; b < full; b++) {
+      if (this.cache.register(seq.slots[b]!, keys[b]!) && events !== null) events.stored(seq, b)
+    }
+    if (full > seq.registered) seq.registered = full
+    seq.numComputed = seq.promptTokens - 1
+    seq.cachedTokens = seq.localHitTokens + seq.pulledTokens
+    seq.remote = null
+    seq.kvReady = true
+    this.requeue(seq)
+  }
+
+  /** A decode leg's KV cannot be had (policy recompute): it is queued again to prefill here. */
+  recomputeRemote(seq: Sequence): void {
+    removeFrom(this.remote, seq, 0)
+    this.cache.release(seq.slots)
+    seq.slots.length = 0
+    seq.remote = null
+    seq.recomputed = true
+    seq.numComputed = 0
+    seq.registered = 0
+    this.requeue(seq)
+  }
+
+  /** Back to the head of the queue, as vLLM prepends requests it skipped or preempted. */
+  private requeue(seq: Sequence): void {
+    seq.state = 'waiting'
+    if (this.waitingHead > 0) this.waiting[--this.waitingHead] = seq
+    else this.waiting.unshift(seq)
   }
 
   /** Gets `seq` one more block, preempting from the tail of the running list; false if `seq` itself was preempted. */
@@ -203,10 +295,8 @@ export class Scheduler {
     seq.registered = 0
     seq.prefillTarget = seq.promptTokens + seq.generated
     seq.preemptions++
-    seq.state = 'waiting'
     this.stats.preemptions++
-    if (this.waitingHead > 0) this.waiting[--this.waitingHead] = seq
-    else this.waiting.unshift(seq)
+    this.requeue(seq)
   }
 }
 

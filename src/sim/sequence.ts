@@ -1,14 +1,20 @@
 // One request inside an engine: its prompt (as token count and block hashes), its
 // progress and the blocks it pins. Times are simulated milliseconds.
+import type { TimerHandle } from './clock.js'
+import type { HoldEnd, KvHold, RemoteKvSource } from './kv-transfer.js'
 
-export type FinishReason = 'stop' | 'length' | 'abort'
-export type SeqState = 'pending' | 'waiting' | 'running' | 'finished'
+/** `error`: vLLM's FinishReason.ERROR (a KV load failure under policy `fail`), answered 500. */
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error'
+/** `remote`: blocks allocated, waiting for its KV from a prefill instance (vLLM's WAITING_FOR_REMOTE_KVS). */
+export type SeqState = 'pending' | 'waiting' | 'remote' | 'running' | 'finished'
 
 export interface SeqListener {
   /** Tokens were generated (one per step; the first one at the end of prefill). */
   onTokens?(seq: Sequence, count: number, at: number): void
   /** The sequence finished (`seq.finishReason`), including by abort. */
   onFinish?(seq: Sequence, at: number): void
+  /** A prefill leg's held blocks were freed: read by the decode side, expired, given up, or lost. */
+  onKvReleased?(seq: Sequence, how: HoldEnd, at: number): void
 }
 
 export interface EngineRequest {
@@ -28,6 +34,14 @@ export interface EngineRequest {
   cacheSalt?: string
   /** Free-form tag carried to the listener (the HTTP layer and the virtual fleet use it). */
   tag?: unknown
+  /**
+   * A prefill leg (vLLM's do_remote_decode, SGLang's prefill): when it finishes, its blocks are
+   * held under `id` for the decode side to read, for `leaseMs` (default: the engine's lease)
+   * unless someone asks for them.
+   */
+  holdKv?: { id: string; leaseMs?: number }
+  /** A decode leg (vLLM's do_remote_prefill with valid parameters, SGLang's decode): its prompt's KV comes from here. */
+  remoteKv?: RemoteKvSource
 }
 
 export class Sequence {
@@ -39,6 +53,8 @@ export class Sequence {
   firstTokenAt = -1
   finishedAt = -1
   finishReason: FinishReason | null = null
+  /** Why it finished with `error`. */
+  error: string | null = null
   /** Prompt tokens found in the prefix cache at first admission (usage.prompt_tokens_details.cached_tokens). */
   cachedTokens = 0
   /** Tokens whose KV has been computed (cache hits included). */
@@ -52,6 +68,23 @@ export class Sequence {
   chunk = 0
   preemptions = 0
   readonly slots: number[] = []
+  /** Prefill leg: the id its blocks are held under once it finishes; the hold, once made. */
+  readonly holdId: string | null
+  hold: KvHold | null = null
+  /** Decode leg: where its KV comes from, until it has arrived (then null: it runs as any sequence). */
+  remote: RemoteKvSource | null
+  /** Decode leg: its KV arrived; it re-enters the batch with its blocks and only the last token to compute. */
+  kvReady = false
+  /** Decode leg: prompt tokens found in this engine's cache, and those pulled from the prefill side. */
+  localHitTokens = 0
+  pulledTokens = 0
+  /** Decode leg: simulated ms its pull was accepted and its KV arrived (-1 before). */
+  pullStartedAt = -1
+  kvArrivedAt = -1
+  /** Decode leg: the end of its transfer, on the engine's clock. */
+  kvTimer: TimerHandle | null = null
+  /** Decode leg: the KV could not be had and was computed here instead (policy recompute). */
+  recomputed = false
   // Copied out of `request` (whose shape varies by caller) so the scheduler's loops read
   // fields of one hidden class.
   readonly promptTokens: number
@@ -71,6 +104,8 @@ export class Sequence {
     this.blockKeys = request.blockKeys
     this.prefillTarget = request.promptTokens
     this.onTokens = listener?.onTokens?.bind(listener) ?? null
+    this.holdId = request.holdKv?.id ?? null
+    this.remote = request.remoteKv ?? null
   }
 
   get done(): boolean {
