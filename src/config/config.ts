@@ -14,7 +14,7 @@ import { InstanceKvEventsSchema, KvEventsSchema } from '../fleet/events/config.j
 import { EngineLoadSchema } from '../fleet/load/config.js'
 import { replicaIdSchema, ShareLoadSchema } from '../fleet/share/config.js'
 import { ProbeAuthSchema } from '../fleet/probe-auth-config.js'
-import { DisaggregationSchema, RoleSchema } from './disaggregation.js'
+import { DisaggregationSchema, RoleSchema, SidecarSchema } from './disaggregation.js'
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max)
 const ms = (def: number) => int(0, 24 * 3600 * 1000).default(def)
@@ -263,6 +263,8 @@ export const ConfigSchema = z
     tokenizer: Tokenizer.optional(),
     /** Endpoints with prefill and decode instances: how a request runs over two of them. */
     disaggregation: DisaggregationSchema.prefault({}),
+    /** serve on a decode pod, in front of its vLLM: prefill legs to the pod the endpoint picker names (x-prefiller-host-port). */
+    sidecar: SidecarSchema.prefault({}),
     /** Router replicas sharing their queued prefill through Redis (--share-load). */
     shareLoad: ShareLoadSchema.optional(),
     /** This replica's id among the others (default: host, pid and random bytes). */

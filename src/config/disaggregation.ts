@@ -57,3 +57,22 @@ export type DisaggregationConfig = z.infer<typeof DisaggregationSchema>
 export function plays(role: Role, leg: 'prefill' | 'decode'): boolean {
   return role === 'both' || role === leg
 }
+
+/**
+ * serve as a decode pod's sidecar (llm-d's routing sidecar): a request whose header names a
+ * prefill pod (x-prefiller-host-port, set by the endpoint picker) has its prefill leg sent there,
+ * then goes on to the pod's own vLLM (the endpoint's instances) with the KV parameters.
+ */
+export const SidecarSchema = z
+  .object({
+    enabled: z.boolean().default(false),
+    /**
+     * Prefill pods the header may name: host names, IP addresses or CIDR ranges, each with an
+     * optional :port. Empty: any (as llm-d's sidecar without its SSRF protection), with a warning
+     * at start: anyone who can set the header can make the sidecar send requests where they like.
+     */
+    allow: z.array(z.string().min(1)).default([]),
+  })
+  .strict()
+
+export type SidecarConfig = z.infer<typeof SidecarSchema>

@@ -10,7 +10,7 @@ import type { ExactTokens, Lease } from '../core/router.js'
 import { TENANT_HEADER } from '../core/key/index.js'
 import { RequestError } from '../core/errors.js'
 import { decisionOf } from '../core/strategies.js'
-import type { Endpoint } from '../fleet/endpoint.js'
+import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { tenantHash } from '../proxy/access-log.js'
@@ -36,6 +36,8 @@ import {
 import type { Encoded } from './codec.js'
 import type { EppMetrics } from './metrics.js'
 import { hostPort, pickIn } from './subset.js'
+import { endpointPicker } from '../schedule/endpoint-picker.js'
+import { APPROX_BYTES_PER_TOKEN, disaggregates, schedule } from '../schedule/index.js'
 
 /**
  * How the gateway's ext_proc filter sends bodies (its processing_mode): `streamed` is
@@ -69,6 +71,10 @@ export class Exchange {
   #api: Parameters<typeof openAIBodyOf>[0] | undefined
   /** Set once the instance is picked; released (once) when the stream ends. */
   lease: Lease | undefined
+  /** A disaggregated request's prefill pod: its lease ends with the first response message (the prefill is over then), or with the stream. */
+  #prefillLease: Lease | undefined
+  #prefiller: string | undefined
+  #prefillInstance: Instance | undefined
   #instance: Instance | undefined
   #picked = ''
   #decision = ''
@@ -220,21 +226,38 @@ export class Exchange {
     const k = chatKey(core.config, core.log, ep.name, tenantHeader, read)
     this.#model = k.model
     this.#tenant = k.tenant
-    if (ep.tokenizer === undefined) return this.#choose(phase, k, undefined)
+    if (ep.tokenizer === undefined) return this.#choose(phase, k, undefined, raw.length)
     const t0 = performance.now()
     return exactTokens(ep.tokenizer, this.#api!, raw, k.model, ep.isAdapter(k.model), ep.tokenizeTarget(k.model)).then((exact) => {
       core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-      this.#choose(phase, k, exact)
+      this.#choose(phase, k, exact, raw.length)
     })
   }
 
-  #choose(phase: 'request_headers' | 'request_body', k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined): undefined {
+  /**
+   * The instance to name: a disaggregated endpoint's schedule (the decode pod as the
+   * destination; the prefill pod, when the request gets a prefill leg, for the decode pod's
+   * sidecar), else the strategy's pick inside the gateway's subset.
+   */
+  #scheduled(ep: Endpoint, k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined, bytes: number): Pick {
+    if (!ep.disaggregated || !disaggregates(this.#api) || this.#subset !== undefined) return pickIn(ep, k, this.#subset, exact)
+    const view = { key: k.key, tenant: k.tenant, model: k.model, anchor: k.anchor, exact, promptTokens: exact?.ids.length ?? Math.ceil(bytes / APPROX_BYTES_PER_TOKEN) }
+    const s = schedule(endpointPicker(ep), view, ep.disaggregation)
+    this.core.metrics.pd.requests.inc({ endpoint: ep.name, path: s.profile === 'pd' ? 'disaggregated' : s.reason })
+    if (s.profile === 'single') return s.target
+    this.#prefillLease = s.prefill.lease
+    this.#prefiller = hostPort(s.prefill.instance)
+    this.#prefillInstance = s.prefill.instance
+    return s.decode
+  }
+
+  #choose(phase: 'request_headers' | 'request_body', k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined, bytes: number): undefined {
     const ep = this.#ep!
     const { core } = this
     // The stream may have ended while the body was parsed or tokenized: then there is nothing to lease for.
     if (this.#ended !== undefined) return undefined
     const t0 = performance.now()
-    const pick = pickIn(ep, k, this.#subset, exact)
+    const pick = this.#scheduled(ep, k, exact, bytes)
     core.metrics.decision.observe([ep.routing.strategy], (performance.now() - t0) / 1000)
     if (pick.lease.overflow) core.metrics.overflow.inc({ instance: pick.instance.id })
     this.lease = pick.lease
@@ -242,15 +265,17 @@ export class Exchange {
     this.#picked = hostPort(pick.instance)
     this.#decision = decisionOf(ep.routing.strategy, pick.lease.overflow)
     // The strategies give one instance, no fallback list: the header and the metadata name it alone.
-    this.#send(destinationResponse(phase, this.#picked))
+    this.#send(destinationResponse(phase, this.#picked, this.#prefiller))
     return undefined
   }
 
   #firstResponse(m: ProcessingRequest): void {
     if (this.#firstAt === undefined) {
       this.#firstAt = performance.now()
-      // The instance has answered: longest_prefix stops counting the prompt as queued there.
+      // The instance has answered: longest_prefix stops counting the prompt as queued there. A
+      // prefill leg (run by the decode pod's sidecar) is over by then: its lease ends.
       this.lease?.firstToken()
+      this.#prefillLease?.release()
       if (this.#instance !== undefined) this.core.metrics.ttfb.observe([this.#instance.id], (this.#firstAt - this.started) / 1000)
     }
     // Looked for on every response message until one carries it.
@@ -298,6 +323,7 @@ export class Exchange {
     if (this.#ended !== undefined) return
     this.#ended = how
     this.lease?.release()
+    this.#prefillLease?.release()
     const { core } = this
     core.eppMetrics.ended.inc({ how })
     const status = how === 'cut' && this.#status === 0 ? 499 : this.#status
@@ -314,6 +340,7 @@ export class Exchange {
           endpoint: ep || undefined,
           instance: this.#instance?.id,
           picked: this.#picked || undefined,
+          prefill: this.#prefillInstance?.id,
           served: this.#served,
           decision: this.#decision || undefined,
           model: this.#model,

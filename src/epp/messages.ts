@@ -56,10 +56,22 @@ export function servedOf(m: Metadata | null | undefined): string | undefined {
 
 const setHeader = (key: string, value: string) => ({ header: { key, raw_value: Buffer.from(value, 'latin1') } })
 
-/** The answer naming the destination: the header mutation and the same value in dynamic metadata. */
-export function destinationResponse(phase: 'request_headers' | 'request_body', value: string): ProcessingResponse {
+/**
+ * The header llm-d's routing sidecar reads on a decode pod: the prefill pod (host:port) it is to
+ * send the prefill leg to before passing the request on to its own vLLM.
+ */
+export const PREFILLER = 'x-prefiller-host-port'
+
+/**
+ * The answer naming the destination: the header mutation and the same value in dynamic
+ * metadata. A disaggregated request names its prefill pod too (PREFILLER); any other has that
+ * header removed, so that a client cannot point a decode pod's sidecar at a host of its choosing.
+ */
+export function destinationResponse(phase: 'request_headers' | 'request_body', value: string, prefiller?: string): ProcessingResponse {
+  const header_mutation =
+    prefiller === undefined ? { set_headers: [setHeader(DESTINATION, value)], remove_headers: [PREFILLER] } : { set_headers: [setHeader(DESTINATION, value), setHeader(PREFILLER, prefiller)] }
   return {
-    [phase]: { response: { header_mutation: { set_headers: [setHeader(DESTINATION, value)] }, clear_route_cache: true } },
+    [phase]: { response: { header_mutation, clear_route_cache: true } },
     dynamic_metadata: { fields: { [LB_NAMESPACE]: { structValue: { fields: { [DESTINATION]: { stringValue: value } } } } } },
   }
 }

@@ -6,6 +6,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import type { ClientState } from './forward.js'
 import type { DecisionRing } from './decisions.js'
+import type { PrefillPods } from './pd/sidecar.js'
 
 export interface ProxyCore {
   readonly config: Config
@@ -21,4 +22,6 @@ export interface ProxyCore {
   readonly draining: boolean
   /** The last requests' decisions, for the admin port's status page. */
   readonly decisions: DecisionRing
+  /** As a decode pod's sidecar (sidecar.enabled): the prefill pods the endpoint picker names. */
+  readonly prefillPods: PrefillPods | undefined
 }

@@ -5,7 +5,9 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyCore } from './core.js'
 import { declaredLength, proxyTo, type Outbound } from './tries.js'
-import { disaggregates, proxyDisaggregated } from './pd/proxy-pd.js'
+import { proxyDisaggregated } from './pd/proxy-pd.js'
+import { PREFILLER_HEADER, proxySidecar } from './pd/sidecar.js'
+import { disaggregates } from '../schedule/index.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
 import { chatKey, openAILimits } from './chat-key.js'
@@ -259,6 +261,12 @@ class OpenAIBodyRequest implements WholeUse<number> {
     const o = openAIOutbound(core, ep, this.route, req, read)
     // A disaggregated endpoint's generation requests are scheduled over two instances.
     if (ep.disaggregated && disaggregates(o.api) && Buffer.isBuffer(o.body)) return proxyDisaggregated(core, ep, req, this.res, this.client, this.out, o as Outbound & { body: Buffer })
+    // A decode pod's sidecar: the endpoint picker named the prefill pod.
+    const pods = core.prefillPods
+    if (pods !== undefined && disaggregates(o.api) && Buffer.isBuffer(o.body)) {
+      const prefiller = req.headers[PREFILLER_HEADER]
+      if (typeof prefiller === 'string' && prefiller !== '') return proxySidecar(core, pods, ep, req, this.res, this.client, this.out, o as Outbound & { body: Buffer }, prefiller)
+    }
     return proxyTo(core, ep, req, this.res, this.client, this.out, o)
   }
 }

@@ -22,6 +22,7 @@ import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
 import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
+import { PrefillPods } from './pd/sidecar.js'
 
 /** Of a drain's timeout, what is kept at its end for the requests ended then to write their answers. */
 const SETTLE_MS = 100
@@ -88,6 +89,8 @@ export class ProxyServer implements ProxyCore {
   readonly traffic = { active: 0, retrying: 0 }
   readonly requests = new Set<ClientState>()
   readonly decisions = new DecisionRing()
+  /** As a decode pod's sidecar: the prefill pods the endpoint picker names (sidecar.enabled). */
+  readonly prefillPods: PrefillPods | undefined
   draining = false
   #shutdown: Promise<void> | undefined
   /** Cuts the drain's waits short when close() is called during it. */
@@ -122,6 +125,12 @@ export class ProxyServer implements ProxyCore {
     this.replicaId = config.replicaId ?? defaultReplicaId()
     if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
+    if (config.sidecar.enabled) {
+      this.prefillPods = new PrefillPods(config.sidecar.allow, config.upstream)
+      if (this.prefillPods.allow.any && opts.role !== 'worker') {
+        this.log.warn("sidecar: any prefill pod the x-prefiller-host-port header names is sent the request's prefill leg; restrict them with sidecar.allow (--sidecar-allow), or make sure only the endpoint picker can set the header")
+      }
+    }
   }
 
   /**
@@ -269,7 +278,7 @@ export class ProxyServer implements ProxyCore {
       this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
       throw err
     }
-    const restartRequired: string[] = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId'] as const).filter(
+    const restartRequired: string[] = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId', 'sidecar'] as const).filter(
       (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
     )
     // The logger's destination is made once, at start.
@@ -403,5 +412,6 @@ export class ProxyServer implements ProxyCore {
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
     this.#endpoints.clear()
     await this.#tokenizer?.close()
+    await this.prefillPods?.close()
   }
 }

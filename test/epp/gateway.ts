@@ -104,6 +104,9 @@ export interface ChatResult {
   /** The destination header's value and the dynamic metadata's. */
   header?: string
   metadata?: string
+  /** The request headers the picker set and removed (Envoy applies them to the request it sends upstream, as this gateway does). */
+  setHeaders?: Record<string, string>
+  removeHeaders?: string[]
   /** The body the picker handed back (streamed chunks joined), when it did. */
   bodyBack?: Buffer
   /** The upstream's answer, as it went back through the stream. */
@@ -121,11 +124,12 @@ function immediateOf(m: Msg): NonNullable<ChatResult['immediate']> {
   return { status: code, body: Buffer.from(r.body).toString(), headers }
 }
 
-function destinationOf(m: Msg, phase: 'request_headers' | 'request_body'): { header?: string; metadata?: string } {
-  const set = m[phase]?.response?.header_mutation?.set_headers ?? []
-  const h = set.find((o: Msg) => o.header.key === DESTINATION)
+function destinationOf(m: Msg, phase: 'request_headers' | 'request_body'): { header?: string; metadata?: string; set: Record<string, string>; remove: string[] } {
+  const mutation = m[phase]?.response?.header_mutation
+  const set: Record<string, string> = {}
+  for (const o of mutation?.set_headers ?? []) set[o.header.key] = Buffer.from(o.header.raw_value).toString()
   const md = m.dynamic_metadata?.fields?.[LB_NAMESPACE]?.structValue?.fields?.[DESTINATION]?.stringValue
-  return { ...(h && { header: Buffer.from(h.header.raw_value).toString() }), ...(md !== undefined && { metadata: md }) }
+  return { ...(set[DESTINATION] !== undefined && { header: set[DESTINATION] }), ...(md !== undefined && { metadata: md }), set, remove: mutation?.remove_headers ?? [] }
 }
 
 /** The SHA-256 fingerprint of the certificate a TLS server at host:port presents (ALPN h2). */
@@ -224,7 +228,7 @@ export class TestGateway {
     }
     if (first === undefined) return { stream: s }
     if (first.immediate_response) return { immediate: immediateOf(first), stream: s }
-    const { header: h, metadata } = destinationOf(first, phase)
+    const { header: h, metadata, set, remove } = destinationOf(first, phase)
     if (this.mode === 'streamed' && body.length > 0) {
       for (;;) {
         const m = await s.next()
@@ -234,13 +238,17 @@ export class TestGateway {
         if (sr.end_of_stream) break
       }
     }
-    const result: ChatResult = { ...(h !== undefined && { header: h }), ...(metadata !== undefined && { metadata }), stream: s, ...(back.length > 0 && { bodyBack: Buffer.concat(back) }) }
+    const result: ChatResult = { ...(h !== undefined && { header: h }), ...(metadata !== undefined && { metadata }), setHeaders: set, removeHeaders: remove, stream: s, ...(back.length > 0 && { bodyBack: Buffer.concat(back) }) }
     if (o.stopAt === 'after-pick') {
       await stop()
       return result
     }
     const target = (h ?? '').split(',')[0]!
-    const up = await request(`http://${target}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...o.headers } })
+    // As Envoy does: the request goes upstream with the picker's header mutation applied.
+    const upstreamHeaders: Record<string, string> = { 'content-type': 'application/json', ...o.headers }
+    for (const name of remove) delete upstreamHeaders[name]
+    for (const [k, v] of Object.entries(set)) if (k !== DESTINATION) upstreamHeaders[k] = v
+    const up = await request(`http://${target}${path}`, { method: 'POST', body, headers: upstreamHeaders })
     if (o.stopAt === 'no-response-path') {
       await up.body.text()
       await stop()

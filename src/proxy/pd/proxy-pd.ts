@@ -17,33 +17,17 @@ import { endpointPicker } from '../../schedule/endpoint-picker.js'
 import { APPROX_BYTES_PER_TOKEN, schedule, type Chosen, type RequestView, type Schedule } from '../../schedule/index.js'
 import type { Outcome } from '../access-log.js'
 import type { ProxyCore } from '../core.js'
-import { isConnectError, ProxyError, shuttingDown, upstreamFailed } from '../errors.js'
+import { isConnectError, shuttingDown, upstreamFailed } from '../errors.js'
 import { PrefillLegFailed, resetUnanswered, type ClientState } from '../forward.js'
 import { endSpan, type RequestSpan } from '../tracing.js'
 import { proxyTo, requestSpan, requestTokens, type Outbound } from '../tries.js'
 import type { Req, Res } from '../types.js'
-import { cachedTokensOf, CachedTokensResponse } from './cached-tokens.js'
-import { checkNixlParams, nixlDecodeBody, nixlPrefillBody, type NixlParams } from './nixl.js'
+import { CachedTokensResponse } from './cached-tokens.js'
+import { nixlDecodeBody, nixlPrefillBody } from './nixl.js'
+import { judgeNixl, PrefillRefusal } from './judge.js'
 import { runPrefill, sendPrefill, type Judge, type PrefillLeg, type PrefillRequest } from './prefill-leg.js'
 import { bootstrapFor, sglangBody } from './sglang.js'
 
-/** The APIs whose requests have a prompt to prefill and an answer to decode. */
-export function disaggregates(api: string | undefined): boolean {
-  return api === 'chat' || api === 'completions' || api === 'responses'
-}
-
-/** A prefill instance's answer turned down by the instance itself (a 4xx): passed to the client as it came. */
-class PrefillRefusal extends ProxyError {
-  constructor(
-    status: number,
-    private readonly text: string,
-  ) {
-    super(status, 'invalid_request_error', 'prefill_refused', 'the prefill instance refused the request')
-  }
-  override body(): string {
-    return this.text
-  }
-}
 
 interface Call {
   core: ProxyCore
@@ -85,24 +69,6 @@ export async function proxyDisaggregated(core: ProxyCore, ep: Endpoint, req: Req
     return proxyTo(core, ep, req, res, client, out, o, { span, exact: view.exact, first: s.target, leg: 'decode' })
   }
   return d.connector === 'sglang' ? sglang(c, s.prefill, s.decode) : nixl(c, s.prefill, s.decode)
-}
-
-interface NixlValue {
-  params: NixlParams
-  cached: number | undefined
-}
-
-const judgeNixl: Judge<NixlValue> = ({ contentType, body }) => {
-  if (contentType.startsWith('text/event-stream')) return { ok: false, reason: 'streamed_answer', message: 'the prefill instance answered with an event stream, not one JSON answer' }
-  let answer: unknown
-  try {
-    answer = JSON.parse(body.toString('utf8'))
-  } catch {
-    return { ok: false, reason: 'malformed_params', message: 'the prefill answer is not JSON' }
-  }
-  const p = checkNixlParams(answer)
-  if (!p.ok) return { ok: false, reason: p.reason, message: p.detail }
-  return { ok: true, value: { params: p.params, cached: cachedTokensOf(answer) } }
 }
 
 /** Runs the prefill leg with the traffic counted (the retry budget reads it), from `first`. */
