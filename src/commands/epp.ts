@@ -11,6 +11,7 @@ import type { BodyMode } from '../epp/exchange.js'
 import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server.js'
 import { readPair, selfSignedPair, type KeyPair } from '../epp/tls.js'
 import { logDestination } from '../proxy/access-log.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { healthReport } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
@@ -130,6 +131,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${version()}\n`)
     return 0
   }
+  outliveClosedPipes()
   const settings = eppSettings(flags)
   const built = buildForStart(flags)
   if (!built.hasUpstreams) throw new CliError(NO_UPSTREAM)

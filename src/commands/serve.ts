@@ -6,6 +6,7 @@ import { TokenizerLoadError } from '../core/errors.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, listeningLine, tryIt } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
@@ -62,6 +63,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${version()}\n`)
     return 0
   }
+  outliveClosedPipes()
   const built = buildForStart(flags)
   check(built)
   let { config } = built

@@ -6,6 +6,7 @@ import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 
 const HELP = `usage: prefix-router sim [options]
 
@@ -147,6 +148,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(HELP)
     return 0
   }
+  outliveClosedPipes()
   const nums: Partial<Record<LimitName, number>> = {}
   for (const [flag, limit] of NUMBER_FLAGS) {
     const raw = values[flag as keyof typeof values]
