@@ -14,16 +14,21 @@
 // idle timeout, is what keeps that race rare.
 import type { Socket } from 'node:net'
 import type { buildConnector } from 'undici'
+import { PrefixRouterError } from '../core/errors.js'
 
 /** Node's socket handle; getpeername returns 0 or a negative libuv error code. */
 interface PeerHandle {
   getpeername?(out: object): number
 }
 
-export class ClosedUnreadError extends Error {
-  readonly code = 'ECONNRESET'
+/**
+ * The code is that of the reset it is (the kernel did receive one): whatever handles a reset
+ * (resetUnanswered, the retries, the 502's code) handles this the same way.
+ */
+export class ClosedUnreadError extends PrefixRouterError {
+  declare readonly code: 'ECONNRESET'
   constructor() {
-    super('the instance closed the connection as the request was written, and reset it unread')
+    super('ECONNRESET', 'the instance closed the connection as the request was written, and reset it unread')
     this.name = 'ClosedUnreadError'
   }
 }
