@@ -1,4 +1,5 @@
 import { OutOfRangeError } from '../core/errors.js'
+import { requireFeatures } from '../core/optional-packages.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { parseFaults } from '../sim/faults.js'
 import type { SimKvEventsOptions } from '../sim/http-worker.js'
@@ -204,6 +205,8 @@ export async function run(argv: string[]): Promise<number> {
     }
   }
 
+  // Both at once, before a worker starts.
+  requireFeatures([...(tokenizer === 'o200k' ? (['o200k'] as const) : []), ...(kvEvents !== undefined ? (['simKvEvents'] as const) : [])])
   const { startSimFleet } = await import('../sim/fleet.js')
   let fleet
   try {
