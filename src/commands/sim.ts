@@ -3,6 +3,7 @@ import { requireFeatures } from '../core/optional-packages.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { parseFaults } from '../sim/faults.js'
 import type { SimKvEventsOptions } from '../sim/http-worker.js'
+import { KvBindError } from '../sim/kv-bind-error.js'
 import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
@@ -108,6 +109,20 @@ function kvEventsFlags(values: Record<string, unknown>, instances: number): SimK
   const topic = str('kv-events-topic')
   if (topic !== undefined) out.topic = topic
   return out
+}
+
+const LISTEN_WHY: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no such address on this machine',
+}
+
+/** The KV-event socket that did not bind, as the user asked for it: its endpoint, worker, socket and flag. */
+function kvSocketOf(err: KvBindError, kv: SimKvEventsOptions): string {
+  const [flag, base] = err.socket === 'pub' ? ['--kv-events-port', kv.port] : ['--kv-events-replay-port', kv.replayPort ?? 0]
+  // Worker i publishes on the flag's port + i; 0 (any free port) cannot clash.
+  const i = base === 0 ? 0 : err.port - base
+  return `${err.endpoint} (worker ${i}'s KV events ${err.socket === 'pub' ? 'PUB' : 'replay'} socket, ${i === 0 ? flag : `${flag} ${base} + ${i}`})`
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -235,7 +250,7 @@ export async function run(argv: string[]): Promise<number> {
     if (err instanceof OutOfRangeError) throw new CliError(err.message)
     const e = err as NodeJS.ErrnoException
     if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
-      process.stderr.write(`prefix-router sim: cannot listen: ${e.message}\n`)
+      process.stderr.write(`prefix-router sim: cannot listen${err instanceof KvBindError ? ` on ${kvSocketOf(err, kvEvents!)}: ${LISTEN_WHY[e.code]} (${e.code})` : `: ${e.message}`}\n`)
       return 1
     }
     throw err
