@@ -16,6 +16,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv
   sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
   serve: { summary: 'run the router in front of your instances (--demo: an embedded simulated fleet)', load: () => import('./commands/serve.js') },
   epp: { summary: 'the endpoint picker of a Gateway API inference gateway (Envoy ext_proc over gRPC)', load: () => import('./commands/epp.js') },
+  'epp-check': { summary: 'a gateway in one command: one chat through a running endpoint picker and the pod it names', load: () => import('./commands/epp-check.js') },
   route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
   replay: { summary: 'replay a workload or trace through the virtual fleet with each strategy', load: () => import('./commands/replay.js') },
   'make-trace': { summary: 'write a production-shaped hash-id trace (chat, mixed) for replay', load: () => import('./commands/make-trace.js') },

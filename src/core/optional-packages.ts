@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { PrefixRouterError } from './errors.js'
 
 export const OPTIONAL_FEATURES = {
-  epp: { what: 'prefix-router epp (the endpoint picker)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
+  epp: { what: 'the endpoint picker (prefix-router epp, epp-check)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
   kubernetes: { what: 'Kubernetes discovery (kubernetes and inferencePool sources)', packages: ['@kubernetes/client-node'] },
   kvEvents: { what: 'the exact cache view (kvEvents, --kv-events-port)', packages: ['zeromq'] },
   simKvEvents: { what: "the simulator's KV-event publisher (--kv-events-port)", packages: ['zeromq'] },

@@ -129,6 +129,9 @@ describe('installed without the optional packages', () => {
     expect(help.stdout).toMatch(/^usage: prefix-router epp /)
     expect(help.stdout).toContain('--grpc-tls on|off')
     expect(help.status).toBe(0)
+    const check = await run([cli, 'epp-check', '--help'])
+    expect([check.status, check.stderr]).toEqual([0, ''])
+    expect(check.stdout).toMatch(/^usage: prefix-router epp-check HOST:PORT/)
     const version = await run([cli, 'epp', '--version'])
     expect([version.status, version.stderr, version.stdout]).toEqual([0, '', `${JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version}\n`])
   })
@@ -161,6 +164,11 @@ describe('installed without the optional packages', () => {
     const r = await run([cli, 'epp', '--upstream', 'http://127.0.0.1:9', '--kv-events-port', '5557', '--tokenizer', 'o200k'])
     expect(r.stderr).toBe(missing('epp', 'kvEvents', 'o200k'))
     expect(r.status).toBe(1)
+  })
+
+  it('epp-check needs the gRPC packages to run', async () => {
+    const r = await run([cli, 'epp-check', '127.0.0.1:9'])
+    expect([r.status, r.stderr]).toEqual([1, missing('epp')])
   })
 
   it('epp stops with the message naming the gRPC packages and the npm command', async () => {
