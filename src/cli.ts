@@ -6,16 +6,17 @@
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
 import { CliError } from './cli/cli-error.js'
-import { MissingPackageError, requireFeature, type OptionalFeature } from './core/optional-packages.js'
+import { MissingPackageError } from './core/optional-packages.js'
 
-// `needs`: a command whose own modules import optional packages; they are looked for before
-// it loads, so that one missing is the message naming it rather than the loader's stack.
-const COMMANDS: Record<string, { summary: string; needs?: OptionalFeature; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
+// A command whose modules need optional packages loads them itself once it has looked for
+// them (with everything else its flags ask for), so that its --help needs none of them.
+const COMMANDS: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
   hash: { summary: 'XXH3-64 of files or stdin, in xxhsum -H3 format', load: () => import('./commands/hash.js') },
   info: { summary: 'build information: SIMD path, native sources hash, binary in use', load: () => import('./commands/info.js') },
   sim: { summary: 'simulated vLLM workers: prefix cache, continuous batching, vLLM metrics, faults', load: () => import('./commands/sim.js') },
   serve: { summary: 'run the router in front of your instances (--demo: an embedded simulated fleet)', load: () => import('./commands/serve.js') },
-  epp: { summary: 'the endpoint picker of a Gateway API inference gateway (Envoy ext_proc over gRPC)', needs: 'epp', load: () => import('./commands/epp.js') },
+  epp: { summary: 'the endpoint picker of a Gateway API inference gateway (Envoy ext_proc over gRPC)', load: () => import('./commands/epp.js') },
+  'epp-check': { summary: 'a gateway in one command: one chat through a running endpoint picker and the pod it names', load: () => import('./commands/epp-check.js') },
   route: { summary: 'dry run: which instance a request body would go to, and why', load: () => import('./commands/route.js') },
   replay: { summary: 'replay a workload or trace through the virtual fleet with each strategy', load: () => import('./commands/replay.js') },
   'make-trace': { summary: 'write a production-shaped hash-id trace (chat, mixed) for replay', load: () => import('./commands/make-trace.js') },
@@ -43,7 +44,6 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`prefix-router: unknown command '${name}'${didYouMean(name, Object.keys(COMMANDS))}\n\n${usage()}`)
     return 2
   }
-  if (cmd.needs !== undefined) requireFeature(cmd.needs)
   return (await cmd.load()).run(rest)
 }
 
@@ -52,9 +52,10 @@ main(process.argv.slice(2)).then(
     process.exitCode = code
   },
   (err: unknown) => {
-    // A missing optional package: the message names it and the npm command; a stack adds nothing.
+    // A missing optional package: the message names it and the npm command, with its code for
+    // scripts to match; a stack adds nothing.
     if (err instanceof CliError || err instanceof MissingPackageError) {
-      process.stderr.write(`prefix-router: ${err.message}\n`)
+      process.stderr.write(`prefix-router: ${err instanceof MissingPackageError ? `${err.code}: ` : ''}${err.message}\n`)
       process.exitCode = err instanceof CliError ? err.exitCode : 1
     } else {
       process.stderr.write(`prefix-router: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)

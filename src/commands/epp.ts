@@ -3,20 +3,25 @@
 // serve's strategies on serve's fleet (the same flags and configuration file) and names the
 // instance. TLS on the gRPC port by default, as the reference picker (a pair given, or a
 // self-signed certificate made at start), with gRPC health in plaintext on a port of its own.
-import { setLogger } from '@grpc/grpc-js'
+// gRPC's packages are optional: they are loaded once they have been looked for, with every
+// other optional package the configuration needs, so that --help needs none of them.
 import { ConfigError, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
-import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT, EppServer } from '../epp/server.js'
-import { readPair, selfSignedPair, type KeyPair } from '../epp/tls.js'
+import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT } from '../epp/ports.js'
+import type { EppServer } from '../epp/server.js'
+import type { KeyPair } from '../epp/tls.js'
+import { featuresOf } from '../config/optional-features.js'
+import { requireFeatures } from '../core/optional-packages.js'
 import { routerLogger } from '../proxy/logger.js'
+import { joinBootstrapPorts } from './role-flags.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { healthReport } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
-import { joinBootstrapPorts } from './role-flags.js'
 import { version } from './version.js'
 
 const HELP = `usage: prefix-router epp (--upstream URL ... | --config FILE) [options]
@@ -104,6 +109,7 @@ export function eppSettings(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
 /** The pair the gRPC port serves: the files given (a problem is one line naming the flags) or a new self-signed one. */
 async function tlsPair(settings: EppSettings): Promise<KeyPair | undefined> {
   if (!settings.tls) return undefined
+  const { readPair, selfSignedPair } = await import('../epp/tls.js')
   const f = settings.tlsFiles
   if (f === undefined) return selfSignedPair()
   try {
@@ -130,13 +136,16 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${version()}\n`)
     return 0
   }
+  outliveClosedPipes()
   const settings = eppSettings(flags)
   const built = buildForStart(flags)
+  requireFeatures(['epp', ...featuresOf(built.config)])
   if (!built.hasUpstreams) throw new CliError(NO_UPSTREAM)
   const { config } = built
   if (settings.grpcPort !== 0 && settings.grpcPort === config.admin.port) throw new CliError(`the gRPC port and the admin port are both ${settings.grpcPort}; give --admin-port or --grpc-port another`)
   if (settings.healthPort !== undefined && settings.healthPort !== 0 && settings.healthPort === config.admin.port) throw new CliError(`the health port and the admin port are both ${settings.healthPort}; give --admin-port or --grpc-health-port another`)
   const pair = await tlsPair(settings)
+  const [{ setLogger }, { EppServer }, { readPair }] = await Promise.all([import('@grpc/grpc-js'), import('../epp/server.js'), import('../epp/tls.js')])
   const reloadConfig = (): Config => {
     try {
       return buildConfig(flags).config

@@ -9,7 +9,7 @@ import { resolveSim, type SimOptions } from '../sim/config.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
 import { CHARTS, renderSvg } from '../replay/charts.js'
-import { requireFeature } from '../core/optional-packages.js'
+import { requireFeatures } from '../core/optional-packages.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
 import { DEFAULT_ENGINE_LOAD_INTERVAL_MS, DEFAULT_KV_EVENTS_DELAY_MS, DEFAULT_SHARE_LOAD_DELAY_MS, DEFAULT_SHARE_LOAD_INTERVAL_MS, type ScaleEvent } from '../replay/lane.js'
 import { Progress } from '../replay/progress.js'
@@ -208,8 +208,9 @@ export async function run(argv: string[]): Promise<number> {
   const removals = events.filter((e) => e.kind === 'remove').length
   if (removals >= instances + events.length - removals) throw new CliError('--remove-instance-at would leave no instance')
 
-  // The charts are written after the run: their packages are looked for before it, not after minutes of it.
-  requireFeature('charts')
+  // The charts are written after the run: their packages are looked for before it, not after
+  // minutes of it, with the tokenizer's.
+  requireFeatures(tokenizer === 'o200k' ? ['charts', 'o200k'] : ['charts'])
   const quiet = v.quiet === true
   let durationMs: number
   let requests

@@ -3,9 +3,12 @@
 import { availableParallelism } from 'node:os'
 import { ConfigError, MAX_WORKERS, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
+import { requireFeatures } from '../core/optional-packages.js'
+import { featuresOf } from '../config/optional-features.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { healthReport, listeningLine, tryIt } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings, duplicateWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
@@ -63,9 +66,12 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(`${version()}\n`)
     return 0
   }
+  outliveClosedPipes()
   const built = buildForStart(flags)
   check(built)
   let { config } = built
+  // Every optional package the configuration needs, at once, before the demo fleet or a port.
+  requireFeatures(featuresOf(config))
   // Instances from --upstream or its variable are named by them; from the file, by key.
   const from = built.upstreamsFrom?.startsWith('--') || built.upstreamsFrom?.startsWith(ENV_PREFIX) ? built.upstreamsFrom : undefined
   for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from)]) process.stderr.write(`prefix-router: warning: ${w}\n`)

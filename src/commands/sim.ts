@@ -1,5 +1,8 @@
 import { OutOfRangeError } from '../core/errors.js'
 import { ROLES, type Role } from '../config/disaggregation.js'
+import { requireFeatures } from '../core/optional-packages.js'
+import { KvBindError } from '../sim/kv-bind-error.js'
+import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { SGLANG_BOOTSTRAP_PORT } from '../sim/bootstrap.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { KV_LOAD_FAILURE_POLICIES, type KvLoadFailurePolicy } from '../sim/kv-transfer.js'
@@ -130,6 +133,20 @@ function kvEventsFlags(values: Record<string, unknown>, instances: number): SimK
   return out
 }
 
+const LISTEN_WHY: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no such address on this machine',
+}
+
+/** The KV-event socket that did not bind, as the user asked for it: its endpoint, worker, socket and flag. */
+function kvSocketOf(err: KvBindError, kv: SimKvEventsOptions): string {
+  const [flag, base] = err.socket === 'pub' ? ['--kv-events-port', kv.port] : ['--kv-events-replay-port', kv.replayPort ?? 0]
+  // Worker i publishes on the flag's port + i; 0 (any free port) cannot clash.
+  const i = base === 0 ? 0 : err.port - base
+  return `${err.endpoint} (worker ${i}'s KV events ${err.socket === 'pub' ? 'PUB' : 'replay'} socket, ${i === 0 ? flag : `${flag} ${base} + ${i}`})`
+}
+
 /** Ports a flag's workers take: P..P+N-1 (none for 0, free ports). */
 interface PortRange {
   flag: string
@@ -203,6 +220,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(HELP)
     return 0
   }
+  outliveClosedPipes()
   const nums: Partial<Record<LimitName, number>> = {}
   const flagNums: Record<string, number> = {}
   for (const [flag, limit] of NUMBER_FLAGS) {
@@ -281,6 +299,8 @@ export async function run(argv: string[]): Promise<number> {
     }
   }
 
+  // Both at once, before a worker starts.
+  requireFeatures([...(tokenizer === 'o200k' ? (['o200k'] as const) : []), ...(kvEvents !== undefined ? (['simKvEvents'] as const) : [])])
   const { startSimFleet } = await import('../sim/fleet.js')
   let fleet
   try {
@@ -320,7 +340,8 @@ export async function run(argv: string[]): Promise<number> {
       // Name the flag whose port it was (free ports are never in use).
       const at = (e as { port?: number }).port
       const flag = ranges.find((r) => r.first > 0 && at !== undefined && at >= r.first && at < r.first + instances)?.flag
-      process.stderr.write(`prefix-router sim: cannot listen${flag !== undefined ? ` on port ${at} (--${flag})` : ''}: ${e.message}\n`)
+      if (err instanceof KvBindError) process.stderr.write(`prefix-router sim: cannot listen on ${kvSocketOf(err, kvEvents!)}: ${LISTEN_WHY[e.code]} (${e.code})\n`)
+      else process.stderr.write(`prefix-router sim: cannot listen${flag !== undefined ? ` on port ${at} (--${flag})` : ''}: ${e.message}\n`)
       return 1
     }
     throw err

@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { PrefixRouterError } from './errors.js'
 
 export const OPTIONAL_FEATURES = {
-  epp: { what: 'prefix-router epp (the endpoint picker)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
+  epp: { what: 'the endpoint picker (prefix-router epp, epp-check)', packages: ['@grpc/grpc-js', '@grpc/grpc-js-xds', '@grpc/proto-loader', 'protobufjs', 'selfsigned'] },
   kubernetes: { what: 'Kubernetes discovery (kubernetes and inferencePool sources)', packages: ['@kubernetes/client-node'] },
   kvEvents: { what: 'the exact cache view (kvEvents, --kv-events-port)', packages: ['zeromq'] },
   simKvEvents: { what: "the simulator's KV-event publisher (--kv-events-port)", packages: ['zeromq'] },
@@ -21,20 +21,35 @@ export const OPTIONAL_FEATURES = {
 
 export type OptionalFeature = keyof typeof OPTIONAL_FEATURES
 
-/** A feature's optional packages are not installed; `details.command` installs them. */
+/** A feature and the packages it needs that are not installed. */
+export interface MissingNeed {
+  feature: OptionalFeature
+  packages: readonly string[]
+}
+
+/**
+ * Optional packages that features need are not installed: all of them, for every feature the
+ * command was asked for, so one install fixes the lot; `details.command` installs them.
+ */
 export class MissingPackageError extends PrefixRouterError {
   declare readonly code: 'ERR_MISSING_PACKAGE'
-  declare readonly details: Readonly<{ feature: OptionalFeature; packages: readonly string[]; command: string }>
-  constructor(feature: OptionalFeature, packages: readonly string[]) {
+  declare readonly details: Readonly<{ features: readonly OptionalFeature[]; packages: readonly string[]; command: string }>
+  constructor(needs: readonly MissingNeed[]) {
+    const packages = [...new Set(needs.flatMap((n) => n.packages))]
     const command = `npm install ${packages.map((p) => `${p}@${testedVersion(p)}`).join(' ')}`
-    const list = packages.length === 1 ? packages[0] : `${packages.slice(0, -1).join(', ')} and ${packages.at(-1)}`
+    const what = needs.map((n) => `${OPTIONAL_FEATURES[n.feature].what} needs ${and(n.packages)}`)
     super(
       'ERR_MISSING_PACKAGE',
-      `${OPTIONAL_FEATURES[feature].what} needs ${list}, ${packages.length === 1 ? 'an optional package that is' : 'optional packages that are'} not installed; install ${packages.length === 1 ? 'it' : 'them'} beside prefix-router: ${command}`,
-      { details: { feature, packages, command } },
+      `${and(what)}, ${packages.length === 1 ? 'an optional package that is' : 'optional packages that are'} not installed; install ${packages.length === 1 ? 'it' : 'them'} beside prefix-router: ${command}`,
+      { details: { features: needs.map((n) => n.feature), packages, command } },
     )
     this.name = 'MissingPackageError'
   }
+}
+
+/** "a", "a and b", "a, b and c". */
+function and(items: readonly string[]): string {
+  return items.length === 1 ? items[0]! : `${items.slice(0, -1).join(', ')} and ${items.at(-1)}`
 }
 
 const require = createRequire(import.meta.url)
@@ -56,8 +71,14 @@ function installed(name: string): boolean {
 
 /** Throws MissingPackageError when any package `feature` needs is not installed. */
 export function requireFeature(feature: OptionalFeature): void {
-  const missing = OPTIONAL_FEATURES[feature].packages.filter((p) => !installed(p))
-  if (missing.length > 0) throw new MissingPackageError(feature, missing)
+  requireFeatures([feature])
+}
+
+/** Throws one MissingPackageError naming every package the features need that is not installed. */
+export function requireFeatures(features: readonly OptionalFeature[]): void {
+  const needs = [...new Set(features)].map((feature) => ({ feature, packages: OPTIONAL_FEATURES[feature].packages.filter((p) => !installed(p)) }))
+  const missing = needs.filter((n) => n.packages.length > 0)
+  if (missing.length > 0) throw new MissingPackageError(missing)
 }
 
 /** The version of `name` this release is tested with: its peer range's lower bound. */

@@ -32,10 +32,7 @@ export interface EppOptions {
   healthPort?: number
 }
 
-/** The reference endpoint picker's gRPC port. */
-export const DEFAULT_GRPC_PORT = 9002
-/** The reference endpoint picker's plaintext health port (beside its TLS gRPC port). */
-export const DEFAULT_HEALTH_PORT = 9003
+export { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT } from './ports.js'
 
 export class EppServer implements PickerCore {
   readonly eppMetrics: EppMetrics

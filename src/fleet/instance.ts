@@ -1,6 +1,7 @@
 // One upstream server: its connection pool, what it serves, and what we last saw of it.
-import { H2CClient, Pool, type Dispatcher } from 'undici'
+import { buildConnector, H2CClient, Pool, type Dispatcher } from 'undici'
 import type { Config } from '../config/config.js'
+import { reportClosedUnread } from './closed-unread.js'
 import { HealthState } from './health.js'
 import { OutlierState } from './outlier.js'
 import type { ProbeToken } from './probe-auth.js'
@@ -150,5 +151,10 @@ function pool(origin: string, upstream: UpstreamOptions, common: object, connect
     // Prior-knowledge HTTP/2 over cleartext: one connection, many concurrent streams.
     return new H2CClient(origin, { ...common, pipelining: connections, maxConcurrentStreams: connections } as H2CClient.Options)
   }
-  return new Pool(origin, { ...common, connections, allowH2: upstream.protocol === 'h2' })
+  if (upstream.protocol === 'h2') return new Pool(origin, { ...common, connections, allowH2: true })
+  // HTTP/1.1: a connection carries one request at a time, so a reset after the instance's FIN
+  // can only answer the request being written (closed-unread.ts). undici ignores
+  // connectTimeout when given a connector: the connector takes it.
+  const connect = reportClosedUnread(buildConnector({ timeout: upstream.connectTimeoutMs }))
+  return new Pool(origin, { ...common, connections, connect })
 }

@@ -1,43 +1,31 @@
 // The access log: one `info` line per front request, built when the request ends.
 import { createHash } from 'node:crypto'
-import { pino, type DestinationStream, type Logger } from 'pino'
+import type { DestinationStream, Logger } from 'pino'
+import { BatchedLog } from './batched-log.js'
 import { echo } from '../core/echo.js'
 import * as line from './log-line.js'
 import type { Req } from './types.js'
 
-/** Bytes of log lines gathered before a write to stdout, and the longest a line waits for them. */
-export const LOG_BATCH_BYTES = 4096
-export const LOG_FLUSH_MS = 100
-
 /**
- * stdout for serve's log lines, written in batches. pino's default writes each line on its own
- * through libuv's thread pool (a thread hop and a wake-up of the loop for every line), which
- * cost more CPU than the rest of the access log at a thousand requests a second: batches of
- * LOG_BATCH_BYTES, or what is there every LOG_FLUSH_MS, make that one write for a dozen lines.
- * pino writes out what is left when the process exits (a crash included; not a SIGKILL).
- * One for the process: every server in it writes to the same stdout.
+ * stdout for serve's log lines, written in batches (batched-log.ts). pino's default writes
+ * each line on its own through libuv's thread pool (a thread hop and a wake-up of the loop for
+ * every line), which cost more CPU than the rest of the access log at a thousand requests a
+ * second: batches of LOG_BATCH_BYTES, or what is there every LOG_FLUSH_MS, make that one write
+ * for a dozen lines. One for the process: every server in it writes to the same stdout.
  */
 export function logDestination(): DestinationStream {
-  return (stdout ??= batched(process.stdout.fd ?? 1))
+  return (stdout ??= batched(1))
 }
 let stdout: DestinationStream | undefined
 
 /**
  * A batching pino destination on `dest` (a file descriptor or path). The batch is kept as
- * buffers, one per line: kept as one string, as it is by default, every line measured the
- * bytes of the whole batch so far, which made V8 flatten it anew each time (about 2 KiB
- * allocated per line at LOG_BATCH_BYTES).
+ * buffers, one per line: kept as one string, every line measured the bytes of the whole batch
+ * so far, which made V8 flatten it anew each time (about 2 KiB allocated per line).
  */
-export function batched(dest: number | string): DestinationStream & { flushSync(): void } {
-  const boom = pino.destination({ dest, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS, contentMode: 'buffer' })
-  return {
-    // boom.write, not a copy of it: on EPIPE pino makes the stream's write a no-op.
-    write: (l: string | Buffer) => void boom.write((typeof l === 'string' ? Buffer.from(l) : l) as unknown as string),
-    flush: (cb?: (err?: Error) => void) => boom.flush(cb),
-    flushSync: () => boom.flushSync(),
-    // The access log's lines come as bytes, which the batch keeps as they are.
-    [line.WRITES_BYTES]: true,
-  } as DestinationStream & { flushSync(): void }
+export function batched(dest: number | string): BatchedLog & DestinationStream {
+  // The access log's lines come as bytes, which the batch keeps as they are.
+  return Object.assign(new BatchedLog(dest), { [line.WRITES_BYTES]: true })
 }
 
 /** What the handler learns about a request as it goes, for its metrics, log line and spans. */

@@ -16,6 +16,7 @@ import { Router, XPublisher } from 'zeromq'
 import { encodeBatch } from '../fleet/events/codec.js'
 import { endpointPort, readSeq, seqFrame, tcpEndpoint } from '../fleet/events/frames.js'
 import type { KvEvent, KvEventEncoding } from '../fleet/events/types.js'
+import { KvBindError, type KvSocketKind } from './kv-bind-error.js'
 
 export interface KvEventPublisherOptions {
   host: string
@@ -57,16 +58,18 @@ async function bindSockets(host: string, port: number | '*', replayPort: number 
   const pub = new XPublisher({ linger: 0, sendHighWaterMark: 100_000, ipv6 })
   pub.verbosity = 'allSubsUnsubs' // every subscriber's (un)subscription, not only the first of a topic
   let router: Router | null = null
+  let at: [KvSocketKind, number | '*'] = ['pub', port]
   try {
     await pub.bind(tcpEndpoint(host, port))
     if (replayPort !== undefined) {
+      at = ['replay', replayPort]
       router = new Router({ linger: 0, ipv6 })
       await router.bind(tcpEndpoint(host, replayPort))
     }
   } catch (err) {
     pub.close()
     router?.close()
-    throw err
+    throw new KvBindError(at[0], tcpEndpoint(host, at[1]), at[1] === '*' ? 0 : at[1], err)
   }
   return { pub, router }
 }

@@ -110,7 +110,7 @@ describe('PrefixRouterError', () => {
       [new UpstreamStatusError(503), 'UpstreamStatusError', 'PR_UPSTREAM_STATUS'],
       [new TraceError('t.jsonl', 3, 'bad'), 'TraceError', 'ERR_TRACE'],
       [new ProxyError(404, 'invalid_request_error', 'not_found', 'no route'), 'ProxyError', 'not_found'],
-      [new MissingPackageError('kubernetes', ['@kubernetes/client-node']), 'MissingPackageError', 'ERR_MISSING_PACKAGE'],
+      [new MissingPackageError([{ feature: 'kubernetes', packages: ['@kubernetes/client-node'] }]), 'MissingPackageError', 'ERR_MISSING_PACKAGE'],
     ]
     for (const [e, name, code] of cases) {
       expect(e).toBeInstanceOf(PrefixRouterError)

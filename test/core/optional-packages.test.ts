@@ -87,7 +87,8 @@ async function run(args: string[]): Promise<{ status: number | null; stdout: str
   return { status, stdout, stderr }
 }
 
-const missing = (feature: OptionalFeature) => `prefix-router: ${new MissingPackageError(feature, OPTIONAL_FEATURES[feature].packages).message}\n`
+/** What the CLI prints when every package of `features` is missing: one line, its code first. */
+const missing = (...features: OptionalFeature[]) => `prefix-router: ERR_MISSING_PACKAGE: ${new MissingPackageError(features.map((feature) => ({ feature, packages: OPTIONAL_FEATURES[feature].packages }))).message}\n`
 const quiet = ['--port', '0', '--admin-port', '0', '--host', '127.0.0.1', '--log-level', 'silent', '--drain-delay-ms', '0']
 
 describe('installed without the optional packages', () => {
@@ -122,6 +123,54 @@ describe('installed without the optional packages', () => {
     expect(JSON.parse(r.text)).toMatchObject({ object: 'chat.completion' })
   })
 
+  it('epp --help and --version need none of them', async () => {
+    const help = await run([cli, 'epp', '--help'])
+    expect(help.stderr).toBe('')
+    expect(help.stdout).toMatch(/^usage: prefix-router epp /)
+    expect(help.stdout).toContain('--grpc-tls on|off')
+    expect(help.status).toBe(0)
+    const check = await run([cli, 'epp-check', '--help'])
+    expect([check.status, check.stderr]).toEqual([0, ''])
+    expect(check.stdout).toMatch(/^usage: prefix-router epp-check HOST:PORT/)
+    const version = await run([cli, 'epp', '--version'])
+    expect([version.status, version.stderr, version.stdout]).toEqual([0, '', `${JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version}\n`])
+  })
+
+  it('every missing package at once, in one message and one npm command', () => {
+    const e = new MissingPackageError([
+      { feature: 'kubernetes', packages: ['@kubernetes/client-node'] },
+      { feature: 'kvEvents', packages: ['zeromq'] },
+      { feature: 'simKvEvents', packages: ['zeromq'] },
+    ])
+    expect(e.message).toBe(
+      "Kubernetes discovery (kubernetes and inferencePool sources) needs @kubernetes/client-node, the exact cache view (kvEvents, --kv-events-port) needs zeromq and the simulator's KV-event publisher (--kv-events-port) needs zeromq, optional packages that are not installed; install them beside prefix-router: npm install @kubernetes/client-node@1.4.0 zeromq@6.8.0",
+    )
+    expect(e.details).toEqual({ features: ['kubernetes', 'kvEvents', 'simKvEvents'], packages: ['@kubernetes/client-node', 'zeromq'], command: 'npm install @kubernetes/client-node@1.4.0 zeromq@6.8.0' })
+  })
+
+  it('serve names everything its flags and file need, before the demo fleet starts', async () => {
+    const cfg = join(dir, 'all.yaml')
+    writeFileSync(cfg, 'kvEvents: { port: 5557 }\nendpoints: [{ name: default, instances: [http://127.0.0.1:9], discovery: [{ type: kubernetes, service: vllm }] }]\n')
+    const a = await run([cli, 'serve', ...quiet, '--config', cfg, '--share-load', 'redis://127.0.0.1:9', '--tokenizer', 'local', '--tokenizer-path', join(dir, 'model')])
+    expect(a.stderr).toBe(missing('kvEvents', 'kubernetes', 'shareLoad', 'localTokenizer'))
+    expect(a.status).toBe(1)
+    // The demo fleet would have been the first thing started: nothing is.
+    const b = await run([cli, 'serve', ...quiet, '--demo', '--kv-events-port', '5557', '--tokenizer', 'o200k'])
+    expect(b.stderr).toBe(missing('kvEvents', 'o200k'))
+    expect(b.status).toBe(1)
+  })
+
+  it('epp names its gRPC packages and what its configuration needs at once', async () => {
+    const r = await run([cli, 'epp', '--upstream', 'http://127.0.0.1:9', '--kv-events-port', '5557', '--tokenizer', 'o200k'])
+    expect(r.stderr).toBe(missing('epp', 'kvEvents', 'o200k'))
+    expect(r.status).toBe(1)
+  })
+
+  it('epp-check needs the gRPC packages to run', async () => {
+    const r = await run([cli, 'epp-check', '127.0.0.1:9'])
+    expect([r.status, r.stderr]).toEqual([1, missing('epp')])
+  })
+
   it('epp stops with the message naming the gRPC packages and the npm command', async () => {
     const r = await run([cli, 'epp'])
     expect(r.stderr).toBe(missing('epp'))
@@ -145,20 +194,23 @@ describe('installed without the optional packages', () => {
   it('a local tokenizer and sharing load through Redis stop serve too', async () => {
     const upstream = ['--upstream', 'http://127.0.0.1:9']
     const a = await run([cli, 'serve', ...quiet, ...upstream, '--kv-events-port', '5557', '--tokenizer', 'local', '--tokenizer-path', join(dir, 'model')])
-    expect(a.stderr).toBe(missing('localTokenizer'))
+    expect(a.stderr).toBe(missing('kvEvents', 'localTokenizer'))
     expect(a.status).toBe(1)
     const b = await run([cli, 'serve', ...quiet, ...upstream, '--share-load', 'redis://127.0.0.1:9'])
     expect(b.stderr).toBe(missing('shareLoad'))
     expect(b.status).toBe(1)
   })
 
-  it("the simulator's o200k tokenizer and KV-event publisher", async () => {
+  it("the simulator's o200k tokenizer and KV-event publisher, alone and together", async () => {
     const a = await run([cli, 'sim', '--port', '0', '--instances', '1', '--tokenizer', 'o200k'])
     expect(a.stderr).toBe(missing('o200k'))
     expect(a.status).toBe(1)
     const b = await run([cli, 'sim', '--port', '0', '--instances', '1', '--kv-events-port', '0'])
     expect(b.stderr).toBe(missing('simKvEvents'))
     expect(b.status).toBe(1)
+    const c = await run([cli, 'sim', '--port', '0', '--instances', '1', '--tokenizer', 'o200k', '--kv-events-port', '0'])
+    expect(c.stderr).toBe(missing('o200k', 'simKvEvents'))
+    expect(c.status).toBe(1)
   })
 
   it("replay's charts: refused before the run, not after it", async () => {

@@ -2,6 +2,7 @@
 // sockets (the wire) and with the router's KvEventSubscriber (the recovery paths).
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
+import net from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { Dealer, Subscriber } from 'zeromq'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -259,6 +260,28 @@ describe.skipIf(!existsSync(cli))('prefix-router sim --kv-events-*', () => {
       expect(r.stderr, args.join(' ')).toMatch(re)
       expect(r.status).toBe(2)
       expect(r.stderr.trim().split('\n')).toHaveLength(1)
+    }
+  })
+
+  it('a KV-event port in use is named, with its socket and flag, in one line (exit 1)', async () => {
+    // A plain TCP listener holds the port, as another process would.
+    const busy = net.createServer()
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r))
+    const port = (busy.address() as net.AddressInfo).port
+    try {
+      const sim = (args: string[]) => spawnSync(process.execPath, [cli, 'sim', '--port', '0', '--profile', 'tiny', ...args], { encoding: 'utf8' })
+      const pub = sim(['--kv-events-port', String(port)])
+      expect(pub.stderr).toBe(`prefix-router sim: cannot listen on tcp://127.0.0.1:${port} (worker 0's KV events PUB socket, --kv-events-port): address already in use (EADDRINUSE)\n`)
+      expect(pub.status).toBe(1)
+      // The second worker's publisher is on the next port: that is the one named.
+      const second = sim(['--instances', '2', '--kv-events-port', String(port - 1)])
+      expect(second.stderr).toBe(`prefix-router sim: cannot listen on tcp://127.0.0.1:${port} (worker 1's KV events PUB socket, --kv-events-port ${port - 1} + 1): address already in use (EADDRINUSE)\n`)
+      expect(second.status).toBe(1)
+      const replay = sim(['--kv-events-port', '0', '--kv-events-replay-port', String(port)])
+      expect(replay.stderr).toBe(`prefix-router sim: cannot listen on tcp://127.0.0.1:${port} (worker 0's KV events replay socket, --kv-events-replay-port): address already in use (EADDRINUSE)\n`)
+      expect(replay.status).toBe(1)
+    } finally {
+      await new Promise((r) => busy.close(r))
     }
   })
 
