@@ -6,7 +6,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import type { ClientState } from './forward.js'
 import type { DecisionRing } from './decisions.js'
-import type { PrefillPods } from './pd/sidecar.js'
+import type { PrefillPods } from './pd/prefill-pods.js'
 
 export interface ProxyCore {
   readonly config: Config

@@ -30,6 +30,7 @@ export function toProxyError(err: RequestError): ProxyError {
 }
 
 export const badRequest = (code: string, message: string) => new ProxyError(400, 'invalid_request_error', code, message)
+export const forbidden = (code: string, message: string) => new ProxyError(403, 'invalid_request_error', code, message)
 export const notFound = (code: string, message: string) => new ProxyError(404, 'invalid_request_error', code, message)
 export const methodNotAllowed = (allow: string) =>
   new ProxyError(405, 'invalid_request_error', 'method_not_allowed', `method not allowed; use ${allow}`, { allow })

@@ -22,7 +22,7 @@ import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
 import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
-import { PrefillPods } from './pd/sidecar.js'
+import { PrefillPods } from './pd/prefill-pods.js'
 
 /** Of a drain's timeout, what is kept at its end for the requests ended then to write their answers. */
 const SETTLE_MS = 100

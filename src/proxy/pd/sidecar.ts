@@ -3,72 +3,31 @@
 // sends the prefill leg there and then the request, with the KV parameters, to its vLLM. The
 // picker made the choice, so there is one prefill try: when it fails the request runs whole on
 // the pod's vLLM (or is answered 502, with whenNoPrefill fail).
-import { Instance } from '../../fleet/instance.js'
 import type { Endpoint } from '../../fleet/endpoint.js'
 import { echo } from '../../core/echo.js'
 import type { Outcome } from '../access-log.js'
 import type { ProxyCore } from '../core.js'
-import { badRequest, ProxyError, shuttingDown, upstreamFailed } from '../errors.js'
+import { badRequest, forbidden, shuttingDown, upstreamFailed } from '../errors.js'
 import { PrefillLegFailed, type ClientState } from '../forward.js'
 import { proxyTo, type Outbound } from '../tries.js'
 import type { Req, Res } from '../types.js'
 import { CachedTokensResponse } from './cached-tokens.js'
 import { nixlDecodeBody, nixlPrefillBody } from './nixl.js'
 import { judgeNixl, PrefillRefusal } from './judge.js'
-import { parseHostPort, PrefillAllow } from './prefill-allow.js'
+import { parseHostPort } from './prefill-allow.js'
+import type { Instance } from '../../fleet/instance.js'
+import type { PrefillPods } from './prefill-pods.js'
 import { sendPrefill, type PrefillRequest } from './prefill-leg.js'
 import { bootstrapFor, sglangBody } from './sglang.js'
 
 /** The request header the endpoint picker names the prefill pod in (llm-d's). */
 export const PREFILLER_HEADER = 'x-prefiller-host-port'
 
-/** Connection pools kept for the prefill pods the picker names, at most this many (the oldest closed first). */
-const MAX_PODS = 256
-
-/** The prefill pods a sidecar sends to: which it may, and a pool for each it has. */
-export class PrefillPods {
-  readonly allow: PrefillAllow
-  readonly #pods = new Map<string, Instance>()
-
-  constructor(
-    allow: readonly string[],
-    private readonly upstream: ConstructorParameters<typeof Instance>[3],
-  ) {
-    this.allow = new PrefillAllow(allow)
-  }
-
-  /** The pod at host:port, as an instance with its own pool. */
-  at(host: string, port: number): Instance {
-    const key = `${host.includes(':') ? `[${host}]` : host}:${port}`
-    let i = this.#pods.get(key)
-    if (i !== undefined) {
-      // Most recently used last: the first in the map is the one to close when full.
-      this.#pods.delete(key)
-      this.#pods.set(key, i)
-      return i
-    }
-    if (this.#pods.size >= MAX_PODS) {
-      const [oldest, inst] = this.#pods.entries().next().value as [string, Instance]
-      this.#pods.delete(oldest)
-      void inst.close()
-    }
-    i = new Instance(`http://${key}`, 1, [], this.upstream)
-    this.#pods.set(key, i)
-    return i
-  }
-
-  async close(): Promise<void> {
-    const all = [...this.#pods.values()]
-    this.#pods.clear()
-    await Promise.all(all.map((i) => i.close()))
-  }
-}
-
 /** The header's prefill pod, checked: malformed is the client's 400, not allowed a 403. */
 function podOf(pods: PrefillPods, header: string): Instance {
   const hp = parseHostPort(header)
   if (hp === undefined) throw badRequest('invalid_prefiller', `${PREFILLER_HEADER} must be HOST:PORT; got '${echo(header)}'`)
-  if (!pods.allow.allows(hp.host, hp.port)) throw new ProxyError(403, 'invalid_request_error', 'prefiller_not_allowed', `the prefill pod '${echo(header)}' is not one this sidecar may send to (sidecar.allow)`)
+  if (!pods.allow.allows(hp.host, hp.port)) throw forbidden('prefiller_not_allowed', `the prefill pod '${echo(header)}' is not one this sidecar may send to (sidecar.allow)`)
   return pods.at(hp.host, hp.port)
 }
 
