@@ -53,10 +53,10 @@ async function main(): Promise<void> {
     'stderr',
     { cwd: root },
   )
-  const router = new Client(serve.match[1]!, { connections: 1 })
-  const viaPlain = new Client(plain.match[1]!, { connections: 1 })
-  const toPrefill = new Client(prefill.url, { connections: 1 })
-  const toDecode = new Client(decode.url, { connections: 1 })
+  const router = new Client(serve.match[1]!)
+  const viaPlain = new Client(plain.match[1]!)
+  const toPrefill = new Client(prefill.url)
+  const toDecode = new Client(decode.url)
   const routed = histogram()
   const direct = histogram()
   const prefillLeg = histogram()

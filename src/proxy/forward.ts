@@ -57,8 +57,12 @@ export interface ForwardRequest {
   /**
    * Called with a 502/503/504 before anything is written to the client: true discards the
    * answer (the request is then rejected with an UpstreamStatusError and tried elsewhere).
+   * With `refusable`, 4xx answers are offered too (a decode leg whose instance may refuse the
+   * KV parameters it carries).
    */
   retryStatus(status: number): boolean
+  /** A 4xx may be the instance refusing what the router added to the body, not the client's request. */
+  readonly refusable: boolean
   /** The instance's answer started (headers passed on to the client) with this status. */
   onResponse(status: number): void
   /** The answer broke off after it started (not by the client or a shutdown). */
@@ -184,7 +188,7 @@ class Upstream {
     const { f, res } = this
     this.answered = true
     if (statusCode < 200) return true // 1xx: informational, the real answer follows
-    if ((statusCode === 502 || statusCode === 503 || statusCode === 504) && f.retryStatus(statusCode)) {
+    if ((statusCode === 502 || statusCode === 503 || statusCode === 504 || (f.refusable && statusCode >= 400 && statusCode < 500)) && f.retryStatus(statusCode)) {
       // Read to its end and dropped (error bodies are small): aborting would close a
       // keep-alive connection for every retried answer.
       this.retryWith = statusCode

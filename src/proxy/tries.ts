@@ -108,6 +108,8 @@ class Proxying implements ForwardRequest {
   retrying = false
   /** Retries pick among the instances playing this leg (a disaggregated request's decode leg). */
   leg: Leg | undefined = undefined
+  /** The plan's say on whether a 4xx is a refusal of the body it added (TryPlan.refusable). */
+  refusableNow: (() => boolean) | undefined = undefined
 
   constructor(
     readonly core: ProxyCore,
@@ -172,6 +174,10 @@ class Proxying implements ForwardRequest {
     return h
   }
 
+  get refusable(): boolean {
+    return this.refusableNow !== undefined && this.refusableNow()
+  }
+
   retryStatus(): boolean {
     return this.canRetry()
   }
@@ -230,6 +236,12 @@ export interface TryPlan {
    * leg's KV parameters may have to be had again); undefined sends the same one.
    */
   bodyFor?(attempt: number, err: unknown): Promise<Buffer | undefined>
+  /**
+   * Whether a 4xx answer to the current body is the instance refusing what the router put in it
+   * (a decode leg's KV parameters: the prefill instance accepted the client's request as it
+   * is), so that the request is tried again (bodyFor says with what) rather than answered.
+   */
+  refusable?(): boolean
 }
 
 export async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res, client: ClientState, out: Outcome, o: Outbound, plan?: TryPlan): Promise<number> {
@@ -243,6 +255,7 @@ export async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res,
   const span = plan?.span ?? requestSpan(ep, req, out, o.model)
   const p = new Proxying(core, ep, req, client, out, span, o)
   p.leg = plan?.leg
+  if (plan?.refusable !== undefined) p.refusableNow = () => plan.refusable!()
   const tries = p.tries
   let failure: unknown
   core.traffic.active++

@@ -8,7 +8,8 @@
 // - the client leaving during the prefill aborts it, and no decode leg is sent;
 // - a decode leg that fails before its first byte is tried on another decode instance: with the
 //   same parameters when it never reached the instance and the prefill instance still holds the
-//   blocks (kvHoldMs), else after prefilling again;
+//   blocks (kvHoldMs), else after prefilling again; one that refuses the parameters (a 4xx to a
+//   request the prefill instance accepted) is tried whole, without them;
 // - every lease is released when its leg ends (the decode one by the tries' loop).
 import type { DisaggregationConfig } from '../../config/disaggregation.js'
 import type { Endpoint } from '../../fleet/endpoint.js'
@@ -18,7 +19,7 @@ import { APPROX_BYTES_PER_TOKEN, schedule, type Chosen, type RequestView, type S
 import type { Outcome } from '../access-log.js'
 import type { ProxyCore } from '../core.js'
 import { isConnectError, shuttingDown, upstreamFailed } from '../errors.js'
-import { PrefillLegFailed, resetUnanswered, type ClientState } from '../forward.js'
+import { PrefillLegFailed, resetUnanswered, UpstreamStatusError, type ClientState } from '../forward.js'
 import { endSpan, type RequestSpan } from '../tracing.js'
 import { proxyTo, requestSpan, requestTokens, type Outbound } from '../tries.js'
 import type { Req, Res } from '../types.js'
@@ -124,6 +125,14 @@ async function nixl(c: Call, prefill: Chosen<Instance>, decode: Chosen<Instance>
   const res = value.cached === undefined ? c.res : new CachedTokensResponse(c.res, value.cached)
   const bodyFor = async (_attempt: number, err: unknown): Promise<Buffer | undefined> => {
     if (out.pd === 'prefill_failed') return undefined // decode-only already
+    if (err instanceof UpstreamStatusError && err.status < 500) {
+      // The decode instance turned the parameters down (the prefill instance took the client's
+      // request as it is, so the request itself is not what it refused): whole, without them.
+      core.metrics.pd.prefillFailures.inc({ endpoint: ep.name, instance: out.prefill ?? '', reason: 'decode_refused' })
+      core.log.warn({ instance: out.instance, prefill: out.prefill, status: err.status, reason: 'decode_refused' }, 'the decode instance refused the KV parameters; the request runs whole on another decode instance')
+      out.kvParams = 'decode_refused'
+      return decodeOnly()
+    }
     if (neverReached(err) && performance.now() - answeredAt < d.kvHoldMs) {
       core.metrics.pd.decodeRetries.inc({ endpoint: ep.name, params: 'same' })
       return undefined
@@ -156,7 +165,7 @@ async function nixl(c: Call, prefill: Chosen<Instance>, decode: Chosen<Instance>
     if (res instanceof CachedTokensResponse) res.passThrough()
     return o.body
   }
-  return proxyTo(core, ep, c.req, res, c.client, out, { ...o, body: nixlDecodeBody(o.body, value.params) }, { span: c.span, exact: c.view.exact, first: decode, leg: 'decode', bodyFor })
+  return proxyTo(core, ep, c.req, res, c.client, out, { ...o, body: nixlDecodeBody(o.body, value.params) }, { span: c.span, exact: c.view.exact, first: decode, leg: 'decode', bodyFor, refusable: () => out.pd === 'disaggregated' })
 }
 
 /**

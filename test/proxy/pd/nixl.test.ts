@@ -223,6 +223,27 @@ describe('disaggregated serving with the NixlConnector', () => {
     expect(await f.metric('prefix_router_pd_decode_retries_total')).toContain('params="new"} 1')
   })
 
+  it('sends the request whole to another decode instance when one refuses the KV parameters (a 4xx), counted as decode_refused', async () => {
+    const f = await pdFleet()
+    const first = await post(`${f.router.url}/v1/chat/completions`, chat('doc '.repeat(300)))
+    const refusing = byUrl(f.decode, first.headers.get('x-prefix-router-instance')!)
+    refusing.mode = 'refuse_params'
+    for (const s of [...f.prefill, ...f.decode]) s.seen.length = 0
+    // The same prompt: its decode instance is the one holding it, which now refuses parameters.
+    const r = await post(`${f.router.url}/v1/chat/completions`, chat('doc '.repeat(300)))
+    expect(r.status).toBe(200)
+    const other = f.decode.find((d) => d !== refusing)!
+    expect(r.headers.get('x-prefix-router-instance')).toBe(other.url)
+    expect(refusing.seen).toHaveLength(1)
+    expect(refusing.seen[0]!.body.kv_transfer_params).toBeDefined()
+    expect(other.seen).toHaveLength(1)
+    expect(other.seen[0]!.body.kv_transfer_params).toBeUndefined() // whole: the client's own body
+    expect(await f.metric('prefix_router_pd_prefill_failures_total')).toContain('reason="decode_refused"} 1')
+    await until(() => f.requestLines().length === 2, 3000, 'the access lines')
+    expect(f.requestLines()[1]).toMatchObject({ pd: 'prefill_failed', kvParams: 'decode_refused', retries: 1 })
+    expect(f.lines.some((l) => String(l.msg).startsWith('the decode instance refused the KV parameters') && l.reason === 'decode_refused')).toBe(true)
+  })
+
   it('answers 503 naming the missing role when no decode instance serves', async () => {
     const prefill = await Promise.all([prefillStub('p0')])
     ctx.stubs = prefill

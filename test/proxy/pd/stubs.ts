@@ -11,7 +11,7 @@ export interface Seen {
   headers: http.IncomingHttpHeaders
 }
 
-export type PrefillMode = 'ok' | 'no_params' | 'malformed' | 'stream' | 'status' | 'hold' | 'refuse'
+export type PrefillMode = 'ok' | 'no_params' | 'malformed' | 'stream' | 'status' | 'hold' | 'refuse' | 'refuse_params'
 
 export interface PdStub {
   url: string
@@ -106,6 +106,8 @@ export function decodeStub(name: string): Promise<PdStub> {
     if (stub.mode === 'refuse') return void req.socket.destroy()
     if (stub.mode === 'hold') return void stub.held.push(res)
     if (stub.mode === 'status') return void res.writeHead(stub.status, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: `decode says ${stub.status}`, type: 'x', code: stub.status } }))
+    // An instance that will not take KV parameters (no connector that reads them): 400 to any request carrying them.
+    if (stub.mode === 'refuse_params' && body.kv_transfer_params !== undefined) return void res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'unknown field kv_transfer_params', type: 'BadRequestError', code: 400 } }))
     const remote = (body.kv_transfer_params as { do_remote_prefill?: boolean } | undefined)?.do_remote_prefill === true
     const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: 3, total_tokens: PROMPT_TOKENS + 3, prompt_tokens_details: { cached_tokens: remote ? PROMPT_TOKENS - 1 : 0 } }
     res.setHeader('x-decoded-by', name)
