@@ -16,6 +16,7 @@ import type { SimEngine } from './engine.js'
 import { connect, fail, peerAddress, readMessages, send, type Message } from './json-lines.js'
 import type { KvHold } from './kv-holds.js'
 import type { PullRefusal, RemoteKvSource } from './kv-transfer.js'
+import { listenTcp } from './tcp-listen.js'
 
 /** SGLang's default --disaggregation-bootstrap-port. */
 export const SGLANG_BOOTSTRAP_PORT = 8998
@@ -50,15 +51,8 @@ export class BootstrapServer {
   }
 
   static async open(engine: SimEngine, host: string, port: number): Promise<BootstrapServer> {
-    const server = net.createServer()
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(port, host, () => {
-        server.off('error', reject)
-        resolve()
-      })
-    })
-    return new BootstrapServer(server, host, (server.address() as net.AddressInfo).port, engine)
+    const l = await listenTcp(host, port)
+    return new BootstrapServer(l.server, host, l.port, engine)
   }
 
   async close(): Promise<void> {

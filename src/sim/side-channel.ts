@@ -19,6 +19,7 @@ import type { SimEngine } from './engine.js'
 import { connect, fail, peerAddress, readMessages, send, type Message } from './json-lines.js'
 import type { RemotePrefill } from './kv-params.js'
 import type { PullRefusal, RemoteKvSource } from './kv-transfer.js'
+import { listenTcp } from './tcp-listen.js'
 
 export class SideChannelServer {
   private readonly sockets = new Set<net.Socket>()
@@ -38,15 +39,8 @@ export class SideChannelServer {
 
   /** Listens on host:port (0: a free port). */
   static async open(engine: SimEngine, host: string, port: number): Promise<SideChannelServer> {
-    const server = net.createServer()
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(port, host, () => {
-        server.off('error', reject)
-        resolve()
-      })
-    })
-    return new SideChannelServer(server, host, (server.address() as net.AddressInfo).port, engine)
+    const l = await listenTcp(host, port)
+    return new SideChannelServer(l.server, host, l.port, engine)
   }
 
   async close(): Promise<void> {
