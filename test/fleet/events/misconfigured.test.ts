@@ -1,0 +1,154 @@
+// An exact view set up wrong says so: engines of another block size, a publisher that is not
+// there, or something else on its port. Simulated vLLM workers publishing on real ZeroMQ
+// sockets, the router in front of them, its log lines read as written.
+import http from 'node:http'
+import { pino } from 'pino'
+import { afterEach, describe, expect, it } from 'vitest'
+import { ProxyServer } from '../../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { freePort } from '../../helpers/ports.js'
+import { chat, post, testConfig, until } from '../../proxy/helpers.js'
+
+let fleet: SimFleet | undefined
+let router: ProxyServer | undefined
+let other: http.Server | undefined
+afterEach(async () => {
+  await router?.close()
+  await fleet?.close()
+  await new Promise((r) => (other === undefined ? r(undefined) : other.close(r)))
+  router = undefined
+  fleet = undefined
+  other = undefined
+})
+
+const MODEL = 'sim-tiny'
+
+interface Publisher {
+  endpoint: string
+  connected: boolean
+  unreachable: string | null
+  events: number
+}
+interface View {
+  view: string
+  staleReason: string | null
+  gpuBlocks: number
+  publishers: Publisher[]
+  applied: { skipped: Record<string, number> }
+}
+
+async function views(r: ProxyServer): Promise<{ id: string; kvEvents: View }[]> {
+  const res = await fetch(`${r.adminUrl}/admin/instances`)
+  return ((await res.json()) as { endpoints: { instances: { id: string; kvEvents: View }[] }[] }).endpoints[0]!.instances
+}
+
+/** A router whose log lines (pino's JSON, as written) land in `lines`. */
+async function start(instances: unknown[], overrides: Record<string, unknown>): Promise<{ router: ProxyServer; lines: string[] }> {
+  const lines: string[] = []
+  const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(s) })
+  const r = await ProxyServer.start(
+    testConfig([{ name: 'default', instances }], { routing: { strategy: 'longest_prefix' }, tokenizer: { mode: 'bytes' }, ...overrides, kvEvents: { port: 5557, ...(overrides.kvEvents as object) } }),
+    { logger },
+  )
+  router = r
+  return { router: r, lines }
+}
+
+const doc = (k: number) => `Document ${k}. ${`A paragraph of its own text for document ${k}, long enough to fill many blocks. `.repeat(40)}`
+
+describe('engines of another block size', () => {
+  it('distrust the view (the approximate estimate routes), with a warning naming the block size they publish', async () => {
+    // The simulator's blocks are 16 tokens, as vLLM's default; the router is told 32.
+    fleet = await startSimFleet({ instances: 2, profile: 'tiny', kvEvents: { port: 0 } })
+    const f = fleet
+    const { router, lines } = await start(
+      f.urls.map((url, i) => ({ url, kvEvents: { endpoint: f.kvEndpoints![i]! } })),
+      { routing: { strategy: 'longest_prefix', exactBlockSize: 32 } },
+    )
+    await until(async () => (await views(router)).every((i) => i.kvEvents.publishers[0]!.connected), 30_000, 'the subscriptions')
+    // Past the router, so that the engine stores blocks and publishes them.
+    expect((await post(`${f.urls[0]}/v1/chat/completions`, chat(doc(1), { model: MODEL, max_tokens: 2 }))).status).toBe(200)
+    await until(async () => ((await views(router)).find((i) => i.id === f.urls[0])!.kvEvents.applied.skipped.block_size ?? 0) > 0, 30_000, 'the refused blocks')
+    const v = (await views(router)).find((i) => i.id === f.urls[0])!.kvEvents
+    expect(v.gpuBlocks).toBe(0)
+    expect(v.view).toBe('stale')
+    expect(v.staleReason).toMatch(/the engine's blocks are 16 tokens, the router's 32/)
+    const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; observedBlockSize?: number }).filter((l) => l.observedBlockSize !== undefined)
+    expect(warned).toHaveLength(1)
+    expect(warned[0]!.level).toBe(40)
+    expect(warned[0]!.msg).toMatch(/publishes blocks of 16 tokens but the router hashes blocks of 32.*--kv-block-size 16/)
+    const metrics = await (await fetch(`${router.adminUrl}/metrics`)).text()
+    expect(metrics).toMatch(new RegExp(`prefix_router_kv_view_fresh\\{endpoint="default",instance="${f.urls[0]}"\\} 0`))
+
+    // With the view distrusted, the router's own estimate keeps a repeated prompt together.
+    const body = chat(doc(2), { model: MODEL, max_tokens: 2 })
+    const where: string[] = []
+    const cached: number[] = []
+    for (let k = 0; k < 4; k++) {
+      const r = await post(`${router.url}/v1/chat/completions`, body)
+      expect(r.status).toBe(200)
+      where.push(r.headers.get('x-sim-instance')!)
+      cached.push((JSON.parse(r.text) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens)
+    }
+    expect(new Set(where).size).toBe(1)
+    expect(cached.slice(1).every((n) => n > 0)).toBe(true)
+    // The engine goes on publishing in its size: one warning, not one per batch.
+    expect(lines.filter((l) => l.includes('"observedBlockSize"'))).toHaveLength(1)
+  })
+})
+
+describe('a publisher that is not reached', () => {
+  it('leaves a view that says it is not connected, not that it waits for a batch', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    const nobody = `tcp://127.0.0.1:${await freePort()}`
+    const { router } = await start([{ url: fleet.urls[0]!, kvEvents: { endpoint: nobody } }], {})
+    const v = (await views(router))[0]!.kvEvents
+    expect(v.publishers[0]!.connected).toBe(false)
+    expect(v.view).toBe('stale')
+    expect(v.staleReason).toBe(`not connected to the publisher at ${nobody} (connecting)`)
+  })
+
+  it('is named in a warning within connectWarnMs, and the view says it is not connected rather than waiting for a batch', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    const nobody = `tcp://127.0.0.1:${await freePort()}`
+    const { router, lines } = await start([{ url: fleet.urls[0]!, kvEvents: { endpoint: nobody } }], { kvEvents: { connectWarnMs: 200 } })
+    const first = (await views(router))[0]!.kvEvents
+    expect(first.publishers[0]!.connected).toBe(false)
+    expect(first.staleReason).not.toMatch(/waiting for the first event batch/)
+    expect(first.staleReason).toContain(`not connected to the publisher at ${nobody}`)
+    await until(() => lines.some((l) => l.includes('is not reached')), 30_000, 'the warning')
+    const warn = JSON.parse(lines.find((l) => l.includes('is not reached'))!) as { level: number; msg: string; publisher: string }
+    expect(warn.level).toBe(40)
+    expect(warn.publisher).toBe(nobody)
+    expect(warn.msg).toContain(`publisher at ${nobody} is not reached after 200 ms: the connection failed`)
+    expect(warn.msg).toMatch(/--kv-events-port/)
+    const v = (await views(router))[0]!.kvEvents
+    expect(v.view).toBe('stale')
+    expect(v.publishers[0]!.unreachable).toMatch(/the connection failed \d+ time/)
+    expect(v.staleReason).toContain(`not connected to the publisher at ${nobody}: the connection failed`)
+  })
+
+  it('something else on the port (an HTTP server) is told apart, and its connections do not flood the log', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    // Accepts TCP and answers no ZeroMQ handshake: ZeroMQ connects and drops, again and again.
+    other = http.createServer((_req, res) => res.end())
+    await new Promise<void>((r) => other!.listen(0, '127.0.0.1', r))
+    const wrong = `tcp://127.0.0.1:${(other.address() as { port: number }).port}`
+    const { router, lines } = await start([{ url: fleet.urls[0]!, kvEvents: { endpoint: wrong } }], { kvEvents: { connectWarnMs: 300 } })
+    await until(() => lines.some((l) => l.includes('is not reached')), 30_000, 'the warning')
+    expect(lines.find((l) => l.includes('is not reached'))).toMatch(/something listens there but is not a ZeroMQ publisher/)
+    expect((await views(router))[0]!.kvEvents.publishers[0]!.connected).toBe(false)
+    expect(lines.filter((l) => /connected (to|from)/.test(l))).toEqual([])
+  })
+})
+
+describe('KV-event log lines', () => {
+  it('name the router endpoint as `endpoint` and the publisher as `publisher`, each once', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny', kvEvents: { port: 0 } })
+    const { lines } = await start([{ url: fleet.urls[0]!, kvEvents: { endpoint: fleet.kvEndpoints![0]! } }], {})
+    await until(() => lines.some((l) => l.includes('connected to')), 30_000, 'the connection line')
+    const line = lines.find((l) => l.includes('connected to'))!
+    expect(line.match(/"endpoint":/g)).toHaveLength(1)
+    expect(JSON.parse(line)).toMatchObject({ endpoint: 'default', publisher: fleet.kvEndpoints![0]!, instance: fleet.urls[0]! })
+  })
+})
