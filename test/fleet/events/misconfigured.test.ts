@@ -142,6 +142,39 @@ describe('a publisher that is not reached', () => {
   })
 })
 
+describe('KV events without a tokenizer', () => {
+  it("use the instances' POST /tokenize: the view routes, and /admin/route answers", async () => {
+    fleet = await startSimFleet({ instances: 2, profile: 'tiny', kvEvents: { port: 0 } })
+    const f = fleet
+    const cfg = testConfig(
+      [{ name: 'default', instances: f.urls.map((url, i) => ({ url, kvEvents: { endpoint: f.kvEndpoints![i]! } })) }],
+      { routing: { strategy: 'longest_prefix' }, kvEvents: { port: 5557 } },
+    )
+    expect(cfg.tokenizer).toBeUndefined()
+    router = await ProxyServer.start(cfg, { logger: pino({ level: 'silent' }) })
+    const r = router
+    const body = chat(doc(4), { model: MODEL, max_tokens: 2 })
+    expect((await post(`${f.urls[1]}/v1/chat/completions`, body)).status).toBe(200)
+    await until(async () => {
+      const v = (await views(r)).find((i) => i.id === f.urls[1])!.kvEvents
+      return v.view === 'fresh' && v.gpuBlocks > 0
+    }, 30_000, 'the blocks in the view')
+    expect(r.endpoint('default')!.tokenizer?.mode).toBe('remote')
+    // The implied tokenizer waits 50 ms for /tokenize, as the default: on a busy machine the
+    // first call (a new connection) can miss it and answer 422, so the dry run is asked again.
+    let dry: Response | undefined
+    await until(async () => {
+      dry = await fetch(`${r.adminUrl}/admin/route?endpoint=default&api=chat`, { method: 'POST', body })
+      if (dry.status === 422) return false
+      expect(dry.status).toBe(200)
+      return true
+    }, 30_000, 'a tokenized dry run')
+    const d = (await dry!.json()) as { blocks: number; instances: { instance: string; blocks: number }[] }
+    expect(d.blocks).toBeGreaterThan(0)
+    expect(d.instances.find((i) => i.instance === f.urls[1])!.blocks).toBe(d.blocks)
+  })
+})
+
 describe('KV-event log lines', () => {
   it('name the router endpoint as `endpoint` and the publisher as `publisher`, each once', async () => {
     fleet = await startSimFleet({ instances: 1, profile: 'tiny', kvEvents: { port: 0 } })
