@@ -6,7 +6,7 @@ import { TokenizerLoadError } from '../core/errors.js'
 import { requireFeatures } from '../core/optional-packages.js'
 import { featuresOf } from '../config/optional-features.js'
 import { ProxyServer } from '../proxy/proxy.js'
-import { healthReport, listeningLine, tryIt } from './banner.js'
+import { exactReport, healthReport, listeningLine, shareReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
@@ -102,10 +102,9 @@ export async function run(argv: string[]): Promise<number> {
   const banner = (proxy: ProxyServer, url: string) =>
     process.stderr.write(
       listeningLine(proxy, url, workers) +
-        (proxy.shareLoad === undefined
-          ? ''
-          : `prefix-router: sharing queued prefill with the other replicas through ${proxy.shareLoad.report().url} (channel ${proxy.shareLoad.channel}) as replica ${proxy.shareLoad.replica}; see /admin/replicas\n`) +
+        shareReport(proxy.shareLoad) +
         healthReport(proxy, config) +
+        exactReport(proxy) +
         tryIt({ url, endpoint: (name) => proxy.endpoint(name) }) +
         (built.demoFrom === undefined
           ? ''
