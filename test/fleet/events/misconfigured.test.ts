@@ -4,10 +4,12 @@
 import http from 'node:http'
 import { pino } from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
+import { KvEventSubscriber } from '../../../src/fleet/events/subscriber.js'
 import { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { freePort } from '../../helpers/ports.js'
 import { chat, post, testConfig, until } from '../../proxy/helpers.js'
+import { RecordingTarget, TestPublisher, waitFor } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
@@ -142,6 +144,34 @@ describe('a publisher that is not reached', () => {
     expect(lines.find((l) => l.includes('is not reached'))).toMatch(/something listens there but is not a ZeroMQ publisher/)
     expect((await views(router))[0]!.kvEvents.publishers[0]!.connected).toBe(false)
     expect(lines.filter((l) => /connected (to|from)/.test(l))).toEqual([])
+  })
+})
+
+describe('a publisher reached, then lost', () => {
+  it('is warned of again when it stays away connectWarnMs, and said to be back', async () => {
+    let pub = await TestPublisher.open(false)
+    const logs: { level: string; msg: string }[] = []
+    const sub = new KvEventSubscriber({ instance: 'engine-a', endpoint: pub.endpoint, target: new RecordingTarget(), connectWarnMs: 150, log: (level, msg) => logs.push({ level, msg }) })
+    sub.start()
+    try {
+      await waitFor(() => sub.status().connected, 'the connection')
+      expect(logs).toEqual([{ level: 'info', msg: `kv events: engine-a connected to ${pub.endpoint}` }])
+      pub.close()
+      await waitFor(() => sub.status().unreachable !== null, 'the warning', 10_000)
+      expect(sub.status().connected).toBe(false)
+      expect(logs.map((l) => l.level)).toEqual(['info', 'warn', 'warn'])
+      expect(logs[1]!.msg).toBe(`kv events: engine-a disconnected from ${pub.endpoint}`)
+      expect(logs[2]!.msg).toContain(`publisher at ${pub.endpoint} is not reached after 150 ms: the connection failed`)
+      // The engine back on its port: reached again, said once.
+      pub = await TestPublisher.open(false, pub)
+      await waitFor(() => sub.status().connected, 'the connection again', 10_000)
+      expect(sub.status().unreachable).toBeNull()
+      expect(logs).toHaveLength(4)
+      expect(logs[3]!.msg).toMatch(new RegExp(`^kv events: engine-a connected to ${pub.endpoint} after \\d+ ms$`))
+    } finally {
+      await sub.close()
+      pub.close()
+    }
   })
 })
 
