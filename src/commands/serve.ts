@@ -10,7 +10,7 @@ import { exactReport, healthReport, listeningLine, shareReport, tryIt } from './
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
-import { baseUrlWarnings, duplicateWarnings } from './hints.js'
+import { baseUrlWarnings, duplicateWarnings, tokenizerWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { joinBootstrapPorts } from './role-flags.js'
@@ -74,7 +74,7 @@ export async function run(argv: string[]): Promise<number> {
   requireFeatures(featuresOf(config))
   // Instances from --upstream or its variable are named by them; from the file, by key.
   const from = built.upstreamsFrom?.startsWith('--') || built.upstreamsFrom?.startsWith(ENV_PREFIX) ? built.upstreamsFrom : undefined
-  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
+  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from), ...tokenizerWarnings(config)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
 
   let closeSim = async (): Promise<void> => undefined
   if (built.demoFrom !== undefined) {

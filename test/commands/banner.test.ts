@@ -114,6 +114,15 @@ describe('the banner says the exact view and the sharing as they are', () => {
     await up.close()
   })
 
+  it('a tokenizer without KV events is said to be unused', async () => {
+    const up = await startStub('up')
+    const s = serve('tokenizer-alone', ['--upstream', up.url, '--port', '0', '--warmup-requests', '0', '--tokenizer', 'bytes'])
+    const text = await bannerOf(s.errFile)
+    expect(text).toContain('prefix-router: warning: --tokenizer bytes (tokenizer) serves the exact view only, and without --kv-events-port (kvEvents) there is none: it is not used\n')
+    expect(text).not.toContain('exact view (KV events)')
+    await up.close()
+  })
+
   it('a strategy that does not route by the view, and a tokenizer given, are said too', async () => {
     const up = await startStub('up')
     const nobody = await freePort()
