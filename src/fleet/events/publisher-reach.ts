@@ -33,6 +33,7 @@ export class PublisherReach {
   #stopped = false
 
   constructor(events: Observer, instance: string, endpoint: string, warnMs: number, log: ReachLog) {
+    if (!(Number.isInteger(warnMs) && warnMs >= 1)) throw new RangeError(`connectWarnMs must be a positive integer; got ${JSON.stringify(warnMs)}`)
     this.#instance = instance
     this.#endpoint = endpoint
     this.#warnMs = warnMs

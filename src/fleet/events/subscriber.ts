@@ -169,7 +169,7 @@ export class KvEventSubscriber {
       if (v !== undefined && !/^tcp:\/\/.+:\d+$/.test(v)) throw new RangeError(`${k} must be tcp://host:port; got ${JSON.stringify(v)}`)
     }
     if (o.endpoint === undefined) throw new RangeError('endpoint must be tcp://host:port; got undefined')
-    for (const [k, v] of [['resyncMs', o.resyncMs], ['maxBatchesPerTurn', o.maxBatchesPerTurn], ['replayTimeoutMs', o.replayTimeoutMs], ['connectWarnMs', o.connectWarnMs]] as const) {
+    for (const [k, v] of [['resyncMs', o.resyncMs], ['maxBatchesPerTurn', o.maxBatchesPerTurn], ['replayTimeoutMs', o.replayTimeoutMs]] as const) {
       if (v !== undefined && !(Number.isInteger(v) && v >= 1)) throw new RangeError(`${k} must be a positive integer; got ${JSON.stringify(v)}`)
     }
     this.o = o
