@@ -59,13 +59,16 @@ async function start(instances: unknown[], overrides: Record<string, unknown>): 
 const doc = (k: number) => `Document ${k}. ${`A paragraph of its own text for document ${k}, long enough to fill many blocks. `.repeat(40)}`
 
 describe('engines of another block size', () => {
-  it('distrust the view (the approximate estimate routes), with a warning naming the block size they publish', async () => {
-    // The simulator's blocks are 16 tokens, as vLLM's default; the router is told 32.
-    fleet = await startSimFleet({ instances: 2, profile: 'tiny', kvEvents: { port: 0 } })
+  // vLLM's default 16 against a router told 32, and an engine of 32 against the router's default 16.
+  it.each([
+    [16, 32],
+    [32, 16],
+  ])('distrust the view (the approximate estimate routes), with a warning naming the block size they publish (engine %i, router %i)', async (engine, mine) => {
+    fleet = await startSimFleet({ instances: 2, profile: 'tiny', blockSize: engine, kvEvents: { port: 0 } })
     const f = fleet
     const { router, lines } = await start(
       f.urls.map((url, i) => ({ url, kvEvents: { endpoint: f.kvEndpoints![i]! } })),
-      { routing: { strategy: 'longest_prefix', exactBlockSize: 32 } },
+      { routing: { strategy: 'longest_prefix', ...(mine !== 16 && { exactBlockSize: mine }) } },
     )
     await until(async () => (await views(router)).every((i) => i.kvEvents.publishers[0]!.connected), 30_000, 'the subscriptions')
     // Past the router, so that the engine stores blocks and publishes them.
@@ -74,13 +77,13 @@ describe('engines of another block size', () => {
     const v = (await views(router)).find((i) => i.id === f.urls[0])!.kvEvents
     expect(v.gpuBlocks).toBe(0)
     expect(v.view).toBe('stale')
-    expect(v.staleReason).toMatch(/the engine's blocks are 16 tokens, the router's 32/)
+    expect(v.staleReason).toContain(`the engine's blocks are ${engine} tokens, the router's ${mine}`)
     const warnings = (instance: string) =>
       lines.map((l) => JSON.parse(l) as { level: number; msg: string; instance?: string; observedBlockSize?: number }).filter((l) => l.observedBlockSize !== undefined && l.instance === instance)
     const warned = warnings(f.urls[0]!)
     expect(warned).toHaveLength(1)
     expect(warned[0]!.level).toBe(40)
-    expect(warned[0]!.msg).toMatch(/publishes blocks of 16 tokens but the router hashes blocks of 32.*--kv-block-size 16/)
+    expect(warned[0]!.msg).toMatch(new RegExp(`publishes blocks of ${engine} tokens but the router hashes blocks of ${mine}.*--kv-block-size ${engine}`))
     const metrics = await (await fetch(`${router.adminUrl}/metrics`)).text()
     expect(metrics).toMatch(new RegExp(`prefix_router_kv_view_fresh\\{endpoint="default",instance="${f.urls[0]}"\\} 0`))
 
