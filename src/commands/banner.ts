@@ -1,7 +1,12 @@
 // What serve prints once it listens (after the first round of probes, before it serves a
 // request): where, each endpoint's strategy, how much of the fleet is healthy, why each instance that is not failed (with a hint), and a request to try with a
-// model the fleet really serves.
+// model the fleet really serves. The exact view and the sharing between replicas are said as
+// they are at that moment (connected or not, and why), never as configured: their
+// connections are made in the background, and the log says when one comes or fails later.
 import type { Config } from '../config/config.js'
+import { tokenizerSetting } from '../config/tokenizer-default.js'
+import { strategyInfo } from '../core/strategies.js'
+import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyServer } from '../proxy/proxy.js'
 import { unhealthyHint } from './hints.js'
@@ -71,4 +76,42 @@ export function tryIt(proxy: Pick<ProxyServer, 'url' | 'endpoint'>): string {
     // A quote in a model's name would end the shell's single-quoted string.
     `    -d '${JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 16 }).replaceAll("'", "'\\''")}'\n`
   )
+}
+
+/**
+ * Per endpoint with KV events: how many publishers are reached and views trusted, and the
+ * tokenizer in force; a line per publisher not reached, with why.
+ */
+export function exactReport(proxy: ProxyServer): string {
+  const eps = [...proxy.endpoints()]
+  const lines: string[] = []
+  const t = tokenizerSetting(proxy.config)
+  const tokenizer = t === undefined ? 'no tokenizer' : `tokenizer ${t.tokenizer.mode}${t.implied ? " (the default: each request's token ids from an instance's POST /tokenize; --tokenizer local spares the round trip)" : ''}`
+  for (const ep of eps) {
+    const view = ep.exact
+    if (view === undefined) continue
+    const ids = view.ids()
+    const states = ids.map((id) => [id, view.status(id)!] as const)
+    const pubs = states.flatMap(([id, st]) => st.publishers.map((p) => ({ id, ...p })))
+    const reached = pubs.filter((p) => p.connected).length
+    const fresh = states.filter(([, st]) => st.view === 'fresh').length
+    const where = eps.length > 1 ? ` in endpoint ${ep.name}` : ''
+    const routes = strategyInfo(ep.routing.strategy).exactView ? '' : ` (read only: ${ep.routing.strategy} does not route by it)`
+    const why = new Map<string, number>()
+    for (const [, st] of states) if (st.view !== 'fresh' && st.staleReason !== null && reached === pubs.length) why.set(st.staleReason, (why.get(st.staleReason) ?? 0) + 1)
+    const distrusted = why.size === 0 ? '' : ` (${[...why].map(([w, n]) => `${n}: ${w}`).join('; ')})`
+    const state = ids.length === 0 ? 'no healthy instance to subscribe to yet' : `${reached} of ${pubs.length} publishers reached, ${fresh} of ${ids.length} views trusted${distrusted}`
+    lines.push(`prefix-router: exact view (KV events)${where}${routes}: ${state}; ${tokenizer}`)
+    for (const p of pubs) if (!p.connected) lines.push(`  ${p.id}: publisher ${p.endpoint} not reached${p.unreachable === null ? ` yet (ZeroMQ retries; a warning follows if it is still not reached ${view.config.connectWarnMs} ms after subscribing)` : `: ${p.unreachable}`}`)
+  }
+  return lines.length === 0 ? '' : `${lines.join('\n')}\n`
+}
+
+/** Sharing queued prefill between replicas: said only once Redis is connected; else why not. */
+export function shareReport(share: ShareLoad | undefined): string {
+  if (share === undefined) return ''
+  const r = share.report()
+  if (r.connected) return `prefix-router: sharing queued prefill with the other replicas through ${r.url} (channel ${r.channel}) as replica ${r.replica}; see /admin/replicas\n`
+  const why = share.downReason === undefined ? 'still connecting' : `cannot reach it: ${share.downReason}`
+  return `prefix-router: NOT sharing queued prefill yet: Redis at ${r.url} is not connected (${why}); routing on this replica's own counts until it is, retrying in the background (channel ${r.channel}, replica ${r.replica}); see /admin/replicas\n`
 }

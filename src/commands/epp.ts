@@ -16,7 +16,7 @@ import { requireFeatures } from '../core/optional-packages.js'
 import { routerLogger } from '../proxy/logger.js'
 import { joinBootstrapPorts } from './role-flags.js'
 import { outliveClosedPipes } from '../cli/closed-pipes.js'
-import { healthReport } from './banner.js'
+import { exactReport, healthReport } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { EPP_FLAGS, EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, helpLines, parseArgsOptions } from './flags.js'
@@ -176,7 +176,8 @@ export async function run(argv: string[]): Promise<number> {
   const ep = epp.endpoint(undefined)!
   process.stderr.write(
     `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
-      healthReport(epp.proxy, config),
+      healthReport(epp.proxy, config) +
+      exactReport(epp.proxy),
   )
   process.on('SIGHUP', () => {
     try {

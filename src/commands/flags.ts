@@ -127,7 +127,7 @@ export const FLAGS: readonly FlagSpec[] = [
     kind: 'string',
     key: ['tokenizer', 'mode'],
     arg: 'MODE',
-    help: "with --kv-events-port: how a request's token ids are had: remote (the instance's POST /tokenize), local (--tokenizer-path), or bytes / o200k (the simulator's tokenizers)",
+    help: "with --kv-events-port: how a request's token ids are had: remote (the default: the instance's POST /tokenize), local (--tokenizer-path), or bytes / o200k (the simulator's tokenizers)",
   },
   { name: 'tokenizer-path', env: 'PREFIX_ROUTER_TOKENIZER_PATH', kind: 'string', key: ['tokenizer', 'path'], arg: 'DIR', help: "with --tokenizer local: the model's directory holding tokenizer.json and tokenizer_config.json (or a tokenizer.json file)" },
   { name: 'tokenizer-timeout-ms', env: 'PREFIX_ROUTER_TOKENIZER_TIMEOUT_MS', kind: 'int', key: ['tokenizer', 'timeoutMs'], arg: 'N', help: 'with --tokenizer remote: longest wait for /tokenize, plus 0.5 ms per KiB of body, before the request is routed on the approximate view (default 50)' },

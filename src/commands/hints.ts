@@ -1,6 +1,7 @@
 // What an operator most often gets wrong pointing the router at instances, recognised from
 // the instance URLs and from why the first health probe failed, and said as what to do.
 import type { Config } from '../config/config.js'
+import { readsKvEvents } from '../config/tokenizer-default.js'
 import { v1Suffix } from '../fleet/upstream-url.js'
 
 /**
@@ -16,6 +17,12 @@ export function baseUrlWarnings(config: Config): string[] {
         : [`${i.url} has the base path /v1, so requests will go to /v1/v1/chat/completions (an OpenAI client's base URL ends in /v1; an instance URL here does not): did you mean ${bare}?`]
     }),
   )
+}
+
+/** A tokenizer without KV events is loaded and never used: the exact view is all it serves. */
+export function tokenizerWarnings(config: Config): string[] {
+  if (config.tokenizer === undefined || readsKvEvents(config)) return []
+  return [`--tokenizer ${config.tokenizer.mode} (tokenizer) serves the exact view only, and without --kv-events-port (kvEvents) there is none: it is not used`]
 }
 
 /**

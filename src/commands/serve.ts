@@ -6,11 +6,11 @@ import { TokenizerLoadError } from '../core/errors.js'
 import { requireFeatures } from '../core/optional-packages.js'
 import { featuresOf } from '../config/optional-features.js'
 import { ProxyServer } from '../proxy/proxy.js'
-import { healthReport, listeningLine, tryIt } from './banner.js'
+import { exactReport, healthReport, listeningLine, shareReport, tryIt } from './banner.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
 import { outliveClosedPipes } from '../cli/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
-import { baseUrlWarnings, duplicateWarnings } from './hints.js'
+import { baseUrlWarnings, duplicateWarnings, tokenizerWarnings } from './hints.js'
 import { listenError } from '../cli/listen-error.js'
 import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
 import { joinBootstrapPorts } from './role-flags.js'
@@ -74,7 +74,7 @@ export async function run(argv: string[]): Promise<number> {
   requireFeatures(featuresOf(config))
   // Instances from --upstream or its variable are named by them; from the file, by key.
   const from = built.upstreamsFrom?.startsWith('--') || built.upstreamsFrom?.startsWith(ENV_PREFIX) ? built.upstreamsFrom : undefined
-  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
+  for (const w of [...baseUrlWarnings(config), ...duplicateWarnings(config, from), ...tokenizerWarnings(config)]) process.stderr.write(`prefix-router: warning: ${w}\n`)
 
   let closeSim = async (): Promise<void> => undefined
   if (built.demoFrom !== undefined) {
@@ -102,10 +102,9 @@ export async function run(argv: string[]): Promise<number> {
   const banner = (proxy: ProxyServer, url: string) =>
     process.stderr.write(
       listeningLine(proxy, url, workers) +
-        (proxy.shareLoad === undefined
-          ? ''
-          : `prefix-router: sharing queued prefill with the other replicas through ${proxy.shareLoad.report().url} (channel ${proxy.shareLoad.channel}) as replica ${proxy.shareLoad.replica}; see /admin/replicas\n`) +
+        shareReport(proxy.shareLoad) +
         healthReport(proxy, config) +
+        exactReport(proxy) +
         tryIt({ url, endpoint: (name) => proxy.endpoint(name) }) +
         (built.demoFrom === undefined
           ? ''

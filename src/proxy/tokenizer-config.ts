@@ -1,10 +1,12 @@
 // The tokenizer the configuration asks for, loaded before the front port opens: a local
-// tokenizer file that does not load stops the start with an error naming the file.
+// tokenizer file that does not load stops the start with an error naming the file. KV events
+// without a tokenizer configured imply the remote one (config/tokenizer-default.ts).
 import type { Config } from '../config/config.js'
+import { tokenizerSetting } from '../config/tokenizer-default.js'
 import { localTokenizer, remoteTokenizer, type RequestTokenizer } from '../tokens/index.js'
 
 export async function tokenizerFromConfig(config: Config): Promise<RequestTokenizer | undefined> {
-  const t = config.tokenizer
+  const t = tokenizerSetting(config)?.tokenizer
   if (t === undefined) return undefined
   switch (t.mode) {
     case 'remote':

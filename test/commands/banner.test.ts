@@ -83,3 +83,52 @@ describe('the start banner', () => {
     }, 90_000)
   }
 })
+
+describe('the banner says the exact view and the sharing as they are', () => {
+  // Until the tryIt lines: everything the banner says about the fleet.
+  const bannerOf = async (errFile: string) => {
+    await until(() => /\ntry:\n|no model known/.test(readFileSync(errFile, 'utf8')), 30_000, 'the banner')
+    return readFileSync(errFile, 'utf8')
+  }
+
+  it('Redis down: not sharing yet, and why, rather than "sharing queued prefill through redis://"', async () => {
+    const up = await startStub('up')
+    const redis = `redis://127.0.0.1:${await freePort()}`
+    const s = serve('redis-down', ['--upstream', up.url, '--port', '0', '--warmup-requests', '0', '--share-load', redis, '--replica-id', 'r1'])
+    const text = await bannerOf(s.errFile)
+    expect(text).not.toContain('sharing queued prefill with the other replicas')
+    // Refused at once on loopback, or still connecting: either way said, never claimed.
+    expect(text).toMatch(new RegExp(`NOT sharing queued prefill yet: Redis at ${redis} is not connected \\((still connecting|cannot reach it: .*ECONNREFUSED.*)\\); routing on this replica's own counts`))
+    await up.close()
+  })
+
+  it('KV events: publishers reached out of all, the views trusted, the tokenizer in force, and each publisher not reached', async () => {
+    const up = await startStub('up')
+    const nobody = await freePort()
+    const s = serve('kv-unreached', ['--upstream', up.url, '--port', '0', '--warmup-requests', '0', '--kv-events-port', String(nobody)])
+    const text = await bannerOf(s.errFile)
+    expect(text).toContain(
+      "prefix-router: exact view (KV events): 0 of 1 publishers reached, 0 of 1 views trusted; tokenizer remote (the default: each request's token ids from an instance's POST /tokenize",
+    )
+    expect(text).toContain(`  ${up.url}: publisher tcp://127.0.0.1:${nobody} not reached yet (ZeroMQ retries; a warning follows if it is still not reached 5000 ms after subscribing)`)
+    await up.close()
+  })
+
+  it('a tokenizer without KV events is said to be unused', async () => {
+    const up = await startStub('up')
+    const s = serve('tokenizer-alone', ['--upstream', up.url, '--port', '0', '--warmup-requests', '0', '--tokenizer', 'bytes'])
+    const text = await bannerOf(s.errFile)
+    expect(text).toContain('prefix-router: warning: --tokenizer bytes (tokenizer) serves the exact view only, and without --kv-events-port (kvEvents) there is none: it is not used\n')
+    expect(text).not.toContain('exact view (KV events)')
+    await up.close()
+  })
+
+  it('a strategy that does not route by the view, and a tokenizer given, are said too', async () => {
+    const up = await startStub('up')
+    const nobody = await freePort()
+    const s = serve('kv-readonly', ['--upstream', up.url, '--port', '0', '--warmup-requests', '0', '--kv-events-port', String(nobody), '--strategy', 'random', '--tokenizer', 'bytes'])
+    const text = await bannerOf(s.errFile)
+    expect(text).toContain('prefix-router: exact view (KV events) (read only: random does not route by it): 0 of 1 publishers reached, 0 of 1 views trusted; tokenizer bytes\n')
+    await up.close()
+  })
+})

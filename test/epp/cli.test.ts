@@ -167,6 +167,19 @@ describe('prefix-router epp', () => {
     }
   })
 
+  it('its banner says the exact view as it is: publishers reached, views trusted, the tokenizer in force', async () => {
+    fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
+    const nobody = createServer()
+    await new Promise<void>((r) => nobody.listen(0, '127.0.0.1', () => r()))
+    const port = (nobody.address() as AddressInfo).port
+    await new Promise((r) => nobody.close(r))
+    const p = start(['--grpc-host', '127.0.0.1', '--grpc-port', '0', '--grpc-tls', 'off', '--admin-port', '0', '--upstream', fleet.urls[0]!, '--kv-events-port', String(port)], { PREFIX_ROUTER_LOG_LEVEL: 'silent' })
+    running = p.child
+    await until(() => /exact view/.test(p.out.stderr) || p.child.exitCode !== null, 15000, 'the banner')
+    expect(p.out.stderr).toContain('prefix-router: exact view (KV events): 0 of 1 publishers reached, 0 of 1 views trusted; tokenizer remote (the default')
+    expect(p.out.stderr).toContain(`publisher tcp://127.0.0.1:${port} not reached yet`)
+  })
+
   it('serves the pair given through the variables, and the one written over it after SIGHUP; a pair that does not load is logged and the old one stays', async () => {
     fleet = await startSimFleet({ instances: 1, profile: 'tiny' })
     const dir = mkdtempSync(join(tmpdir(), 'epp-tls-'))

@@ -30,6 +30,8 @@ export const KvEventsSchema = z
     dataParallelRanks: z.number().int().min(1).max(64).default(1),
     /** After events were lost for good, the instance's view is distrusted (the approximate estimate routes for it) this long. */
     resyncMs: z.number().int().min(0).max(3_600_000).default(30_000),
+    /** A publisher not reached (no ZeroMQ handshake) this long after subscribing, or after losing it, is warned of, naming its address. */
+    connectWarnMs: z.number().int().min(100).max(600_000).default(5000),
   })
   .strict()
 

@@ -8,6 +8,7 @@
 import type { Logger } from 'pino'
 import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
+import { foreignBlockSize } from './foreign-block-size.js'
 import { requireFeature } from '../../core/optional-packages.js'
 import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
@@ -29,6 +30,8 @@ interface Watched {
   seen: Set<number>
   resync: NodeJS.Timeout | undefined
   staleWhy: string | undefined
+  /** The block size the engine publishes when it is not the router's: its stores are all refused, so the view is distrusted until it restarts. */
+  foreignBlockSize: number | undefined
 }
 
 export interface InstanceView {
@@ -41,6 +44,8 @@ export interface InstanceView {
     endpoint: string
     replayEndpoint: string | null
     connected: boolean
+    /** Why the publisher is not reached, once kvEvents.connectWarnMs have passed without it. */
+    unreachable: string | null
     seq: string | null
     batches: number
     events: number
@@ -56,6 +61,8 @@ export interface InstanceView {
   }[]
   applied: ApplyCounts
 }
+
+const WAITING = 'waiting for the first event batch'
 
 export class ExactView {
   readonly #host: ExactViewHost
@@ -90,7 +97,7 @@ export class ExactView {
         this.#log.error({ instance: id, err: (err as Error).message }, 'no KV-event subscription for this instance')
         continue
       }
-      const w: Watched = { url: inst.url, subscribers: [], replayEndpoints: [], counts: newCounts(), seen: new Set(), resync: undefined, staleWhy: 'waiting for the first event batch' }
+      const w: Watched = { url: inst.url, subscribers: [], replayEndpoints: [], counts: newCounts(), seen: new Set(), resync: undefined, staleWhy: WAITING, foreignBlockSize: undefined }
       this.#watched.set(id, w)
       this.#host.router.exactSetView(id, 'stale')
       for (const a of addresses) {
@@ -100,8 +107,10 @@ export class ExactView {
           ...(a.replayEndpoint !== undefined && { replayEndpoint: a.replayEndpoint }),
           topic: this.#cfg.topic,
           resyncMs: this.#cfg.resyncMs,
+          connectWarnMs: this.#cfg.connectWarnMs,
           target: this.#target(a.rank),
-          log: (level, msg, fields) => this.#log[level]({ instance: id, endpoint: a.endpoint, ...fields }, msg),
+          // `publisher`, not `endpoint`: the endpoint's logger already names the router's endpoint.
+          log: (level, msg, fields) => this.#log[level]({ instance: id, publisher: a.endpoint, ...fields }, msg),
         })
         w.subscribers.push(s)
         w.replayEndpoints.push(a.replayEndpoint)
@@ -121,7 +130,11 @@ export class ExactView {
         // after another has filled the view (rebuilt it, say) must not wipe that rank's blocks.
         if (why === 'connect' && w.seen.size > 0 && !w.seen.has(rank)) return
         this.#host.router.exactClear(instance)
-        if (why === 'restart') w.seen.delete(rank)
+        if (why === 'restart') {
+          w.seen.delete(rank)
+          // A new process: maybe started with the router's block size this time.
+          w.foreignBlockSize = undefined
+        }
       },
       // The subscriber times its own resync after lost batches.
       stale: (instance: string, stale: boolean, why: string) => this.#setStale(instance, stale, why, false),
@@ -151,7 +164,26 @@ export class ExactView {
       if (seq === 0n) this.#setStale(instance, false, 'stream followed from its start', false)
       else this.#setStale(instance, true, `joined the event stream at sequence ${seq}`, true)
     }
-    applyBatch(this.#host.router, instance, batch, this.#host.blockSize(), w.counts)
+    const blockSize = this.#host.blockSize()
+    applyBatch(this.#host.router, instance, batch, blockSize, w.counts)
+    const foreign = foreignBlockSize(batch, blockSize)
+    if (foreign !== undefined && foreign !== w.foreignBlockSize) this.#refuseBlockSize(instance, w, foreign, blockSize)
+  }
+
+  /**
+   * The engine's blocks are `observed` tokens, the router's `blockSize`: everything it stores
+   * is refused, and an empty view trusted would draw its prompts away from it. Distrusted (no
+   * resync: time does not fix it) until the engine restarts or a reload sets the block size.
+   */
+  #refuseBlockSize(instance: string, w: Watched, observed: number, blockSize: number): void {
+    w.foreignBlockSize = observed
+    if (w.resync !== undefined) clearTimeout(w.resync)
+    w.resync = undefined
+    this.#host.router.exactSetView(instance, 'stale')
+    this.#log.warn(
+      { instance, observedBlockSize: observed, blockSize },
+      `KV-event view distrusted: ${instance} publishes blocks of ${observed} tokens but the router hashes blocks of ${blockSize}, so every block it stores is refused (prefix_router_kv_blocks_skipped_total{reason="block_size"}); the approximate estimate routes for it. Set --kv-block-size ${observed} (routing.exactBlockSize), as vLLM's --block-size`,
+    )
   }
 
   /** `resync`: trust the view again after resyncMs (else whoever made it stale says when). */
@@ -160,6 +192,8 @@ export class ExactView {
     if (w === undefined || this.#closed) return
     if (w.resync !== undefined) clearTimeout(w.resync)
     w.resync = undefined
+    // Refused blocks leave the view empty, however whole the stream: it stays distrusted, for that reason.
+    if (w.foreignBlockSize !== undefined) return
     if (!stale) {
       w.staleWhy = undefined
       this.#host.router.exactSetView(instance, 'fresh')
@@ -171,7 +205,7 @@ export class ExactView {
     if (!resync) return
     w.resync = setTimeout(() => {
       w.resync = undefined
-      if (this.#watched.get(instance) !== w) return
+      if (this.#watched.get(instance) !== w || w.foreignBlockSize !== undefined) return
       this.#log.info({ instance }, 'KV-event view trusted again')
       w.staleWhy = undefined
       this.#host.router.exactSetView(instance, 'fresh')
@@ -192,7 +226,10 @@ export class ExactView {
     const v = this.#host.router.exactInstance(id)
     return {
       view: v?.view ?? 'none',
-      staleReason: w.staleWhy ?? null,
+      staleReason:
+        w.foreignBlockSize !== undefined
+          ? `its events are refused: the engine's blocks are ${w.foreignBlockSize} tokens, the router's ${this.#host.blockSize()} (--kv-block-size, routing.exactBlockSize)`
+          : this.#waitingWhy(w),
       gpuBlocks: v?.gpuBlocks ?? 0,
       offloadedBlocks: v?.offloadedBlocks ?? 0,
       pendingBlocks: v?.pendingBlocks ?? 0,
@@ -202,6 +239,7 @@ export class ExactView {
           endpoint: st.endpoint,
           replayEndpoint: w.replayEndpoints[i] ?? null,
           connected: st.connected,
+          unreachable: st.unreachable,
           seq: st.seq === null ? null : String(st.seq),
           batches: st.batches,
           events: st.events,
@@ -217,6 +255,14 @@ export class ExactView {
       }),
       applied: w.counts,
     }
+  }
+
+  /** Waiting for a first batch from a publisher not even reached says so, and why. */
+  #waitingWhy(w: Watched): string | null {
+    if (w.staleWhy !== WAITING) return w.staleWhy ?? null
+    const missing = w.subscribers.map((s) => s.status()).filter((st) => !st.connected)
+    if (missing.length === 0) return WAITING
+    return missing.map((st) => `not connected to the publisher at ${st.endpoint}${st.unreachable === null ? ' (connecting)' : `: ${st.unreachable}`}`).join('; ')
   }
 
   ids(): string[] {

@@ -24,6 +24,7 @@ import type { Dealer, Subscriber } from 'zeromq'
 import { requireFeature } from '../../core/optional-packages.js'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
 import { END_OF_REPLAY, readSeq, seqFrame } from './frames.js'
+import { DEFAULT_CONNECT_WARN_MS, PublisherReach } from './publisher-reach.js'
 import type { KvEventBatch } from './types.js'
 
 type ZeroMq = typeof import('zeromq')
@@ -75,12 +76,16 @@ export interface KvEventSubscriberOptions {
   maxBatchesPerTurn?: number
   /** How long a replay may take before the gap counts as lost (default 2000 ms). */
   replayTimeoutMs?: number
+  /** Not reached (no ZeroMQ handshake) this long after start or a disconnect: one warning naming the endpoint (default 5000 ms). */
+  connectWarnMs?: number
 }
 
 export interface KvEventSubscriberStatus {
   endpoint: string
-  /** The SUB socket has a connection to the publisher (from ZeroMQ's socket events). */
+  /** The SUB socket has a connection to the publisher, its ZeroMQ handshake done (from ZeroMQ's socket events). */
   connected: boolean
+  /** Why the publisher is not reached, once connectWarnMs have passed without it; null otherwise. */
+  unreachable: string | null
   /** Sequence number of the last batch applied (or lost), null before the first. */
   seq: bigint | null
   stale: boolean
@@ -125,6 +130,7 @@ export class KvEventSubscriber {
   private dealer: Dealer | null = null
   private closed = false
   private connected = false
+  private reach: PublisherReach | undefined
   private last: bigint | null = null
   /** ts of the last batch applied; NaN when that one could not be decoded (nothing to compare). */
   private lastTs = NaN
@@ -176,9 +182,13 @@ export class KvEventSubscriber {
     // waits in memory rather than being dropped (a gap) while a turn of the event loop runs.
     const sub = new (zeromq().Subscriber)({ linger: 0, receiveHighWaterMark: 100_000, ipv6: /^tcp:\/\/\[/.test(this.o.endpoint) })
     this.sub = sub
+    // It logs the connection and its loss, and warns when the publisher is not reached.
+    this.reach = new PublisherReach(sub.events, this.o.instance, this.o.endpoint, this.o.connectWarnMs ?? DEFAULT_CONNECT_WARN_MS, {
+      warn: (msg, fields) => this.log('warn', msg, fields),
+      info: (msg, fields) => this.log('info', msg, fields),
+    })
     sub.events.on('connect', () => {
       this.connected = true
-      this.log('info', `kv events: ${this.o.instance} connected to ${this.o.endpoint}`)
       // Joining: what the engine cached before is in its replay buffer, not in the live
       // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
       if (this.last === null && this.rebuild === 'due' && this.held === null) this.startRebuild([])
@@ -186,7 +196,6 @@ export class KvEventSubscriber {
     sub.events.on('disconnect', () => {
       this.connected = false
       if (this.last !== null) this.suspect = true
-      this.log('warn', `kv events: ${this.o.instance} disconnected from ${this.o.endpoint}`)
     })
     sub.connect(this.o.endpoint) // ZeroMQ reconnects by itself while the engine is down
     sub.subscribe(this.o.topic ?? '')
@@ -197,6 +206,7 @@ export class KvEventSubscriber {
     if (this.closed) return
     this.closed = true
     clearTimeout(this.staleTimer)
+    this.reach?.stop()
     this.sub?.close()
     this.dealer?.close()
     this.connected = false
@@ -205,7 +215,8 @@ export class KvEventSubscriber {
   status(): KvEventSubscriberStatus {
     return {
       endpoint: this.o.endpoint,
-      connected: this.connected,
+      connected: this.connected && this.reach?.reached === true,
+      unreachable: this.reach?.problem ?? null,
       seq: this.last,
       stale: this.isStale,
       ...this.counts,

@@ -96,6 +96,8 @@ export class ShareLoad {
   #lastRewrite = 0
   #everUp = false
   #downSince = 0
+  /** Why the connection is down (undefined while up, or still connecting at start). */
+  #downReason: string | undefined
   #warned = new Set<string>()
   /** The `ts` of each of the last SENT_RING messages sent, by seq: what comes back under our id and is not among them is another process's. */
   readonly #sentTs = new Float64Array(SENT_RING)
@@ -139,6 +141,11 @@ export class ShareLoad {
 
   get connected(): boolean {
     return this.#link.connected
+  }
+
+  /** Why Redis is not connected, once a connection failed; undefined while connected or still connecting at start. */
+  get downReason(): string | undefined {
+    return this.connected ? undefined : this.#downReason
   }
 
   get counts(): Readonly<ShareLoadCounts> {
@@ -268,6 +275,7 @@ export class ShareLoad {
 
   #onState(up: boolean, reason: string | undefined): void {
     const url = redactRedisUrl(this.#url)
+    this.#downReason = up ? undefined : (reason ?? 'connection closed')
     if (up) {
       if (this.#everUp) this.#log.info({ url, downMs: Math.round(performance.now() - this.#downSince) }, 'share-load: Redis connection restored; sharing queued prefill again')
       else this.#log.info({ url, channel: this.channel, replica: this.replica }, 'share-load: connected to Redis; sharing queued prefill')
