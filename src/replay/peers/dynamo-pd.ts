@@ -43,7 +43,7 @@ export class DynamoPd implements PdRouter {
   readonly decodeRouter: DynamoKv
   readonly prefillRouter: DynamoKv
 
-  constructor(private readonly ctx: Pick<PdContext, 'prefill' | 'decode' | 'engines' | 'model' | 'seed' | 'blockSize'>) {
+  constructor(private readonly ctx: Pick<PdContext, 'prefill' | 'decode' | 'model' | 'seed' | 'blockSize'> & { engines: readonly unknown[] }) {
     this.decodeRouter = new DynamoKv({ members: ctx.decode, engines: ctx.engines, model: ctx.model, seed: ctx.seed, blockSize: ctx.blockSize })
     this.prefillRouter = new DynamoKv({ members: ctx.prefill, engines: ctx.engines, model: ctx.model, seed: ctx.seed + 1, blockSize: ctx.blockSize })
   }

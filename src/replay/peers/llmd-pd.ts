@@ -18,7 +18,7 @@
 // characters a token; queue = vllm:num_requests_waiting scraped every 50 ms), one per profile.
 import type { PdContext, PdPlacement, PdRouter, PdRouterFactory } from '../pd/types.js'
 import type { PreparedRequest } from '../prepare.js'
-import { gieChatPrompt, LLMD_DEFAULTS, LlmdDefault, type LlmdConfig } from './llmd-default.js'
+import { gieChatPrompt, LLMD_DEFAULTS, LlmdDefault, type EngineSignals, type LlmdConfig } from './llmd-default.js'
 
 /** pd-epp-config.yaml's prefix-based-pd-decider nonCachedTokens. */
 export const LLMD_NON_CACHED_TOKENS = 16
@@ -46,7 +46,7 @@ export class LlmdPd implements PdRouter {
   private readonly blockTokens: number
 
   constructor(
-    ctx: Pick<PdContext, 'prefill' | 'decode' | 'engines' | 'model' | 'seed'>,
+    ctx: Pick<PdContext, 'prefill' | 'decode' | 'model' | 'seed'> & { engines: readonly EngineSignals[] },
     private readonly nonCachedTokens = LLMD_NON_CACHED_TOKENS,
   ) {
     this.decodeProfile = new LlmdDefault({ members: ctx.decode, engines: ctx.engines, model: ctx.model, seed: ctx.seed }, LLMD_PD_PROFILE)
