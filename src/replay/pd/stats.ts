@@ -12,9 +12,9 @@ export interface Slo {
 }
 
 /**
- * --ttft-slo and --tpot-slo defaults: a chat service's usual targets for a 70B model, as in
- * DistServe's and vLLM's goodput benchmarks (a first token within a second, ~20 tokens/s read
- * speed or better: 50 ms per token).
+ * --ttft-slo and --tpot-slo defaults, our choice for a 70B chat service: a first token within a
+ * second, and tokens at least at ~20 a second (50 ms each), a reading speed. Goodput counts the
+ * requests within both, as DistServe and vLLM's benchmark_serving --goodput do.
  */
 export const DEFAULT_SLO: Slo = { ttftMs: 1000, tpotMs: 50 }
 
