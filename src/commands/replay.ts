@@ -21,6 +21,8 @@ import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/t
 import { describeParam, resolveParams, type WorkloadParam } from '../replay/types.js'
 import { WORKLOADS } from '../replay/workloads/index.js'
 import { CliError, parseFlags } from '../cli/cli-error.js'
+import { runPdFromCli, PD_FLAGS, pdHelp } from './replay-pd.js'
+import { durationFlag, intFlag } from './replay-flags.js'
 
 const KNOBS = new Map<string, WorkloadParam>()
 for (const w of Object.values(WORKLOADS)) for (const p of w.params) if (!KNOBS.has(p.flag)) KNOBS.set(p.flag, p)
@@ -76,6 +78,7 @@ a Markdown table; writes replay.json and SVG charts to --out. See the README, se
   --remove-instance-at T       remove the most recently added instance at T (repeatable)
   --window D                   window of the moved-share and recovery measurements (default 60s)
   --quiet                      no progress on stderr
+${pdHelp()}
 
 workloads and their knobs:
 ${workloads.join('\n')}
@@ -83,20 +86,6 @@ ${workloads.join('\n')}
 }
 
 const MAX_TRACE_BLOCK_TOKENS = 65_536
-
-function intFlag(flag: string, raw: string, min: number, max: number): number {
-  const v = raw.trim() === '' ? NaN : Number(raw)
-  if (!Number.isInteger(v) || v < min || v > max) throw new CliError(`--${flag} must be an integer from ${min} to ${max}; got '${raw}'`)
-  return v
-}
-
-function durationFlag(flag: string, raw: string, positive = true): number {
-  const ms = parseDuration(raw)
-  if (!Number.isFinite(ms) || ms < 0 || (positive && ms === 0)) {
-    throw new CliError(`--${flag} must be a duration such as 1h, 30m, 90s or 500ms; got '${raw}'`)
-  }
-  return ms
-}
 
 export async function run(argv: string[]): Promise<number> {
   const str = { type: 'string' } as const
@@ -127,6 +116,7 @@ export async function run(argv: string[]): Promise<number> {
     'share-load-delay': str,
     quiet: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
+    ...PD_FLAGS,
     ...knobOptions,
   })
   const v = values as Record<string, string | string[] | boolean | undefined>
@@ -173,6 +163,9 @@ export async function run(argv: string[]): Promise<number> {
   if (!isTokenizerName(tokenizer)) throw new CliError(`--tokenizer must be one of ${TOKENIZERS.join(', ')}; got '${tokenizer}'`)
   const engineLoadMode = get('engine-load') ?? 'auto'
   if (!['auto', 'on', 'off'].includes(engineLoadMode)) throw new CliError(`--engine-load: must be auto, on or off; got '${engineLoadMode}'`)
+  // Disaggregated fleets are a run of their own (src/commands/replay-pd.ts).
+  const pd = ['prefill', 'decode', 'sweep', 'ttft-slo', 'tpot-slo', 'pd-threshold'].filter((k) => get(k) !== undefined)
+  if (pd.length > 0) return runPdFromCli(argv, get, { workload, tracePath, knobs, quiet: v.quiet === true, given: pd })
   let strategies
   try {
     strategies = resolveStrategies(get('strategies')?.split(',').filter((s) => s.trim() !== ''), replicas, { engineLoadAll: engineLoadMode === 'on' })

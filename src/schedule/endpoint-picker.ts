@@ -18,6 +18,11 @@ class EndpointPicker implements LegPicker<Instance> {
     return this.ep.routing.blockSize / APPROX_BYTES_PER_TOKEN
   }
 
+  queuedPrefillTokens(instance: Instance): number {
+    const row = this.ep.router.instances().find((i) => i.id === instance.id)
+    return row === undefined ? 0 : (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens
+  }
+
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<Instance> {
     return this.ep.pick(view.key, view.tenant, view.model, view.anchor, avoid, view.exact, leg, alternates)
   }

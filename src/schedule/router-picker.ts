@@ -57,6 +57,11 @@ export class RouterLegPicker implements LegPicker<string> {
     return this.blockBytes / APPROX_BYTES_PER_TOKEN
   }
 
+  queuedPrefillTokens(instance: string): number {
+    const row = this.router.instances().find((i) => i.id === instance)
+    return row === undefined ? 0 : (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens
+  }
+
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<string> {
     const on: Leg | undefined = this.#disaggregated ? (leg ?? 'decode') : undefined
     const group = on === undefined ? ANY_MODEL : legGroup(on)

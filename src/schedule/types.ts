@@ -32,6 +32,11 @@ export interface LegPicker<I> {
   readonly disaggregated: boolean
   /** Tokens of prompt in one block of routing key (what Lease.heldBlocks counts), for the approximate view. */
   readonly blockTokens: number
+  /**
+   * Tokens of prompts the instance has still to compute for the requests routed to it (its
+   * leases' queued prefill, and what its engine reports beyond them), this router's view.
+   */
+  queuedPrefillTokens(instance: I): number
   /** `leg` undefined: a whole request (on an instance that decodes, in a disaggregated fleet). */
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<I>
 }

@@ -72,6 +72,29 @@ describe('the pd profile', () => {
     releaseSchedule(s)
   })
 
+  it("a decode instance with the threshold's tokens of other prompts still to compute takes no more: the prefill leg runs elsewhere", () => {
+    const p = fleet([
+      { id: P[0]!, role: 'prefill' },
+      { id: D[0]!, role: 'decode' },
+    ])
+    // Each 200-token prompt runs whole on the decode instance while what it has queued stays under 256 tokens.
+    const a = schedule(p, view(doc(20, 200)), DEFAULTS)
+    const b = schedule(p, view(doc(21, 200)), DEFAULTS)
+    expect(a).toMatchObject({ profile: 'single', reason: 'short_uncached' })
+    expect(b).toMatchObject({ profile: 'single', reason: 'short_uncached' })
+    // Their 2 × 12 blocks of 16 tokens wait there: the third, as short, gets a prefill leg.
+    const c = schedule(p, view(doc(22, 200)), DEFAULTS)
+    expect(c.profile).toBe('pd')
+    expect(p.queuedPrefillTokens(D[0]!)).toBe(384)
+    if (c.profile === 'pd') expect(c.prefill.instance).toBe(P[0])
+    // Once their first tokens are out, the decode instance computes nothing: short prompts stay there again.
+    for (const s of [a, b]) if (s.profile === 'single') s.target.lease.firstToken()
+    const d = schedule(p, view(doc(23, 200)), DEFAULTS)
+    expect(d).toMatchObject({ profile: 'single', reason: 'short_uncached' })
+    for (const s of [a, b, c, d]) releaseSchedule(s)
+    expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+  })
+
   it('a prompt shorter than the threshold runs whole on its decode instance', () => {
     const p = pd2x2()
     const s = schedule(p, view(doc(4, 100)), DEFAULTS)

@@ -117,6 +117,16 @@ export class DynamoKv implements ReplayRouter {
   }
 
   routeTokens(tokenIds: Uint32Array, salt?: string): Placement {
+    return this.book(tokenIds, salt, this.choose(tokenIds, salt), true)
+  }
+
+  /** Per member, the request's leading blocks its indexed KV holds. */
+  overlaps(tokenIds: Uint32Array, salt?: string): Map<number, number> {
+    return this.index.longestPrefix(this.index.requestKeys(tokenIds, this.index.seed(this.ctx.model, salt)), this.members)
+  }
+
+  /** The worker the cost picks, without booking the request (what Dynamo's advisory peek does). */
+  choose(tokenIds: Uint32Array, salt?: string): number {
     const bs = this.ctx.blockSize
     const isl = tokenIds.length
     const keys = this.index.requestKeys(tokenIds, this.index.seed(this.ctx.model, salt))
@@ -146,8 +156,19 @@ export class DynamoKv implements ReplayRouter {
       }
       chosen = small.length === 1 ? small[0]! : small[this.rng.int(small.length)]!
     }
+    return chosen
+  }
+
+  /**
+   * Books the request on `chosen` (add_request): its blocks until it ends and, with `prefills`,
+   * its uncached prompt tokens until its first token; without (a decode leg whose KV comes from
+   * a prefill worker), none.
+   */
+  book(tokenIds: Uint32Array, salt: string | undefined, chosen: number, prefills: boolean): Placement {
+    const bs = this.ctx.blockSize
+    const keys = this.index.requestKeys(tokenIds, this.index.seed(this.ctx.model, salt))
     const a = this.active[chosen]!
-    const prefill = Math.max(0, isl - overlaps.get(chosen)! * bs)
+    const prefill = prefills ? Math.max(0, tokenIds.length - this.index.longestPrefix(keys, [chosen]).get(chosen)! * bs) : 0
     a.add(keys, prefill)
     let inPrefill = true
     let freed = false

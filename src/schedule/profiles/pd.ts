@@ -6,6 +6,10 @@
 // prefill pool. Prefill first chooses the prefill instance by the prompt, then the decode one,
 // with the same decision. Each leg's lease counts on the instance doing it: a decode instance
 // that will receive the prompt computes none of it, so its queued prefill is given back at once.
+// A decode instance already computing prompts (the queued prefill of the requests sent to it, at
+// least the threshold's tokens besides this one's) does not take another, however short: every
+// token of prefill it computes lengthens the decode steps of all its running requests, and
+// waiting behind that backlog costs the request more than the prefill leg would.
 import type { DisaggregationConfig } from '../../config/disaggregation.js'
 import { RequestError } from '../../core/errors.js'
 import type { Chosen, LegPicker, RequestView, Schedule } from '../types.js'
@@ -28,11 +32,21 @@ function prefillOrNone<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions)
   }
 }
 
+/**
+ * Whether the request runs whole on its decode instance: it lacks fewer than `threshold` tokens
+ * there, and the instance has fewer than `threshold` tokens of other prompts still to compute
+ * (its queued prefill less this request's own, which its lease has just added).
+ */
+export function runsWhole<I>(picker: LegPicker<I>, decode: Chosen<I>, uncached: number, threshold: number): boolean {
+  if (uncached >= threshold) return false
+  return picker.queuedPrefillTokens(decode.instance) - uncached < threshold
+}
+
 export function pd<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions): Schedule<I> {
   if (o.order === 'prefill-first') return prefillFirst(picker, view, o)
   const decode = picker.pick(view, 'decode')
   const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
-  if (uncached < o.threshold) return { profile: 'single', target: decode, reason: 'short_uncached', uncachedTokens: uncached }
+  if (runsWhole(picker, decode, uncached, o.threshold)) return { profile: 'single', target: decode, reason: 'short_uncached', uncachedTokens: uncached }
   let prefill: Chosen<I> | undefined
   try {
     prefill = prefillOrNone(picker, view, o)
@@ -56,7 +70,7 @@ function prefillFirst<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions):
   }
   const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
   if (prefill === undefined) return { profile: 'single', target: decode, reason: 'no_prefill_instance', uncachedTokens: uncached }
-  if (uncached < o.threshold) {
+  if (runsWhole(picker, decode, uncached, o.threshold)) {
     prefill.lease.release()
     return { profile: 'single', target: decode, reason: 'short_uncached', uncachedTokens: uncached }
   }

@@ -1,0 +1,34 @@
+// The lanes a disaggregated replay runs: ours (src/replay/pd/ours.ts), then the peers'
+// disaggregated routers (src/replay/peers/*-pd.ts), by name.
+import { OutOfRangeError } from '../../core/errors.js'
+import { DEFAULT_PD_THRESHOLD } from '../../config/disaggregation.js'
+import { dynamoPd } from '../peers/dynamo-pd.js'
+import { llmdPd } from '../peers/llmd-pd.js'
+import { sglangPd } from '../peers/sglang-pd.js'
+import { vllmPd } from '../peers/vllm-pd.js'
+import { ourLanes } from './ours.js'
+import type { PdRouterFactory } from './types.js'
+
+export const PD_PEERS: readonly PdRouterFactory[] = [vllmPd, sglangPd, llmdPd, dynamoPd]
+
+export function pdLanes(threshold = DEFAULT_PD_THRESHOLD): PdRouterFactory[] {
+  return [...ourLanes(threshold), ...PD_PEERS]
+}
+
+export function pdLaneNames(): string[] {
+  return pdLanes().map((f) => f.name)
+}
+
+/** Lanes by name (any case, - or _), all of them when none are named; a RangeError names an unknown one. */
+export function resolvePdLanes(names: readonly string[] | undefined, threshold = DEFAULT_PD_THRESHOLD): PdRouterFactory[] {
+  const all = pdLanes(threshold)
+  if (names === undefined || names.length === 0) return all
+  const out: PdRouterFactory[] = []
+  for (const raw of names) {
+    const n = raw.trim().toLowerCase().replace(/-/g, '_')
+    const f = all.find((l) => l.name === n)
+    if (f === undefined) throw new OutOfRangeError('strategy', `one of ${all.map((l) => l.name).join(', ')}`, raw, `unknown lane '${raw}' with --prefill/--decode; choose from ${all.map((l) => l.name).join(', ')}`)
+    if (!out.includes(f)) out.push(f)
+  }
+  return out
+}
