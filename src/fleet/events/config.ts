@@ -30,6 +30,12 @@ export const KvEventsSchema = z
     dataParallelRanks: z.number().int().min(1).max(64).default(1),
     /** After events were lost for good, the instance's view is distrusted (the approximate estimate routes for it) this long. */
     resyncMs: z.number().int().min(0).max(3_600_000).default(30_000),
+    /**
+     * The largest KV-event message accepted, per ZeroMQ frame: a larger one is refused unread
+     * (that batch is lost). Decoding and applying one message is one turn of the event loop,
+     * so this also bounds the longest such turn (about 50 ms for 4 MiB).
+     */
+    maxMessageBytes: z.number().int().min(65_536).max(268_435_456).default(4 * 1024 * 1024),
   })
   .strict()
 
