@@ -24,8 +24,9 @@
 // Bounds, so that no publisher can stall the router or grow its memory without end:
 //   - ZeroMQ refuses a frame over maxMessageBytes before reading it (it drops the connection
 //     for good: the subscriber notices, counts it, and connects again);
-//   - messages are handled in turns of at most maxBatchesPerTurn messages or 1 MiB, so the
-//     longest turn is one message of at most the cap;
+//   - messages are handled in turns of at most maxBatchesPerTurn messages or 1 MiB, and a
+//     batch of many blocks is applied in pieces, a turn each: the longest turn is decoding
+//     one message of at most the cap;
 //   - while a replay or a rebuild is in flight, live messages wait in ZeroMQ's receive queue
 //     (receiveHighWaterMark messages; beyond, the publisher drops them, a gap), not in the
 //     heap, and are handled in order afterwards;
@@ -38,6 +39,7 @@ import { requireFeature } from '../../core/optional-packages.js'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
 import { readReplayAnswer, readSeq, SEQ_BYTES, seqFrame } from './frames.js'
 import { LogLimiter } from './log-limiter.js'
+import { splitBatch } from './split-batch.js'
 import type { KvEventBatch } from './types.js'
 
 type ZeroMq = typeof import('zeromq')
@@ -89,7 +91,7 @@ export interface KvEventSubscriberOptions {
   maxBatchesPerTurn?: number
   /** How long a replay may take before the gap counts as lost (default 2000 ms). */
   replayTimeoutMs?: number
-  /** The largest message ZeroMQ accepts, per frame (default 4 MiB); a larger one is refused unread. */
+  /** The largest message ZeroMQ accepts, per frame (default 1 MiB); a larger one is refused unread. */
   maxMessageBytes?: number
   /** Answers one replay may send before it counts as failed (default 20,000 batches, 64 MiB of payload). */
   maxReplayBatches?: number
@@ -137,13 +139,15 @@ export interface KvEventSubscriberStatus {
 const DEFAULT_RESYNC_MS = 30_000
 const DEFAULT_MAX_PER_TURN = 256
 const DEFAULT_REPLAY_TIMEOUT_MS = 2_000
-export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 export const DEFAULT_MAX_REPLAY_BATCHES = 20_000
 export const DEFAULT_MAX_REPLAY_BYTES = 64 * 1024 * 1024
 const DEFAULT_REPLAY_BACKOFF_MS = 1_000
 const MAX_REPLAY_BACKOFF_MS = 60_000
 /** A turn of the event loop handles at most this much payload (and at least one message). */
 const BYTES_PER_TURN = 1024 * 1024
+/** A batch naming more blocks is applied in pieces of this many, a turn each (2-8 ms on 2 shared cores). */
+const BLOCKS_PER_TURN = 4_096
 /** ZeroMQ schedules a reconnect at once after an ordinary disconnect; none within this long means it gave the connection up. */
 const RETRY_WATCH_MS = 1_000
 /** A sequence number this far below the last is a restarted engine, not a late duplicate. */
@@ -411,16 +415,12 @@ export class KvEventSubscriber {
         return this.handle(p)
       }
       this.reset('connect')
-      this.apply(p)
-      return
+      return this.apply(p)
     }
     // After a reconnect even the next number may come from a new process that got that far.
     const suspect = this.suspect && last >= 0n
     this.suspect = false
-    if (p.seq === last + 1n && !suspect) {
-      this.apply(p)
-      return
-    }
+    if (p.seq === last + 1n && !suspect) return this.apply(p)
     if (p.seq <= last) {
       const restarted = p.seq === 0n || p.seq < last - RESTART_DISTANCE || this.newer(p)
       if (!restarted) {
@@ -442,8 +442,7 @@ export class KvEventSubscriber {
       // Without a replay nothing tells a reconnect to the same process from a new one.
       if (p.seq === from) this.lose(from, null, `reconnected, and ${noReplay} a restarted engine cannot be ruled out`)
       else this.lose(from, p.seq - 1n, noReplay)
-      this.apply(p)
-      return
+      return this.apply(p)
     }
     await this.replay(from, p)
   }
@@ -456,7 +455,8 @@ export class KvEventSubscriber {
     return null
   }
 
-  private apply(p: Pending): void {
+  /** Applies a batch; a large one in pieces, a turn of the event loop each (so it resolves later). */
+  private async apply(p: Pending): Promise<void> {
     this.last = p.seq
     const b = this.decoded(p)
     this.lastTs = b === null ? NaN : b.ts
@@ -472,10 +472,18 @@ export class KvEventSubscriber {
       this.limiter.note('malformed', 'warn', `kv events: ${this.o.instance} batch ${p.seq} had ${b.undecodable} malformed events (left out)`, { instance: this.o.instance })
     }
     this.lastBatchAt = Date.now()
-    try {
-      this.o.target.batch(this.o.instance, b, p.seq)
-    } catch (err) {
-      this.log('error', `kv events: ${this.o.instance} target failed on batch ${p.seq}: ${(err as Error).message}`)
+    const pieces = splitBatch(b, BLOCKS_PER_TURN)
+    for (let i = 0; i < pieces.length; i++) {
+      // A batch in pieces was decoded in this turn: its first piece goes in the next.
+      if (pieces.length > 1 || i > 0) {
+        await turn()
+        if (this.closed) return
+      }
+      try {
+        this.o.target.batch(this.o.instance, pieces[i]!, p.seq)
+      } catch (err) {
+        this.log('error', `kv events: ${this.o.instance} target failed on batch ${p.seq}: ${(err as Error).message}`)
+      }
     }
   }
 
@@ -574,7 +582,8 @@ export class KvEventSubscriber {
         lostAny = true
       }
       bytes += x.payload?.length ?? 0
-      this.apply(x)
+      await this.apply(x)
+      if (this.closed) return
       applied++
       if (applied % perTurn === 0 || bytes >= BYTES_PER_TURN) {
         bytes = 0
@@ -648,7 +657,8 @@ export class KvEventSubscriber {
         await turn()
         if (this.closed) return
       }
-      this.apply(run[i]!)
+      await this.apply(run[i]!)
+      if (this.closed) return
       events += run[i]!.batch?.events.length ?? 0
     }
     this.rebuiltFrom = from

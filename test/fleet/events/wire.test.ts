@@ -146,6 +146,33 @@ describe('bounds', () => {
     expect(sub.status()).toMatchObject({ lost: 1, stale: true })
   })
 
+  it('applies a batch of many blocks in pieces, a turn of the event loop each', async () => {
+    const { pub, sub, target } = await rig()
+    let ticks = 0
+    let ticking = true
+    const tick = (): void => {
+      ticks++
+      if (ticking) setImmediate(tick)
+    }
+    setImmediate(tick)
+    const at: number[] = []
+    const batch = target.batch.bind(target)
+    target.batch = (i, b, s) => {
+      at.push(ticks)
+      batch(i, b, s)
+    }
+    const N = 40_000
+    await pub.batch(0, [removed(...Array.from({ length: N }, (_, i) => i))])
+    await waitFor(() => target.calls.filter((c) => c.kind === 'batch').flatMap((c) => c.hashes!).length === N, 'every hash')
+    ticking = false
+    const calls = target.calls.filter((c) => c.kind === 'batch')
+    expect(calls.length).toBeGreaterThanOrEqual(3)
+    expect(calls.every((c) => c.seq === 0n)).toBe(true)
+    expect(calls.flatMap((c) => c.hashes)).toEqual(Array.from({ length: N }, (_, i) => BigInt(i)))
+    expect(new Set(at).size).toBe(at.length) // no two pieces in one turn
+    expect(sub.status()).toMatchObject({ batches: 1, events: 1 })
+  })
+
   it('a replay that fails declares its whole gap lost, and the endpoint is not asked again during the backoff', async () => {
     const { pub, sub, target, logs } = await rig({ replay: true, replayTimeoutMs: 100, replayBackoffMs: 60_000, resyncMs: 60_000 })
     await pub.batch(0, [removed(0)])
