@@ -259,7 +259,8 @@ export class KvEventSubscriber {
       this.connected = true
       if (this.dropped) this.suspect = true
       this.dropped = false
-      this.log('info', `kv events: ${this.o.instance} connected to ${this.o.endpoint}`)
+      // Through the limiter too: a publisher that keeps breaking its connection must not flood the log.
+      this.limiter.note('connect', 'info', `kv events: ${this.o.instance} connected to ${this.o.endpoint}`)
       // Joining: what the engine cached before is in its replay buffer, not in the live
       // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
       if (this.last === null && this.rebuild === 'due' && this.busy === null) this.startRebuild()
@@ -267,7 +268,7 @@ export class KvEventSubscriber {
     sub.events.on('disconnect', () => {
       this.connected = false
       if (this.last !== null) this.dropped = true
-      this.log('warn', `kv events: ${this.o.instance} disconnected from ${this.o.endpoint}`)
+      this.limiter.note('disconnect', 'warn', `kv events: ${this.o.instance} disconnected from ${this.o.endpoint}`)
       clearTimeout(this.retryWatch)
       this.retryWatch = setTimeout(() => this.givenUp(sub), RETRY_WATCH_MS)
       this.retryWatch.unref()
