@@ -632,8 +632,16 @@ export class KvEventSubscriber {
     if (this.closed) return
     this.replayed(answered)
     let start = -1
+    let bytes = 0
     for (let i = 0; i < batches.length; i++) {
       const b = batches[i]!
+      // Decoding all of it at once could take seconds (64 MiB): in turns of 1 MiB.
+      bytes += b.payload?.length ?? 0
+      if (bytes >= BYTES_PER_TURN) {
+        bytes = 0
+        await turn()
+        if (this.closed) return
+      }
       if (this.decoded(b) === null) start = -1
       else if (start < 0 || b.seq !== batches[i - 1]!.seq + 1n) start = i
     }
