@@ -7,6 +7,7 @@
 //   cap again the same burst, the index grown;
 //   garbage  50,000 frames of garbage, as fast as the socket takes them;
 //   stall    a replay socket that never answers while 100,000 small live batches with gaps flood;
+//   flood    a replay socket that answers without end (2,100,000 answers, no end marker);
 // each after serve has handled the one before, with a quiet second as its baseline (a warm-up
 // second before the first is discarded), and measured until serve has handled all of it.
 // /ping is asked every 10 ms (one at a time), serve's RSS read from /proc every 20 ms.
@@ -95,12 +96,19 @@ async function main(): Promise<void> {
   const replay = new Router({ linger: 0 })
   await replay.bind('tcp://127.0.0.1:*')
   const port = (e: string) => Number(e.slice(e.lastIndexOf(':') + 1))
-  let replayMode = 'answer' as 'answer' | 'silent'
+  let replayMode = 'answer' as 'answer' | 'silent' | 'flood'
+  let flooded = 0
   const buffer = new Map<number, Uint8Array>()
   void (async () => {
     for await (const [id, , start] of replay) {
       if (replayMode === 'silent') continue
       const from = Number(start!.readBigInt64BE(0))
+      if (replayMode === 'flood') {
+        // Answers without end, until the router has given up on this replay.
+        const p = buffer.get(0)!
+        for (flooded = 0; flooded < 2_100_000 && replayMode === 'flood'; flooded++) await replay.send([id!, '', '', seqFrame(from), p])
+        continue
+      }
       for (const [s, p] of buffer) if (s >= from) await replay.send([id!, '', '', seqFrame(s), p])
       await replay.send([id!, '', '', seqFrame(-1), ''])
     }
@@ -167,6 +175,15 @@ async function main(): Promise<void> {
       }
       await sleep(3000)
       replayMode = 'answer'
+    }],
+    ['flood: a replay answering 2,100,000 times without an end marker', async () => {
+      const failures = Number((await publisher()).replayFailures)
+      replayMode = 'flood'
+      seq += 5 // a gap: the replay is asked
+      await send(small())
+      for (let i = 0; i < 600 && Number((await publisher()).replayFailures) === failures; i++) await sleep(100)
+      replayMode = 'answer'
+      console.log(`  (the replay socket had sent ${flooded} answers when serve gave up on it)`)
     }],
   ]
   /** Until serve's counters for the publisher stop moving for longer than a replay's timeout (2 s): the previous attack is fully handled. */
