@@ -54,8 +54,9 @@ KV-cache events (vLLM's --kv-events-config: ZeroMQ PUB, msgpack batches; see doc
   --kv-events-replay-port R   answer replay requests (ROUTER), worker i on R + i
   --kv-events-encoding E      map | array: vLLM's current struct encoding or the older tagged arrays (default map)
   --kv-events-topic T         topic frame of every message (default empty)
-  --kv-events-replay-framing F  topic | legacy: replay answers ["", topic, seq, payload] as vLLM 0.26.0 on
-                              sends them, or ["", seq, payload] as older vLLM did (default topic)
+  --kv-events-replay-framing F
+                              topic | legacy: replay answers ["", topic, seq, payload] as vLLM 0.26.0
+                              on sends them, or ["", seq, payload] as older vLLM did (default topic)
 
 faults (also settable at run time with POST /sim/faults on a worker; POST /sim/restart restarts
 its engine: cache emptied, requests aborted, KV-event sequence back to 0):
