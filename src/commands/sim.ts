@@ -54,6 +54,9 @@ KV-cache events (vLLM's --kv-events-config: ZeroMQ PUB, msgpack batches; see doc
   --kv-events-replay-port R   answer replay requests (ROUTER), worker i on R + i
   --kv-events-encoding E      map | array: vLLM's current struct encoding or the older tagged arrays (default map)
   --kv-events-topic T         topic frame of every message (default empty)
+  --kv-events-replay-framing F
+                              topic | legacy: replay answers ["", topic, seq, payload] as vLLM 0.26.0
+                              on sends them, or ["", seq, payload] as older vLLM did (default topic)
 
 faults (also settable at run time with POST /sim/faults on a worker; POST /sim/restart restarts
 its engine: cache emptied, requests aborted, KV-event sequence back to 0):
@@ -104,7 +107,7 @@ function kvEventsFlags(values: Record<string, unknown>, instances: number): SimK
   const str = (k: string): string | undefined => values[k] as string | undefined
   const port = str('kv-events-port')
   if (port === undefined) {
-    for (const k of ['kv-events-replay-port', 'kv-events-encoding', 'kv-events-topic']) {
+    for (const k of ['kv-events-replay-port', 'kv-events-encoding', 'kv-events-topic', 'kv-events-replay-framing']) {
       if (str(k) !== undefined) throw new CliError(`--${k} needs --kv-events-port`)
     }
     return undefined
@@ -130,6 +133,12 @@ function kvEventsFlags(values: Record<string, unknown>, instances: number): SimK
   }
   const topic = str('kv-events-topic')
   if (topic !== undefined) out.topic = topic
+  const framing = str('kv-events-replay-framing')
+  if (framing !== undefined) {
+    if (framing !== 'topic' && framing !== 'legacy') throw new CliError(`--kv-events-replay-framing must be topic or legacy; got '${framing}'`)
+    if (replay === undefined) throw new CliError('--kv-events-replay-framing needs --kv-events-replay-port')
+    out.replayFraming = framing
+  }
   return out
 }
 
@@ -204,6 +213,7 @@ export async function run(argv: string[]): Promise<number> {
     'kv-events-replay-port': str,
     'kv-events-encoding': str,
     'kv-events-topic': str,
+    'kv-events-replay-framing': str,
     'fault-error-rate': str,
     'fault-error-status': str,
     'fault-health-fail': { type: 'boolean' },

@@ -64,6 +64,9 @@ export async function startSimFleet(opts: SimFleetOptions): Promise<SimFleet> {
     if (kv.encoding !== undefined && kv.encoding !== 'map' && kv.encoding !== 'array') {
       throw new OutOfRangeError('kvEvents.encoding', "'map' or 'array'", kv.encoding)
     }
+    if (kv.replayFraming !== undefined && kv.replayFraming !== 'topic' && kv.replayFraming !== 'legacy') {
+      throw new OutOfRangeError('kvEvents.replayFraming', "'topic' or 'legacy'", kv.replayFraming)
+    }
   }
   const side = checkLimit('port', opts.sideChannelPort ?? 0, 'sideChannelPort')
   if (side > 0) checkLimit('port', side + n - 1, 'sideChannelPort + instances - 1')

@@ -24,7 +24,7 @@ import { detokenizeAnswer, tokenizeAnswer } from './tokenize-route.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
 import { requireFeature } from '../core/optional-packages.js'
 import type { KvEventEncoding } from '../fleet/events/types.js'
-import type { KvEventPublisher, KvPublishFaults } from './kv-publisher.js'
+import type { KvEventPublisher, KvPublishFaults, KvReplayFraming } from './kv-publisher.js'
 
 /** Where and how a worker publishes its engine's KV events (vLLM's --kv-events-config). */
 export interface SimKvEventsOptions {
@@ -34,6 +34,8 @@ export interface SimKvEventsOptions {
   replayPort?: number
   topic?: string
   encoding?: KvEventEncoding
+  /** Replay answers with the topic frame (vLLM 0.26.0 on, the default) or without (older vLLM). */
+  replayFraming?: KvReplayFraming
   bufferSteps?: number
 }
 
@@ -175,6 +177,7 @@ export class SimWorker {
         ...(kv.replayPort !== undefined ? { replayPort: kv.replayPort } : {}),
         ...(kv.topic !== undefined ? { topic: kv.topic } : {}),
         ...(kv.encoding !== undefined ? { encoding: kv.encoding } : {}),
+        ...(kv.replayFraming !== undefined ? { replayFraming: kv.replayFraming } : {}),
         ...(kv.bufferSteps !== undefined ? { bufferSteps: kv.bufferSteps } : {}),
         faults: kvFaults(this.faults.config),
       })
@@ -397,6 +400,7 @@ function kvState(p: KvEventPublisher): object {
     endpoint: p.endpoint,
     replay_endpoint: p.replayEndpoint,
     encoding: p.encoding,
+    replay_framing: p.replayFraming,
     topic: p.topic,
     next_seq: p.nextSeq,
     sent: p.sent,

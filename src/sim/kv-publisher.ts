@@ -26,6 +26,8 @@ export interface KvEventPublisherOptions {
   replayPort?: number
   topic?: string
   encoding?: KvEventEncoding
+  /** How replay answers are framed (default 'topic', vLLM 0.26.0 and later). */
+  replayFraming?: KvReplayFraming
   /** Batches kept for replay (vLLM's buffer_steps). */
   bufferSteps?: number
   /** Written into every batch, as vLLM's publisher does (default 0). */
@@ -40,6 +42,15 @@ export interface KvPublishFaults {
   delayMs: number
   seed: number
 }
+
+/**
+ * vLLM's replay answer framing: since 0.26.0 an answer carries the topic like a live message,
+ * ["", topic, seq, payload], and the end marker ["", "", -1, ""]; before, ["", seq, payload]
+ * and ["", -1, ""].
+ */
+export type KvReplayFraming = 'topic' | 'legacy'
+
+export const KV_REPLAY_FRAMINGS: readonly KvReplayFraming[] = ['topic', 'legacy']
 
 export const NO_KV_FAULTS: Readonly<KvPublishFaults> = { dropRate: 0, delayMs: 0, seed: 1 }
 
@@ -79,6 +90,7 @@ const EMPTY = { seq: -1, payload: new Uint8Array(0) }
 export class KvEventPublisher {
   readonly encoding: KvEventEncoding
   readonly topic: string
+  readonly replayFraming: KvReplayFraming
   /** Batches sent live, dropped by the fault, and replay requests answered. */
   sent = 0
   dropped = 0
@@ -120,6 +132,7 @@ export class KvEventPublisher {
     this.host = o.host
     this.encoding = o.encoding ?? 'map'
     this.topic = o.topic ?? ''
+    this.replayFraming = o.replayFraming ?? 'topic'
     this.topicFrame = Buffer.from(this.topic, 'utf8')
     this.bufferSteps = o.bufferSteps ?? DEFAULT_BUFFER_STEPS
     this.rank = o.dataParallelRank ?? 0
@@ -132,6 +145,9 @@ export class KvEventPublisher {
   static async open(o: KvEventPublisherOptions): Promise<KvEventPublisher> {
     const encoding = o.encoding ?? 'map'
     if (encoding !== 'map' && encoding !== 'array') throw new RangeError(`encoding must be 'map' or 'array'; got ${JSON.stringify(encoding)}`)
+    if (o.replayFraming !== undefined && !KV_REPLAY_FRAMINGS.includes(o.replayFraming)) {
+      throw new RangeError(`replayFraming must be 'topic' or 'legacy'; got ${JSON.stringify(o.replayFraming)}`)
+    }
     const steps = o.bufferSteps ?? DEFAULT_BUFFER_STEPS
     if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`bufferSteps must be a positive integer; got ${steps}`)
     checkFaults(o.faults ?? {})
@@ -276,7 +292,8 @@ export class KvEventPublisher {
   }
 
   // vLLM's _service_replay: a request is [identity, "", start seq]; every buffered batch
-  // from start on goes back as [identity, "", seq, payload], then [identity, "", -1, ""].
+  // from start on goes back as [identity, "", topic, seq, payload], then
+  // [identity, "", "", -1, ""] (the legacy framing: no topic frame in either).
   private async serveReplays(router: Router, epoch: number): Promise<void> {
     try {
       for await (const msg of router) {
@@ -286,11 +303,12 @@ export class KvEventPublisher {
         if (start === null) continue
         this.replays++
         const from = start < 0n ? 0 : Number(start)
+        const topic = this.replayFraming === 'topic'
         try {
           for (const b of this.buffer.slice(this.bufferHead)) {
-            if (b.seq >= from) await router.send([id, '', seqFrame(b.seq), b.payload])
+            if (b.seq >= from) await router.send(topic ? [id, '', this.topicFrame, seqFrame(b.seq), b.payload] : [id, '', seqFrame(b.seq), b.payload])
           }
-          await router.send([id, '', seqFrame(-1), ''])
+          await router.send(topic ? [id, '', '', seqFrame(-1), ''] : [id, '', seqFrame(-1), ''])
         } catch (err) {
           if (epoch === this.epoch) this.failed(err) // this requester's answer is cut short; the next one is served
         }

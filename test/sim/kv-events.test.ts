@@ -125,31 +125,42 @@ describe('sim --kv-events-port: the wire', () => {
     expect((await post(f.urls[0]!, '/sim/faults', { restart: 'yes' })).status).toBe(400)
   })
 
-  it('answers replay requests with vLLM\'s framing, from the asked sequence number, then -1', async () => {
-    const f = await fleet({ kvEvents: { port: 0, replayPort: 0 } })
-    const msgs = await listen(f.workers[0]!)
-    for (let i = 0; i < 3; i++) await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, `rp${i}`), max_tokens: 1 })
-    await waitFor(() => msgs.length >= 3, 'three batches')
-    const dealer = new Dealer({ linger: 0 })
-    sockets.push(dealer)
-    dealer.connect(f.kvReplayEndpoints![0]!)
-    await dealer.send(['', seqFrame(1)])
-    const got: Buffer[][] = []
-    for (;;) {
-      const frames = await dealer.receive()
-      got.push(frames)
-      if (readSeq(frames[1]!) === -1n) break
-    }
-    const live = msgs.slice(1)
-    expect(got.length).toBe(live.length + 1)
-    got.slice(0, -1).forEach((frames, i) => {
-      expect(frames).toHaveLength(3)
-      expect(frames[0]!.length).toBe(0)
-      expect(readSeq(frames[1]!)).toBe(live[i]!.seq)
-      expect(frames[2]!.equals(live[i]!.payload)).toBe(true)
+  for (const [framing, topic] of [
+    [undefined, 'kv@w0'],
+    [undefined, ''],
+    ['legacy', 'kv@w0'],
+  ] as const) {
+    const name = framing === undefined ? "vLLM 0.26.0's framing by default, the topic after the delimiter" : "older vLLM's framing with replayFraming 'legacy', no topic frame"
+    it(`answers replay requests with ${name} (topic ${JSON.stringify(topic)}), from the asked sequence number, then -1`, async () => {
+      const f = await fleet({ kvEvents: { port: 0, replayPort: 0, topic, ...(framing !== undefined ? { replayFraming: framing } : {}) } })
+      const msgs = await listen(f.workers[0]!)
+      for (let i = 0; i < 3; i++) await post(f.urls[0]!, '/v1/completions', { prompt: promptOf(40, `rp${i}`), max_tokens: 1 })
+      await waitFor(() => msgs.length >= 3, 'three batches')
+      const dealer = new Dealer({ linger: 0 })
+      sockets.push(dealer)
+      dealer.connect(f.kvReplayEndpoints![0]!)
+      await dealer.send(['', seqFrame(1)])
+      const withTopic = framing === undefined
+      const seqAt = withTopic ? 2 : 1
+      const got: Buffer[][] = []
+      for (;;) {
+        const frames = await dealer.receive()
+        got.push(frames)
+        if (readSeq(frames[seqAt]!) === -1n) break
+      }
+      const live = msgs.slice(1)
+      expect(got.length).toBe(live.length + 1)
+      got.slice(0, -1).forEach((frames, i) => {
+        expect(frames).toHaveLength(withTopic ? 4 : 3)
+        expect(frames[0]!.length).toBe(0)
+        if (withTopic) expect(frames[1]!.toString()).toBe(topic)
+        expect(readSeq(frames[seqAt]!)).toBe(live[i]!.seq)
+        expect(frames[seqAt + 1]!.equals(live[i]!.payload)).toBe(true)
+      })
+      // vLLM's end marker has an empty topic frame whatever the stream's topic.
+      expect(got.at(-1)!.map((b) => b.toString('hex'))).toEqual(withTopic ? ['', '', 'ffffffffffffffff', ''] : ['', 'ffffffffffffffff', ''])
     })
-    expect(got.at(-1)!.map((b) => b.toString('hex'))).toEqual(['', 'ffffffffffffffff', ''])
-  })
+  }
 })
 
 describe('sim KV events through KvEventSubscriber', () => {
@@ -238,7 +249,7 @@ const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 describe.skipIf(!existsSync(cli))('prefix-router sim --kv-events-*', () => {
   it('lists the flags in --help', () => {
     const r = spawnSync(process.execPath, [cli, 'sim', '--help'], { encoding: 'utf8' })
-    for (const flag of ['--kv-events-port', '--kv-events-replay-port', '--kv-events-encoding', '--kv-events-topic', '--fault-kv-drop-rate', '--fault-kv-delay-ms', '/sim/restart']) {
+    for (const flag of ['--kv-events-port', '--kv-events-replay-port', '--kv-events-encoding', '--kv-events-topic', '--kv-events-replay-framing', '--fault-kv-drop-rate', '--fault-kv-delay-ms', '/sim/restart']) {
       expect(r.stdout).toContain(flag)
     }
   })
@@ -250,6 +261,8 @@ describe.skipIf(!existsSync(cli))('prefix-router sim --kv-events-*', () => {
       [['--kv-events-port', '65535', '--instances', '2'], /--kv-events-port \+ --instances - 1 must be at most 65535; got 65536/],
       [['--kv-events-port', '5557', '--kv-events-encoding', 'json'], /--kv-events-encoding must be map or array; got 'json'/],
       [['--kv-events-replay-port', '5558'], /--kv-events-replay-port needs --kv-events-port/],
+      [['--kv-events-port', '5557', '--kv-events-replay-port', '5600', '--kv-events-replay-framing', 'v2'], /--kv-events-replay-framing must be topic or legacy; got 'v2'/],
+      [['--kv-events-port', '5557', '--kv-events-replay-framing', 'legacy'], /--kv-events-replay-framing needs --kv-events-replay-port/],
       [['--kv-events-port', '5557', '--kv-events-replay-port', '5557'], /--kv-events-replay-port 5557 overlaps/],
       [['--fault-kv-drop-rate', '0.5'], /--fault-kv-drop-rate needs --kv-events-port/],
       [['--kv-events-port', '5557', '--fault-kv-drop-rate', '2'], /--fault-kv-drop-rate must be a number from 0 to 1; got '2'/],

@@ -41,7 +41,11 @@ export class KvEventDecodeError extends PrefixRouterError {
 export interface DecodedBatch extends KvEventBatch {
   /** Events of a type this version does not know (a newer vLLM's): skipped. */
   skipped: number
-  /** Events of a known type whose fields are missing or of the wrong type: dropped. */
+  /**
+   * Events of a known type whose fields are missing, of the wrong type or out of range (a
+   * BlockStored with no blocks, tokens not blockSize per block, block_size 0, a negative
+   * lora_id or group_idx, a token id outside 0..2^32-1): dropped.
+   */
   undecodable: number
 }
 
@@ -149,12 +153,16 @@ function decodeEvent(tag: (typeof TYPES)[number], raw: Map<unknown, unknown> | u
     tokenIds === undefined ||
     blockSize === undefined ||
     blockSize < 1 ||
+    // No blocks, or tokens that are not blockSize per block: nothing the index can hash.
+    blockHashes.length === 0 ||
     tokenIds.length !== blockHashes.length * blockSize ||
     loraId === undefined ||
+    (loraId !== null && loraId < 0) ||
     medium === undefined ||
     loraName === undefined ||
     extraKeys === undefined ||
-    groupIdx === undefined
+    groupIdx === undefined ||
+    (groupIdx !== null && groupIdx < 0)
   ) {
     return undefined
   }
@@ -191,12 +199,16 @@ function hashes(v: unknown): EngineBlockHash[] | undefined {
   return out
 }
 
+/** The largest token id: the index holds tokens as uint32, so a larger one would wrap into another token. */
+const MAX_TOKEN_ID = 0xffff_ffff
+
 function tokens(v: unknown): number[] | undefined {
   if (!Array.isArray(v)) return undefined
   for (let i = 0; i < v.length; i++) {
     const t = v[i]
-    if (typeof t === 'number' && Number.isSafeInteger(t) && t >= 0) continue
-    if (typeof t === 'bigint' && t >= 0n && t <= BigInt(Number.MAX_SAFE_INTEGER)) v[i] = Number(t)
+    if (typeof t === 'number' && Number.isInteger(t) && t >= 0 && t <= MAX_TOKEN_ID) continue
+    // A 64-bit integer on the wire comes as a bigint, whatever its value.
+    if (typeof t === 'bigint' && t >= 0n && t <= BigInt(MAX_TOKEN_ID)) v[i] = Number(t)
     else return undefined
   }
   return v as number[]

@@ -32,6 +32,12 @@ export const KvEventsSchema = z
     resyncMs: z.number().int().min(0).max(3_600_000).default(30_000),
     /** A publisher not reached (no ZeroMQ handshake) this long after subscribing, or after losing it, is warned of, naming its address. */
     connectWarnMs: z.number().int().min(100).max(600_000).default(5000),
+    /**
+     * The largest KV-event message accepted, per ZeroMQ frame: a larger one is refused unread
+     * (that batch is lost). Decoding one message is one turn of the event loop, so this also
+     * bounds the longest such turn (25-50 ms for 1 MiB on 2 shared cores).
+     */
+    maxMessageBytes: z.number().int().min(65_536).max(268_435_456).default(1024 * 1024),
   })
   .strict()
 

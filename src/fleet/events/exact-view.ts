@@ -49,9 +49,17 @@ export interface InstanceView {
     seq: string | null
     batches: number
     events: number
+    /** Messages dropped as unusable (framing, msgpack, a batch's fields). */
     undecodable: number
+    /** Events left out of applied batches: malformed (no or mismatched tokens, block_size 0, negative ids, token ids past 2^32-1), or of a type this version does not know. */
+    malformedEvents: number
+    unknownEvents: number
+    /** Messages over kvEvents.maxMessageBytes, refused unread (each a lost batch). */
+    oversized: number
     gaps: number
     replays: number
+    /** Replays that failed (timed out, overflowed their bounds, lost their connection). */
+    replayFailures: number
     restarts: number
     /** The sequence this rank's view was rebuilt from out of the replay buffer ("0": the whole cache; later: blocks stored before it are unknown); null: not rebuilt. */
     rebuiltFrom: string | null
@@ -108,6 +116,7 @@ export class ExactView {
           topic: this.#cfg.topic,
           resyncMs: this.#cfg.resyncMs,
           connectWarnMs: this.#cfg.connectWarnMs,
+          maxMessageBytes: this.#cfg.maxMessageBytes,
           target: this.#target(a.rank),
           // `publisher`, not `endpoint`: the endpoint's logger already names the router's endpoint.
           log: (level, msg, fields) => this.#log[level]({ instance: id, publisher: a.endpoint, ...fields }, msg),
@@ -244,8 +253,12 @@ export class ExactView {
           batches: st.batches,
           events: st.events,
           undecodable: st.undecodable,
+          malformedEvents: st.badEvents,
+          unknownEvents: st.skippedEvents,
+          oversized: st.oversized,
           gaps: st.gaps,
           replays: st.replays,
+          replayFailures: st.replayFailures,
           restarts: st.restarts,
           rebuiltFrom: st.rebuiltFrom === null ? null : String(st.rebuiltFrom),
           rebuilds: st.rebuilds,

@@ -33,7 +33,11 @@ export function registerKvEventMetrics(endpoints: () => Iterable<Endpoint>, regi
     })
   counter('prefix_router_kv_event_batches_total', "KV-event batches received from each instance's publishers (vLLM's ZeroMQ stream), replayed ones included.", (p) => p.batches)
   counter('prefix_router_kv_events_total', 'KV events (BlockStored, BlockRemoved, AllBlocksCleared) received from each instance.', (p) => p.events)
-  counter('prefix_router_kv_events_undecodable_total', 'KV-event frames or events that could not be decoded (wrong framing, bad msgpack, unknown event types), per instance.', (p) => p.undecodable)
+  counter(
+    'prefix_router_kv_events_undecodable_total',
+    'KV-event messages or events that could not be used, per instance: messages with the wrong framing, bad msgpack or over kvEvents.maxMessageBytes, and events that are malformed (no or mismatched tokens, block_size 0, negative ids, token ids past 2^32-1) or of an unknown type.',
+    (p) => p.undecodable + p.oversized + p.malformedEvents + p.unknownEvents,
+  )
   counter('prefix_router_kv_event_gaps_total', 'Gaps in an instance\'s event sequence numbers (lost batches), replayed or not.', (p) => p.gaps)
   counter('prefix_router_kv_event_replays_total', "Requests to an instance's replay socket for missed batches.", (p) => p.replays)
   new Counter({

@@ -11,9 +11,10 @@ import type { Observer } from 'zeromq'
 /** How long a subscriber may go without reaching its publisher before a warning (kvEvents.connectWarnMs). */
 export const DEFAULT_CONNECT_WARN_MS = 5000
 
+/** `kind` tells lines apart for a rate limiter: connect, disconnect, unreachable, or reached after that warning. */
 export interface ReachLog {
-  warn(msg: string, fields: object): void
-  info(msg: string, fields: object): void
+  warn(kind: 'disconnect' | 'unreachable', msg: string, fields: object): void
+  info(kind: 'connect' | 'reached', msg: string, fields: object): void
 }
 
 export class PublisherReach {
@@ -48,13 +49,13 @@ export class PublisherReach {
       this.reached = true
       this.problem = null
       clearTimeout(this.#timer)
-      this.#log.info(`kv events: ${instance} connected to ${endpoint}${warned ? ` after ${Math.round(performance.now() - this.#since)} ms` : ''}`, {})
+      this.#log.info(warned ? 'reached' : 'connect', `kv events: ${instance} connected to ${endpoint}${warned ? ` after ${Math.round(performance.now() - this.#since)} ms` : ''}`, {})
     })
     // A peer that is no publisher connects and drops every ~100 ms: only a publisher reached is worth a line.
     events.on('disconnect', () => {
       if (!this.reached) return
       this.reached = false
-      this.#log.warn(`kv events: ${instance} disconnected from ${endpoint}`, {})
+      this.#log.warn('disconnect', `kv events: ${instance} disconnected from ${endpoint}`, {})
       this.#arm()
     })
     this.#arm()
@@ -80,6 +81,7 @@ export class PublisherReach {
     if (this.#stopped || this.reached) return
     this.problem = this.#why()
     this.#log.warn(
+      'unreachable',
       `kv events: ${this.#instance}'s publisher at ${this.#endpoint} is not reached after ${this.#warnMs} ms: ${this.problem}; ZeroMQ keeps retrying. Check the port (--kv-events-port, or the instance's kvEvents.endpoint) and that vLLM runs with --kv-events-config publishing there`,
       { attempts: this.#attempts, connectWarnMs: this.#warnMs },
     )

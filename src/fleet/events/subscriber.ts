@@ -18,13 +18,29 @@
 // the one applied (its ts differs), this is a new process, and its batches are asked for
 // from 0. After a disconnect the next batch is checked that way even when it follows on;
 // without a replay endpoint it cannot be, so the view is reset and marked stale instead.
-// No frame, however malformed, throws out of here: bad frames are counted and dropped.
+// No frame, however malformed, throws out of here: bad frames are counted and dropped, and
+// logged once, then summed up per interval (LogLimiter).
+//
+// Bounds, so that no publisher can stall the router or grow its memory without end:
+//   - ZeroMQ refuses a frame over maxMessageBytes before reading it (it drops the connection
+//     for good: the subscriber notices, counts it, and connects again);
+//   - messages are handled in turns of at most maxBatchesPerTurn messages or 1 MiB, and a
+//     batch of many blocks is applied in pieces, a turn each: the longest turn is decoding
+//     one message of at most the cap;
+//   - while a replay or a rebuild is in flight, live messages wait in ZeroMQ's receive queue
+//     (receiveHighWaterMark messages; beyond, the publisher drops them, a gap), not in the
+//     heap, and are handled in order afterwards;
+//   - a replay keeps at most maxReplayBatches answers and maxReplayBytes of payload, decoded
+//     only when applied; one that fails (times out, overflows, drops) declares its gap lost
+//     at once, and the replay endpoint is not asked again for a backoff (1 s, doubling to 60 s).
 import { createRequire } from 'node:module'
 import type { Dealer, Subscriber } from 'zeromq'
 import { requireFeature } from '../../core/optional-packages.js'
 import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
-import { END_OF_REPLAY, readSeq, seqFrame } from './frames.js'
+import { readReplayAnswer, readSeq, SEQ_BYTES, seqFrame } from './frames.js'
+import { LogLimiter } from './log-limiter.js'
 import { DEFAULT_CONNECT_WARN_MS, PublisherReach } from './publisher-reach.js'
+import { splitBatch } from './split-batch.js'
 import type { KvEventBatch } from './types.js'
 
 type ZeroMq = typeof import('zeromq')
@@ -78,6 +94,15 @@ export interface KvEventSubscriberOptions {
   replayTimeoutMs?: number
   /** Not reached (no ZeroMQ handshake) this long after start or a disconnect: one warning naming the endpoint (default 5000 ms). */
   connectWarnMs?: number
+  /** The largest message ZeroMQ accepts, per frame (default 1 MiB); a larger one is refused unread. */
+  maxMessageBytes?: number
+  /** Answers one replay may send before it counts as failed (default 20,000 batches, 64 MiB of payload). */
+  maxReplayBatches?: number
+  maxReplayBytes?: number
+  /** After a failed replay the endpoint is not asked again for this long, doubling per failure up to 60 s (default 1000 ms). */
+  replayBackoffMs?: number
+  /** Repeated warnings of one kind are summed up once per this interval (default 10000 ms). */
+  logIntervalMs?: number
 }
 
 export interface KvEventSubscriberStatus {
@@ -92,8 +117,12 @@ export interface KvEventSubscriberStatus {
   /** Batches and events applied. */
   batches: number
   events: number
-  /** Messages dropped as unusable: wrong frame count, a sequence frame not 8 bytes, a payload that is not a batch. */
+  /** Messages dropped as unusable: wrong frame count, a sequence frame not 8 bytes or negative, a payload that is not a batch. */
   undecodable: number
+  /** Connections ZeroMQ dropped for a protocol violation, in practice a message over maxMessageBytes (each such message is lost). */
+  oversized: number
+  /** Replays that failed (timed out, overflowed the bounds, lost their connection): their gaps were lost. */
+  replayFailures: number
   /** Events inside applied batches left out: unknown types (skipped) and malformed ones (badEvents). */
   skippedEvents: number
   badEvents: number
@@ -115,14 +144,29 @@ export interface KvEventSubscriberStatus {
 const DEFAULT_RESYNC_MS = 30_000
 const DEFAULT_MAX_PER_TURN = 256
 const DEFAULT_REPLAY_TIMEOUT_MS = 2_000
+export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+export const DEFAULT_MAX_REPLAY_BATCHES = 20_000
+export const DEFAULT_MAX_REPLAY_BYTES = 64 * 1024 * 1024
+const DEFAULT_REPLAY_BACKOFF_MS = 1_000
+const MAX_REPLAY_BACKOFF_MS = 60_000
+/** A turn of the event loop handles at most this much payload (and at least one message). */
+const BYTES_PER_TURN = 1024 * 1024
+/** A batch naming more blocks is applied in pieces of this many, a turn each (2-8 ms on 2 shared cores). */
+const BLOCKS_PER_TURN = 4_096
+/** ZeroMQ schedules a reconnect at once after an ordinary disconnect; none within this long means it gave the connection up. */
+const RETRY_WATCH_MS = 1_000
 /** A sequence number this far below the last is a restarted engine, not a late duplicate. */
 const RESTART_DISTANCE = 1024n
 
 interface Pending {
   seq: bigint
-  /** null: the payload could not be decoded, so the batch's content is lost. */
-  batch: DecodedBatch | null
+  /** The payload until it is decoded (a replay's answers wait undecoded: they are smaller so). */
+  payload: Uint8Array | null
+  /** undefined: not decoded yet; null: the payload could not be decoded, so the batch's content is lost. */
+  batch: DecodedBatch | null | undefined
 }
+
+const turn = (): Promise<void> => new Promise((r) => setImmediate(r))
 
 export class KvEventSubscriber {
   private readonly o: KvEventSubscriberOptions
@@ -134,12 +178,16 @@ export class KvEventSubscriber {
   private last: bigint | null = null
   /** ts of the last batch applied; NaN when that one could not be decoded (nothing to compare). */
   private lastTs = NaN
-  /** The connection dropped since the last batch: the engine may have restarted. */
+  /** The connection dropped after a batch was seen (batches still queued from it are not suspect until it is back). */
+  private dropped = false
+  /** It dropped and came back: the engine may have restarted, so the next batch is checked. */
   private suspect = false
   private isStale = false
   private staleTimer: NodeJS.Timeout | undefined
-  /** Set while a replay is being fetched: live batches wait here. */
-  private held: Pending[] | null = null
+  /** Watches for ZeroMQ's reconnect after a disconnect (none: it gave the connection up). */
+  private retryWatch: NodeJS.Timeout | undefined
+  /** A rebuild in flight (asked at the connect): messages wait for it. */
+  private busy: Promise<void> | null = null
   /**
    * The rebuild from the replay buffer: 'due' until one is tried, 'running', 'done' once it
    * applied something or failed (a buffer that answered empty leaves it due: the engine
@@ -147,14 +195,22 @@ export class KvEventSubscriber {
    */
   private rebuild: 'due' | 'running' | 'done'
   private rebuiltFrom: bigint | null = null
+  /** Live batches up to this one were applied by the rebuild: dropped quietly, not counted as duplicates. */
+  private quietTo: bigint | null = null
+  /** After a failed replay: the endpoint is not asked before this Date.now(); the current backoff. */
+  private backoffUntil = 0
+  private backoffMs = 0
+  private readonly limiter: LogLimiter
   private readonly counts = {
     batches: 0,
     events: 0,
     undecodable: 0,
+    oversized: 0,
     skippedEvents: 0,
     badEvents: 0,
     gaps: 0,
     replays: 0,
+    replayFailures: 0,
     lost: 0,
     duplicates: 0,
     restarts: 0,
@@ -169,37 +225,90 @@ export class KvEventSubscriber {
       if (v !== undefined && !/^tcp:\/\/.+:\d+$/.test(v)) throw new RangeError(`${k} must be tcp://host:port; got ${JSON.stringify(v)}`)
     }
     if (o.endpoint === undefined) throw new RangeError('endpoint must be tcp://host:port; got undefined')
-    for (const [k, v] of [['resyncMs', o.resyncMs], ['maxBatchesPerTurn', o.maxBatchesPerTurn], ['replayTimeoutMs', o.replayTimeoutMs]] as const) {
+    for (const [k, v] of [
+      ['resyncMs', o.resyncMs],
+      ['maxBatchesPerTurn', o.maxBatchesPerTurn],
+      ['replayTimeoutMs', o.replayTimeoutMs],
+      ['maxMessageBytes', o.maxMessageBytes],
+      ['maxReplayBatches', o.maxReplayBatches],
+      ['maxReplayBytes', o.maxReplayBytes],
+      ['replayBackoffMs', o.replayBackoffMs],
+      ['logIntervalMs', o.logIntervalMs],
+    ] as const) {
       if (v !== undefined && !(Number.isInteger(v) && v >= 1)) throw new RangeError(`${k} must be a positive integer; got ${JSON.stringify(v)}`)
     }
+    // ZeroMQ takes the cap as a signed 64-bit count; beyond 2^31 it is no bound worth having.
+    if (o.maxMessageBytes !== undefined && o.maxMessageBytes > 2 ** 31 - 1) throw new RangeError(`maxMessageBytes must be at most ${2 ** 31 - 1}; got ${o.maxMessageBytes}`)
     this.o = o
     this.rebuild = o.replayEndpoint === undefined ? 'done' : 'due'
+    this.limiter = new LogLimiter((level, msg, fields) => this.log(level, msg, fields), `${o.instance} (${o.endpoint})`, o.logIntervalMs)
+  }
+
+  private get maxMessageBytes(): number {
+    return this.o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES
   }
 
   start(): void {
     if (this.sub !== null || this.closed) return
     // vLLM's PUB queues up to 100,000 messages per subscriber; queue as many here so a burst
     // waits in memory rather than being dropped (a gap) while a turn of the event loop runs.
-    const sub = new (zeromq().Subscriber)({ linger: 0, receiveHighWaterMark: 100_000, ipv6: /^tcp:\/\/\[/.test(this.o.endpoint) })
+    // Each is at most maxMessageBytes: ZeroMQ reads a frame's size first and refuses a larger
+    // one without reading it.
+    const sub = new (zeromq().Subscriber)({
+      linger: 0,
+      receiveHighWaterMark: 100_000,
+      maxMessageSize: this.maxMessageBytes,
+      ipv6: /^tcp:\/\/\[/.test(this.o.endpoint),
+    })
     this.sub = sub
     // It logs the connection and its loss, and warns when the publisher is not reached.
     this.reach = new PublisherReach(sub.events, this.o.instance, this.o.endpoint, this.o.connectWarnMs ?? DEFAULT_CONNECT_WARN_MS, {
-      warn: (msg, fields) => this.log('warn', msg, fields),
-      info: (msg, fields) => this.log('info', msg, fields),
+      // Through the limiter: a publisher that keeps breaking its connection must not flood the log.
+      warn: (kind, msg, fields) => this.limiter.note(kind, 'warn', msg, fields),
+      info: (kind, msg, fields) => this.limiter.note(kind, 'info', msg, fields),
     })
     sub.events.on('connect', () => {
       this.connected = true
+      if (this.dropped) this.suspect = true
+      this.dropped = false
       // Joining: what the engine cached before is in its replay buffer, not in the live
       // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
-      if (this.last === null && this.rebuild === 'due' && this.held === null) this.startRebuild([])
+      if (this.last === null && this.rebuild === 'due' && this.busy === null) this.startRebuild()
     })
     sub.events.on('disconnect', () => {
       this.connected = false
-      if (this.last !== null) this.suspect = true
+      if (this.last !== null) this.dropped = true
+      clearTimeout(this.retryWatch)
+      this.retryWatch = setTimeout(() => this.givenUp(sub), RETRY_WATCH_MS)
+      this.retryWatch.unref()
     })
+    sub.events.on('connect:retry', () => clearTimeout(this.retryWatch))
     sub.connect(this.o.endpoint) // ZeroMQ reconnects by itself while the engine is down
     sub.subscribe(this.o.topic ?? '')
     void this.receiveLoop(sub)
+  }
+
+  /**
+   * ZeroMQ dropped the connection and schedules no reconnect: it does that on a protocol
+   * error, which from a publisher means a frame over maxMessageBytes (an oversized batch).
+   * That batch is lost (a gap, found when the next one comes); the connection is made again.
+   */
+  private givenUp(sub: Subscriber): void {
+    if (this.closed || this.sub !== sub) return
+    this.counts.oversized++
+    const mib = (this.maxMessageBytes / 1024 / 1024).toFixed(1)
+    this.limiter.note(
+      'oversized',
+      'warn',
+      `kv events: ${this.o.instance}: ZeroMQ dropped the connection to ${this.o.endpoint} for a protocol violation, in practice a message over the ${mib} MiB cap (kvEvents.maxMessageBytes); that batch is lost, connecting again`,
+      { instance: this.o.instance, maxMessageBytes: this.maxMessageBytes },
+    )
+    try {
+      sub.disconnect(this.o.endpoint)
+    } catch {
+      // already forgotten by ZeroMQ
+    }
+    sub.connect(this.o.endpoint)
   }
 
   async close(): Promise<void> {
@@ -207,6 +316,8 @@ export class KvEventSubscriber {
     this.closed = true
     clearTimeout(this.staleTimer)
     this.reach?.stop()
+    clearTimeout(this.retryWatch)
+    this.limiter.close()
     this.sub?.close()
     this.dealer?.close()
     this.connected = false
@@ -228,6 +339,7 @@ export class KvEventSubscriber {
   private async receiveLoop(sub: Subscriber): Promise<void> {
     const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
     let inTurn = 0
+    let bytes = 0
     while (!this.closed) {
       let msg: Buffer[]
       try {
@@ -238,27 +350,46 @@ export class KvEventSubscriber {
         await new Promise((r) => setTimeout(r, 100))
         continue
       }
-      this.onMessage(msg)
+      while (this.busy !== null) await this.busy
+      if (this.closed) return
+      const p = this.parse(msg)
+      // A replay runs inside: later messages wait in ZeroMQ's queue until it is done.
+      if (p !== null) await this.handle(p)
+      for (const f of msg) bytes += f.length
       // receive() resolves at once while messages are queued, on the microtask queue:
       // without a macrotask break a flood would starve every request.
-      if (++inTurn >= perTurn) {
+      if (++inTurn >= perTurn || bytes >= BYTES_PER_TURN) {
         inTurn = 0
-        await new Promise((r) => setImmediate(r))
+        bytes = 0
+        await turn()
       }
     }
   }
 
-  private onMessage(msg: Buffer[]): void {
+  private parse(msg: Buffer[]): Pending | null {
     if (msg.length !== 3) {
       this.bad(`a message of ${msg.length} frames (expected topic, seq, payload)`)
-      return
+      return null
     }
     const seq = readSeq(msg[1]!)
-    if (seq === null || seq < 0n) {
-      this.bad(`a sequence frame of ${msg[1]!.length} bytes (expected 8)`)
-      return
+    if (seq === null) {
+      this.bad(`a sequence frame of ${msg[1]!.length} bytes (expected ${SEQ_BYTES})`)
+      return null
     }
-    this.handle({ seq, batch: this.decode(msg[2]!, seq) })
+    if (seq < 0n) {
+      this.bad(`a message with the negative sequence number ${seq}`)
+      return null
+    }
+    return { seq, payload: msg[2]!, batch: undefined }
+  }
+
+  /** The batch, decoded on first use (its payload then let go). */
+  private decoded(p: Pending): DecodedBatch | null {
+    if (p.batch === undefined) {
+      p.batch = this.decode(p.payload!, p.seq)
+      p.payload = null
+    }
+    return p.batch
   }
 
   private decode(payload: Uint8Array, seq: bigint): DecodedBatch | null {
@@ -273,63 +404,73 @@ export class KvEventSubscriber {
 
   private bad(what: string): void {
     this.counts.undecodable++
-    this.log('warn', `kv events: ${this.o.instance} dropped ${what}`, { instance: this.o.instance })
+    this.limiter.note('bad', 'warn', `kv events: ${this.o.instance} dropped ${what}`, { instance: this.o.instance })
+  }
+
+  /** A later ts than the last batch applied: a new process's batch, not an old one again. */
+  private newer(p: Pending): boolean {
+    const b = this.decoded(p)
+    return b !== null && b.ts > this.lastTs
   }
 
   /** One batch, live or replayed, through the sequence rules. */
-  private handle(p: Pending): void {
-    if (this.held !== null) {
-      this.held.push(p)
-      return
+  private async handle(p: Pending): Promise<void> {
+    if (this.quietTo !== null) {
+      if (p.seq <= this.quietTo && !this.newer(p)) return
+      this.quietTo = null
     }
     const last = this.last
     if (last === null) {
       if (this.rebuild === 'due') {
-        this.startRebuild([p])
-        return
+        await this.runRebuild(true)
+        if (this.closed) return
+        return this.handle(p)
       }
       this.reset('connect')
-      this.apply(p)
-      return
+      return this.apply(p)
     }
-    // After a disconnect even the next number may come from a new process that got that far.
+    // After a reconnect even the next number may come from a new process that got that far.
     const suspect = this.suspect && last >= 0n
     this.suspect = false
-    if (p.seq === last + 1n && !suspect) {
-      this.apply(p)
-      return
-    }
+    if (p.seq === last + 1n && !suspect) return this.apply(p)
     if (p.seq <= last) {
-      const restarted = p.seq === 0n || p.seq < last - RESTART_DISTANCE || (p.batch !== null && p.batch.ts > this.lastTs)
+      const restarted = p.seq === 0n || p.seq < last - RESTART_DISTANCE || this.newer(p)
       if (!restarted) {
         this.counts.duplicates++
         return
       }
       this.counts.restarts++
-      this.log('info', `kv events: ${this.o.instance} restarted (sequence ${last} -> ${p.seq})`, { instance: this.o.instance })
+      this.limiter.note('restart', 'info', `kv events: ${this.o.instance} restarted (sequence ${last} -> ${p.seq})`, { instance: this.o.instance })
       this.reset('restart')
       this.rebuiltFrom = null
       this.last = -1n // the new process's batches from 0 on are owed
       this.lastTs = NaN
-      this.handle(p)
-      return
+      return this.handle(p)
     }
     if (p.seq > last + 1n) this.counts.gaps++
     const from = last + 1n
-    if (this.o.replayEndpoint === undefined) {
+    const noReplay = this.noReplay()
+    if (noReplay !== null) {
       // Without a replay nothing tells a reconnect to the same process from a new one.
-      if (p.seq === from) this.lose(from, null, 'reconnected, and without a replay endpoint a restarted engine cannot be ruled out')
-      else this.lose(from, p.seq - 1n, 'no replay endpoint')
-      this.apply(p)
-      return
+      if (p.seq === from) this.lose(from, null, `reconnected, and ${noReplay} a restarted engine cannot be ruled out`)
+      else this.lose(from, p.seq - 1n, noReplay)
+      return this.apply(p)
     }
-    this.held = [p]
-    void this.replay(from)
+    await this.replay(from, p)
   }
 
-  private apply(p: Pending): void {
+  /** Why the replay endpoint is not to be asked (null: it is). */
+  private noReplay(): string | null {
+    if (this.o.replayEndpoint === undefined) return 'without a replay endpoint'
+    const left = this.backoffUntil - Date.now()
+    if (left > 0) return `with the replay endpoint not asked for ${left} ms more after a failed replay,`
+    return null
+  }
+
+  /** Applies a batch; a large one in pieces, a turn of the event loop each (so it resolves later). */
+  private async apply(p: Pending): Promise<void> {
     this.last = p.seq
-    const b = p.batch
+    const b = this.decoded(p)
     this.lastTs = b === null ? NaN : b.ts
     if (b === null) {
       this.lose(p.seq, p.seq, 'undecodable batch')
@@ -339,11 +480,22 @@ export class KvEventSubscriber {
     this.counts.events += b.events.length
     this.counts.skippedEvents += b.skipped
     this.counts.badEvents += b.undecodable
+    if (b.undecodable > 0) {
+      this.limiter.note('malformed', 'warn', `kv events: ${this.o.instance} batch ${p.seq} had ${b.undecodable} malformed events (left out)`, { instance: this.o.instance })
+    }
     this.lastBatchAt = Date.now()
-    try {
-      this.o.target.batch(this.o.instance, b, p.seq)
-    } catch (err) {
-      this.log('error', `kv events: ${this.o.instance} target failed on batch ${p.seq}: ${(err as Error).message}`)
+    const pieces = splitBatch(b, BLOCKS_PER_TURN)
+    for (let i = 0; i < pieces.length; i++) {
+      // A batch in pieces was decoded in this turn: its first piece goes in the next.
+      if (pieces.length > 1 || i > 0) {
+        await turn()
+        if (this.closed) return
+      }
+      try {
+        this.o.target.batch(this.o.instance, pieces[i]!, p.seq)
+      } catch (err) {
+        this.log('error', `kv events: ${this.o.instance} target failed on batch ${p.seq}: ${(err as Error).message}`)
+      }
     }
   }
 
@@ -355,14 +507,15 @@ export class KvEventSubscriber {
     this.counts.lost++
     const range = to === null ? `from ${from} on, maybe` : from === to ? `${from}` : `${from}..${to}`
     const what = to === from ? 'batch' : 'batches'
-    this.log('warn', `kv events: ${this.o.instance} lost ${what} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
+    this.limiter.note('lost', 'warn', `kv events: ${this.o.instance} lost ${what} ${range} (${why}); its cache view restarts and is stale for ${this.resyncMs} ms`, {
       instance: this.o.instance,
       from: from.toString(),
       to: to === null ? null : to.toString(),
     })
     this.reset('gap')
     this.rebuiltFrom = null
-    this.setStale(true, `lost batches ${range}`)
+    // Already stale: the resync starts over, without a new warning for each loss in a row.
+    if (!this.isStale) this.setStale(true, `lost batches ${range}`)
     clearTimeout(this.staleTimer)
     this.staleTimer = setTimeout(() => {
       if (!this.closed) this.setStale(false, 'resynced')
@@ -391,73 +544,116 @@ export class KvEventSubscriber {
     }
   }
 
+  /** A replay's outcome: a failed one sets the endpoint's backoff (doubling), an answered one clears it. */
+  private replayed(answered: boolean): void {
+    if (answered) {
+      this.backoffMs = 0
+      return
+    }
+    this.counts.replayFailures++
+    const initial = this.o.replayBackoffMs ?? DEFAULT_REPLAY_BACKOFF_MS
+    this.backoffMs = this.backoffMs === 0 ? initial : Math.min(this.backoffMs * 2, Math.max(initial, MAX_REPLAY_BACKOFF_MS))
+    this.backoffUntil = Date.now() + this.backoffMs
+  }
+
   /**
    * Asks the replay socket for batches from `from` on (and the last one applied, to check
-   * the engine is the same process), applies what fills the gap, then the held live ones.
+   * the engine is the same process), applies what fills the gap before `p` (the live batch
+   * that showed it), then `p`.
    */
-  private async replay(from: bigint): Promise<void> {
+  private async replay(from: bigint, p: Pending): Promise<void> {
     const anchorSeq = from - 1n
-    let got = (await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)).batches
+    let r = await this.fetchReplay(anchorSeq >= 0n && !Number.isNaN(this.lastTs) ? anchorSeq : from)
     if (this.closed) return
-    const anchor = got.find((r) => r.seq === anchorSeq)
-    if (anchor?.batch != null && anchor.batch.ts !== this.lastTs) {
+    const anchor = r.batches.find((x) => x.seq === anchorSeq)
+    if (anchor !== undefined && this.decoded(anchor) !== null && anchor.batch!.ts !== this.lastTs) {
       // The engine's batch `anchorSeq` is not the one applied: a new process.
       this.counts.restarts++
-      this.log('info', `kv events: ${this.o.instance} restarted (its batch ${anchorSeq} is not the one applied)`, { instance: this.o.instance })
+      this.limiter.note('restart', 'info', `kv events: ${this.o.instance} restarted (its batch ${anchorSeq} is not the one applied)`, { instance: this.o.instance })
       this.reset('restart')
       this.rebuiltFrom = null
       this.last = -1n
       this.lastTs = NaN
-      got = (await this.fetchReplay(0n)).batches
+      r = await this.fetchReplay(0n)
       if (this.closed) return
     }
-    const held = this.held ?? []
-    this.held = null
-    const firstHeld = held[0]!.seq
+    this.replayed(r.answered)
+    const got = r.batches
+    const firstHeld = p.seq
     let lostAny = false
     let applied = 0
-    for (const r of got) {
-      if (r.seq <= this.last!) continue
-      if (r.seq >= firstHeld) break // live from here on
-      if (r.seq !== this.last! + 1n) {
+    const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
+    let bytes = 0
+    for (const x of got) {
+      if (x.seq <= this.last!) continue
+      if (x.seq >= firstHeld) break // live from here on
+      if (x.seq !== this.last! + 1n) {
         // The replay starts past the gap (its buffer no longer reaches back): what it has
         // still seeds the view after the reset.
-        this.lose(this.last! + 1n, r.seq - 1n, `the replay started at ${r.seq}`)
+        this.lose(this.last! + 1n, x.seq - 1n, `the replay started at ${x.seq}`)
         lostAny = true
       }
-      this.apply(r)
+      bytes += x.payload?.length ?? 0
+      await this.apply(x)
+      if (this.closed) return
       applied++
+      if (applied % perTurn === 0 || bytes >= BYTES_PER_TURN) {
+        bytes = 0
+        await turn()
+        if (this.closed) return
+      }
     }
     if (this.last! + 1n < firstHeld) {
-      this.lose(this.last! + 1n, firstHeld - 1n, got.length === 0 ? 'the replay returned nothing' : `the replay held only ${got[0]!.seq}..${got.at(-1)!.seq}`)
+      const why = !r.answered
+        ? `the replay failed: ${r.failure}; the replay endpoint is not asked again for ${this.backoffMs} ms`
+        : got.length === 0
+          ? 'the replay returned nothing'
+          : `the replay held only ${got[0]!.seq}..${got.at(-1)!.seq}`
+      this.lose(this.last! + 1n, firstHeld - 1n, why)
       lostAny = true
       this.last = firstHeld - 1n
     }
     if (!lostAny && applied > 0) this.counts.replays++
-    // Through the rules again: duplicates of the replay drop, a new gap starts a new replay
-    // (and the rest is held for it).
-    for (const p of held) this.handle(p)
+    // Through the rules again: a duplicate of the replay drops; a restart or a new gap is handled as such.
+    return this.handle(p)
   }
 
-  private startRebuild(held: Pending[]): void {
+  private startRebuild(): void {
+    void this.runRebuild(false)
+  }
+
+  /** withLive: a live batch is waiting for it (so an empty buffer is not asked again). */
+  private runRebuild(withLive: boolean): Promise<void> {
     this.rebuild = 'running'
-    this.held = held
-    void this.rebuildFromBuffer()
+    const b = this.rebuildFromBuffer(withLive).finally(() => {
+      if (this.busy === b) this.busy = null
+    })
+    this.busy = b
+    return b
   }
 
   /**
    * Joining the stream: everything the engine's replay buffer holds, from 0, applied in
-   * order (in bounded turns; live batches held meanwhile), then the held ones through the
+   * order (in bounded turns; live batches wait meanwhile), then the live ones through the
    * rules. What is applied is the last unbroken run of decodable batches: a hole in the
    * buffer would leave the view wrong, not just short.
    */
-  private async rebuildFromBuffer(): Promise<void> {
+  private async rebuildFromBuffer(withLive: boolean): Promise<void> {
     const { batches, answered } = await this.fetchReplay(0n)
     if (this.closed) return
+    this.replayed(answered)
     let start = -1
+    let bytes = 0
     for (let i = 0; i < batches.length; i++) {
       const b = batches[i]!
-      if (b.batch === null) start = -1
+      // Decoding all of it at once could take seconds (64 MiB): in turns of 1 MiB.
+      bytes += b.payload?.length ?? 0
+      if (bytes >= BYTES_PER_TURN) {
+        bytes = 0
+        await turn()
+        if (this.closed) return
+      }
+      if (this.decoded(b) === null) start = -1
       else if (start < 0 || b.seq !== batches[i - 1]!.seq + 1n) start = i
     }
     const run = start < 0 ? [] : batches.slice(start)
@@ -465,9 +661,8 @@ export class KvEventSubscriber {
       // Nothing to rebuild from: follow live as before. An empty buffer that answered, asked
       // before any batch came, is an engine that has published nothing yet: its first batch
       // tries again (once: a buffer empty even then is not asked again).
-      this.rebuild = answered && batches.length === 0 && (this.held?.length ?? 0) === 0 ? 'due' : 'done'
+      this.rebuild = answered && batches.length === 0 && !withLive ? 'due' : 'done'
       if (answered && batches.length > 0) this.log('warn', `kv events: ${this.o.instance} replay buffer had no usable run of batches; following live`, { instance: this.o.instance })
-      this.releaseHeld()
       return
     }
     this.rebuild = 'done'
@@ -476,17 +671,20 @@ export class KvEventSubscriber {
     this.reset('connect')
     this.call(() => this.o.target.rebuilding?.(this.o.instance, from))
     const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
+    let events = 0
     for (let i = 0; i < run.length; i++) {
       if (i > 0 && i % perTurn === 0) {
-        await new Promise((r) => setImmediate(r))
+        await turn()
         if (this.closed) return
       }
-      this.apply(run[i]!)
+      await this.apply(run[i]!)
+      if (this.closed) return
+      events += run[i]!.batch?.events.length ?? 0
     }
     this.rebuiltFrom = from
+    this.quietTo = to
     this.counts.rebuilds++
     if (from > 0n) this.counts.partialRebuilds++
-    const events = run.reduce((n, r) => n + r.batch!.events.length, 0)
     this.log(
       'info',
       from === 0n
@@ -495,30 +693,34 @@ export class KvEventSubscriber {
       { instance: this.o.instance, rebuiltFrom: from.toString(), to: to.toString(), complete: from === 0n },
     )
     this.call(() => this.o.target.rebuilt?.(this.o.instance, from, to))
-    this.releaseHeld()
   }
 
   /**
-   * The live batches held during a rebuild, through the rules. Those the replay already
-   * applied are dropped quietly (not counted as duplicates): no later ts, so no new process.
+   * The batches replayed from `from` on, in order, undecoded; answered: the end marker came
+   * (else the replay failed, and `failure` says how: timed out, overflowed its bounds, or
+   * lost its connection; what came before is kept).
    */
-  private releaseHeld(): void {
-    const held = this.held ?? []
-    this.held = null
-    for (const p of held) {
-      if (this.rebuiltFrom !== null && this.last !== null && p.seq <= this.last && (p.batch === null || !(p.batch.ts > this.lastTs))) continue
-      this.handle(p)
-    }
-  }
-
-  /** The batches replayed from `from` on, in order; answered: the end marker came (else it failed or timed out). */
-  private async fetchReplay(from: bigint): Promise<{ batches: Pending[]; answered: boolean }> {
+  private async fetchReplay(from: bigint): Promise<{ batches: Pending[]; answered: boolean; failure: string }> {
     const timeout = this.o.replayTimeoutMs ?? DEFAULT_REPLAY_TIMEOUT_MS
+    const maxBatches = this.o.maxReplayBatches ?? DEFAULT_MAX_REPLAY_BATCHES
+    const maxBytes = this.o.maxReplayBytes ?? DEFAULT_MAX_REPLAY_BYTES
     const deadline = Date.now() + timeout
     const out: Pending[] = []
     let answered = false
-    const dealer = new (zeromq().Dealer)({ linger: 0, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
+    let failure = ''
+    let bytes = 0
+    let inTurn = 0
+    let turnBytes = 0
+    const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
+    const dealer = new (zeromq().Dealer)({ linger: 0, maxMessageSize: this.maxMessageBytes, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
     this.dealer = dealer
+    let lostConnection = false
+    // The answer cannot survive its connection (a dropped one is an oversized answer, or the
+    // engine gone): fail now rather than at the timeout.
+    dealer.events.on('disconnect', () => {
+      lostConnection = true
+      dealer.close()
+    })
     try {
       dealer.connect(this.o.replayEndpoint!)
       dealer.sendTimeout = timeout
@@ -527,30 +729,43 @@ export class KvEventSubscriber {
         const left = deadline - Date.now()
         if (left <= 0) throw new Error(`no end of replay within ${timeout} ms`)
         dealer.receiveTimeout = left
-        const msg = await dealer.receive()
-        if (msg.length !== 3 || msg[0]!.length !== 0) {
-          this.bad(`a replay message of ${msg.length} frames`)
+        let msg: Buffer[]
+        try {
+          msg = await dealer.receive()
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === 'EAGAIN') throw new Error(`no end of replay within ${timeout} ms`)
+          throw err
+        }
+        const a = readReplayAnswer(msg)
+        if (a.kind === 'bad') {
+          this.bad(a.what)
           continue
         }
-        const seq = readSeq(msg[1]!)
-        if (seq === null) {
-          this.bad(`a replay sequence frame of ${msg[1]!.length} bytes`)
-          continue
-        }
-        if (seq === END_OF_REPLAY) {
+        if (a.kind === 'end') {
           answered = true
           break
         }
-        out.push({ seq, batch: this.decode(msg[2]!, seq) })
+        if (out.length >= maxBatches || bytes + a.payload.length > maxBytes) {
+          throw new Error(`more than ${maxBatches} batches or ${maxBytes / 1024 / 1024} MiB of payload without the end marker`)
+        }
+        out.push({ seq: a.seq, payload: a.payload, batch: undefined })
+        bytes += a.payload.length
+        turnBytes += a.payload.length
+        if (++inTurn >= perTurn || turnBytes >= BYTES_PER_TURN) {
+          inTurn = 0
+          turnBytes = 0
+          await turn()
+        }
       }
     } catch (err) {
-      if (!this.closed) this.log('warn', `kv events: ${this.o.instance} replay from ${from} failed: ${(err as Error).message}`)
+      failure = lostConnection ? 'its connection dropped (an answer over the message cap, or the engine went away)' : (err as Error).message
+      if (!this.closed) this.limiter.note('replay', 'warn', `kv events: ${this.o.instance} replay from ${from} failed: ${failure}`, { instance: this.o.instance })
     } finally {
       dealer.close()
       if (this.dealer === dealer) this.dealer = null
     }
     out.sort((a, b) => (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0))
-    return { batches: out, answered }
+    return { batches: out, answered, failure }
   }
 
   private log(level: 'info' | 'warn' | 'error', msg: string, fields?: object): void {

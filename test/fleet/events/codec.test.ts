@@ -4,7 +4,7 @@ import fc from 'fast-check'
 import { pack } from 'msgpackr'
 import { describe, expect, it } from 'vitest'
 import { decodeBatch, encodeBatch, KvEventDecodeError } from '../../../src/fleet/events/codec.js'
-import type { KvEvent, KvEventBatch, KvEventEncoding } from '../../../src/fleet/events/types.js'
+import type { BlockStoredEvent, KvEvent, KvEventBatch, KvEventEncoding } from '../../../src/fleet/events/types.js'
 
 /** A fixstr (strings under 32 bytes): 0xa0 | length, then the UTF-8. */
 const fixstr = (s: string): string => (0xa0 | s.length).toString(16) + Buffer.from(s).toString('hex')
@@ -154,6 +154,38 @@ describe('decodeBatch', () => {
     expect(d.events).toEqual([{ type: 'AllBlocksCleared' }])
     expect(d.skipped).toBe(2)
     expect(d.undecodable).toBe(3)
+  })
+
+  it('counts as malformed, not wraps or keeps, what the index cannot hold: no blocks, wrong token counts, block_size 0, negative ids, token ids past 2^32-1', () => {
+    const stored = (o: Partial<BlockStoredEvent>): BlockStoredEvent => ({
+      type: 'BlockStored',
+      blockHashes: [1n],
+      parentBlockHash: null,
+      tokenIds: [7, 8],
+      blockSize: 2,
+      loraId: null,
+      medium: 'GPU',
+      loraName: null,
+      extraKeys: null,
+      groupIdx: null,
+      ...o,
+    })
+    const bad = [
+      stored({ blockHashes: [], tokenIds: [] }), // no blocks, no tokens
+      stored({ tokenIds: [] }), // a block without its tokens
+      stored({ tokenIds: [1, 2, 3] }), // tokens not block_size per block
+      stored({ blockSize: 0, tokenIds: [] }),
+      stored({ tokenIds: [-1, 2] }),
+      stored({ loraId: -3 }),
+      stored({ groupIdx: -1 }),
+      stored({ tokenIds: [2 ** 32, 2] }), // would wrap to token 0
+      stored({ tokenIds: [2 ** 40, 2] }),
+    ]
+    for (const enc of ['map', 'array'] as const) {
+      const d = decodeBatch(encodeBatch({ ts: 1, events: [...bad, stored({ tokenIds: [2 ** 32 - 1, 0] })], dataParallelRank: null }, enc))
+      expect(d.undecodable, enc).toBe(bad.length)
+      expect(d.events, enc).toEqual([stored({ tokenIds: [2 ** 32 - 1, 0] })])
+    }
   })
 
   it('throws KvEventDecodeError with a stable code for what is not a batch', () => {

@@ -47,7 +47,8 @@ describe('kvEvents and tokenizer settings', () => {
 
   it('take defaults and name bad values', () => {
     const c = parseConfig({ kvEvents: { port: 5557 }, tokenizer: { mode: 'remote' }, endpoints: [ep] })
-    expect(c.kvEvents).toEqual({ port: { port: 5557 }, topic: '', dataParallelRanks: 1, resyncMs: 30000, connectWarnMs: 5000 })
+    expect(c.kvEvents).toEqual({ port: { port: 5557 }, topic: '', dataParallelRanks: 1, resyncMs: 30000, connectWarnMs: 5000, maxMessageBytes: 1024 * 1024 })
+    expect(() => parseConfig({ kvEvents: { port: 5557, maxMessageBytes: 1000 }, endpoints: [ep] })).toThrow(/kvEvents\.maxMessageBytes/)
     expect(c.tokenizer).toEqual({ mode: 'remote', timeoutMs: 50 })
     expect(() => parseConfig({ kvEvents: { port: 'x500' }, endpoints: [ep] })).toThrow(/kvEvents\.port: must be a port from 1 to 65535, or an offset.*"x500"/)
     expect(() => parseConfig({ kvEvents: { port: 70000 }, endpoints: [ep] })).toThrow(/kvEvents\.port/)

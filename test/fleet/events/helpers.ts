@@ -22,12 +22,22 @@ export function removed(...hashes: number[]): KvEvent {
 }
 
 /** gated: answers (from the buffer as it is then) once `open` resolves. */
-export type ReplayMode = { kind: 'answer' } | { kind: 'silent' } | { kind: 'startAt'; seq: number } | { kind: 'gated'; open: Promise<void> }
+/** flood: `count` copies of the buffer's first batch and no end marker. */
+export type ReplayMode =
+  | { kind: 'answer' }
+  | { kind: 'silent' }
+  | { kind: 'startAt'; seq: number }
+  | { kind: 'gated'; open: Promise<void> }
+  | { kind: 'flood'; count: number }
 
 export class TestPublisher {
   subscriptions = 0
   replayRequests: bigint[] = []
   replayMode: ReplayMode = { kind: 'answer' }
+  /** The topic frame of live messages and of 'topic'-framed replay answers. */
+  topic = ''
+  /** 'topic': replay answers as vLLM 0.26.0 on frames them, ["", topic, seq, payload] and ["", "", -1, ""]; 'legacy': ["", seq, payload] and ["", -1, ""]. */
+  replayFraming: 'topic' | 'legacy' = 'legacy'
   /** Payloads by seq, as a vLLM publisher's replay buffer holds them. */
   readonly buffer = new Map<number, Uint8Array>()
 
@@ -65,7 +75,7 @@ export class TestPublisher {
     const b: KvEventBatch = { ts: o.ts ?? 1000 + seq, events, dataParallelRank: 0 }
     const payload = encodeBatch(b, o.encoding ?? 'map')
     this.buffer.set(seq, payload)
-    if (o.live !== false) await this.pub.send(['', seqFrame(seq), payload])
+    if (o.live !== false) await this.pub.send([this.topic, seqFrame(seq), payload])
   }
 
   async raw(frames: (Buffer | Uint8Array | string)[]): Promise<void> {
@@ -86,11 +96,19 @@ export class TestPublisher {
         const mode = this.replayMode
         if (mode.kind === 'silent') continue
         if (mode.kind === 'gated') await mode.open
-        const first = mode.kind === 'startAt' ? BigInt(mode.seq) : from
-        for (const seq of [...this.buffer.keys()].sort((a, b) => a - b)) {
-          if (BigInt(seq) >= first) await router.send([id, '', seqFrame(seq), this.buffer.get(seq)!])
+        if (mode.kind === 'flood') {
+          const [seq, payload] = [...this.buffer.entries()][0]!
+          for (let i = 0; i < mode.count; i++) await router.send([id, '', seqFrame(seq), payload])
+          continue
         }
-        await router.send([id, '', seqFrame(-1), ''])
+        const first = mode.kind === 'startAt' ? BigInt(mode.seq) : from
+        const topic = this.replayFraming === 'topic'
+        for (const seq of [...this.buffer.keys()].sort((a, b) => a - b)) {
+          if (BigInt(seq) < first) continue
+          const payload = this.buffer.get(seq)!
+          await router.send(topic ? [id, '', this.topic, seqFrame(seq), payload] : [id, '', seqFrame(seq), payload])
+        }
+        await router.send(topic ? [id, '', '', seqFrame(-1), ''] : [id, '', seqFrame(-1), ''])
       }
     } catch {
       // closed

@@ -44,40 +44,43 @@ async function held(r: ProxyServer, k: number): Promise<{ blocks: number; by: Re
   return { blocks: d.blocks, by: Object.fromEntries(d.instances.map((i) => [i.instance, i.blocks])) }
 }
 
-async function join(f: SimFleet): Promise<ProxyServer> {
+async function join(f: SimFleet, topic = ''): Promise<ProxyServer> {
   const inst = f.urls.map((url, i) => ({ url, kvEvents: { endpoint: f.kvEndpoints![i]!, replayEndpoint: f.kvReplayEndpoints![i]! } }))
   return startRouter([], {
     endpoints: [{ name: 'default', instances: inst }],
     routing: { strategy: 'longest_prefix' },
-    kvEvents: { port: 5557 },
+    kvEvents: { port: 5557, topic },
     tokenizer: { mode: 'bytes' },
   })
 }
 
 describe('a router joining engines that already hold a cache', () => {
-  it('rebuilds every instance\'s whole view from the replay buffers, without a request', async () => {
-    fleet = await startSimFleet({ instances: 2, profile: 'tiny', kvEvents: { port: 0, replayPort: 0 } })
-    // Documents 0-5 cached past any router: even ones on instance 0, odd ones on 1.
-    for (let k = 0; k < 6; k++) expect((await post(`${fleet.urls[k % 2]}/v1/chat/completions`, body(k))).status).toBe(200)
-    const f = fleet
-    router = await join(f)
-    const r = router
-    await until(async () => (await instances(r)).every((i) => i.kvEvents.publishers[0]!.rebuiltFrom !== null), 30_000, 'both views rebuilt')
-    for (const [i, inst] of (await instances(r)).entries()) {
-      const engine = f.workers[i]!.engine
-      expect(inst.kvEvents.view).toBe('fresh')
-      expect(inst.kvEvents.publishers[0]).toMatchObject({ rebuiltFrom: '0', rebuilds: 1, seq: String(f.workers[i]!.kvPublisher!.nextSeq - 1) })
-      expect(inst.kvEvents.gpuBlocks).toBe(engine.cache.cachedBlocks)
-      expect(inst.kvEvents.gpuBlocks).toBeGreaterThan(0)
-    }
-    for (let k = 0; k < 6; k++) {
-      const h = await held(r, k)
-      expect(h.by[f.urls[k % 2]!], `document ${k} where it was sent`).toBe(h.blocks)
-      expect(h.by[f.urls[1 - (k % 2)]!] ?? 0, `document ${k} elsewhere`).toBe(0)
-    }
-    const metrics = await (await fetch(`${r.adminUrl}/metrics`)).text()
-    expect(metrics).toMatch(/prefix_router_kv_view_rebuilds_total\{endpoint="default",instance="[^"]+",complete="true"\} 1/)
-  })
+  // vLLM 0.26.0 and later answer replays with the topic frame (the simulator's default), older vLLM without.
+  for (const [replayFraming, topic] of [['topic', ''], ['topic', 'kv@sim'], ['legacy', ''], ['legacy', 'kv@sim']] as const) {
+    it(`rebuilds every instance's whole view from the replay buffers, without a request (replay framing ${replayFraming}, topic ${JSON.stringify(topic)})`, async () => {
+      fleet = await startSimFleet({ instances: 2, profile: 'tiny', kvEvents: { port: 0, replayPort: 0, replayFraming, topic } })
+      // Documents 0-5 cached past any router: even ones on instance 0, odd ones on 1.
+      for (let k = 0; k < 6; k++) expect((await post(`${fleet.urls[k % 2]}/v1/chat/completions`, body(k))).status).toBe(200)
+      const f = fleet
+      router = await join(f, topic)
+      const r = router
+      await until(async () => (await instances(r)).every((i) => i.kvEvents.publishers[0]!.rebuiltFrom !== null), 30_000, 'both views rebuilt')
+      for (const [i, inst] of (await instances(r)).entries()) {
+        const engine = f.workers[i]!.engine
+        expect(inst.kvEvents.view).toBe('fresh')
+        expect(inst.kvEvents.publishers[0]).toMatchObject({ rebuiltFrom: '0', rebuilds: 1, seq: String(f.workers[i]!.kvPublisher!.nextSeq - 1) })
+        expect(inst.kvEvents.gpuBlocks).toBe(engine.cache.cachedBlocks)
+        expect(inst.kvEvents.gpuBlocks).toBeGreaterThan(0)
+      }
+      for (let k = 0; k < 6; k++) {
+        const h = await held(r, k)
+        expect(h.by[f.urls[k % 2]!], `document ${k} where it was sent`).toBe(h.blocks)
+        expect(h.by[f.urls[1 - (k % 2)]!] ?? 0, `document ${k} elsewhere`).toBe(0)
+      }
+      const metrics = await (await fetch(`${r.adminUrl}/metrics`)).text()
+      expect(metrics).toMatch(/prefix_router_kv_view_rebuilds_total\{endpoint="default",instance="[^"]+",complete="true"\} 1/)
+    })
+  }
 
   it('with a buffer too short to reach back to 0, the view is what the buffered batches stored, reported as such', async () => {
     const bufferSteps = 3
