@@ -12,6 +12,7 @@ import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
+import { registerTokenizerMetrics } from '../tokens/metrics.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { listenAdmin, type AdminServer } from './admin.js'
@@ -124,6 +125,7 @@ export class ProxyServer implements ProxyCore {
     )
     this.replicaId = config.replicaId ?? defaultReplicaId()
     if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
+    if (tokenizer !== undefined) registerTokenizerMetrics(tokenizer, [this.metrics.registry])
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
     if (config.sidecar.enabled) {
       this.prefillPods = new PrefillPods(config.sidecar.allow, config.upstream)
