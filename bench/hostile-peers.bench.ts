@@ -20,7 +20,7 @@
 // BASELINE_ROOT=DIR runs every attack against DIR's dist/cli.js too (a checkout of the code
 // before, built), for the numbers the bounds replaced.
 // Run: npx tsc -p tsconfig.build.json && npx tsx bench/hostile-peers.bench.ts
-//   (STREAMS=20000 ATTACK_S=35 IDLE_S=3 WARMUP_S=2 AFTER_S=3 TOKENIZE_REQUESTS=20 TOKENIZE_CONCURRENCY=2 ONLY=epp|tokenize)
+//   (STREAMS=20000 ATTACK_S=40 IDLE_S=3 WARMUP_S=2 AFTER_S=3 TOKENIZE_REQUESTS=20 TOKENIZE_CONCURRENCY=2 ONLY=epp|tokenize)
 import { credentials } from '@grpc/grpc-js'
 import { readFileSync } from 'node:fs'
 import net from 'node:net'
@@ -31,7 +31,7 @@ import { healthService } from '../src/epp/protos.js'
 import { histogram, machine, startNodeScript, startProcess, stopStarted } from './harness.js'
 
 const STREAMS = Number(process.env.STREAMS ?? 20_000)
-const ATTACK_S = Number(process.env.ATTACK_S ?? 35)
+const ATTACK_S = Number(process.env.ATTACK_S ?? 40)
 const IDLE_S = Number(process.env.IDLE_S ?? 3)
 const WARMUP_S = Number(process.env.WARMUP_S ?? 2)
 const AFTER_S = Number(process.env.AFTER_S ?? 3)
@@ -184,10 +184,12 @@ async function deadPort(): Promise<number> {
   return port
 }
 
-async function gauge(adminUrl: string, name: string): Promise<string> {
+/** A metric's value on the admin port: the series with `labels` (as written), else the first. */
+async function gauge(adminUrl: string, name: string, labels = ''): Promise<string> {
   try {
     const text = await (await fetch(`${adminUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
-    return new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 'absent'
+    const series = labels === '' ? '(?:\\{[^}]*\\})?' : `\\{${labels}\\}`
+    return new RegExp(`^${name}${series} (\\S+)$`, 'm').exec(text)?.[1] ?? '0'
   } catch (err) {
     return `unread (${(err as Error).message})`
   }
@@ -237,8 +239,9 @@ async function epp(label: string, root: string, manner: 'polite' | 'rude'): Prom
       // The picker's open streams a second before the attacker lets go.
       await sleep((ATTACK_S - 1) * 1000)
       const held = await gauge(adminUrl, 'prefix_router_epp_streams')
+      const timedOut = await gauge(adminUrl, 'prefix_router_epp_streams_ended_total', 'how="immediate"')
       const counts = (await attacker).match[1]!
-      return `attacker ${counts}; streams the picker held near the end: ${held}`
+      return `attacker ${counts}; streams the picker held near the end: ${held}, answered 408 by then: ${timedOut}`
     })
     report(`${label}: ${STREAMS} bodiless picker streams on one connection, ${manner}, for ${ATTACK_S} s`, r)
   } finally {
