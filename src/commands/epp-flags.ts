@@ -1,6 +1,7 @@
 // `prefix-router epp`'s flags: serve's table without what belongs to an HTTP front (its port,
 // TLS, warm-up, debug headers) or the demo, and the picker's own, each with its variable.
 import { FLAGS, type FlagSpec } from './flags.js'
+import { DEFAULT_MAX_STREAMS, MAX_STREAMS_LIMIT } from '../epp/limits.js'
 
 /** serve's settings that have no meaning for a picker, which has no HTTP front of its own. */
 const FRONT_ONLY = new Set(['demo', 'sim-instances', 'workers', 'host', 'port', 'tls-cert', 'tls-key', 'warmup-requests', 'debug-headers'])
@@ -24,6 +25,13 @@ export const EPP_OWN_FLAGS: readonly FlagSpec[] = [
     kind: 'int',
     arg: 'N',
     help: "gRPC health in plaintext, for the kubelet's probes, which do not speak TLS (default 9003, the reference picker's, when TLS is on; with --grpc-tls off only if given; 0: any free port)",
+  },
+  {
+    name: 'grpc-max-streams',
+    env: 'PREFIX_ROUTER_GRPC_MAX_STREAMS',
+    kind: 'int',
+    arg: 'N',
+    help: `streams one gateway connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS), 1-${MAX_STREAMS_LIMIT} (default ${DEFAULT_MAX_STREAMS}); a gateway needing more opens another connection`,
   },
   {
     name: 'body-mode',

@@ -9,6 +9,7 @@ import { ConfigError, type Config } from '../config/config.js'
 import { TokenizerLoadError } from '../core/errors.js'
 import type { BodyMode } from '../epp/exchange.js'
 import { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT } from '../epp/ports.js'
+import { DEFAULT_MAX_STREAMS, MAX_STREAMS_LIMIT } from '../epp/limits.js'
 import type { EppServer } from '../epp/server.js'
 import type { KeyPair } from '../epp/tls.js'
 import { featuresOf } from '../config/optional-features.js'
@@ -64,6 +65,8 @@ export interface EppSettings {
   tlsFiles?: { cert: string; key: string; certFrom: string; keyFrom: string }
   /** The plaintext health port; undefined: none. */
   healthPort?: number
+  /** Streams open at once on one gateway connection. */
+  maxStreams: number
 }
 
 /** The picker's own settings, flag over variable over default; a bad value is one line naming it. */
@@ -94,12 +97,15 @@ export function eppSettings(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   if (healthPort !== undefined && healthPort !== 0 && healthPort === grpcPort) throw new CliError(`the gRPC port and the health port are both ${grpcPort}; give --grpc-health-port or --grpc-port another`)
   const host = given('grpc-host')
   if (host !== undefined && host.value.trim() === '') throw new CliError(`${host.from} must be an address; got '${host.value}'`)
+  const streams = given('grpc-max-streams')
+  if (streams !== undefined && (!/^\d+$/.test(streams.value) || Number(streams.value) < 1 || Number(streams.value) > MAX_STREAMS_LIMIT)) throw new CliError(`${streams.from} must be an integer from 1 to ${MAX_STREAMS_LIMIT}; got '${streams.value}'`)
   const mode = given('body-mode')
   if (mode !== undefined && mode.value !== 'streamed' && mode.value !== 'buffered') throw new CliError(`${mode.from} must be streamed or buffered; got '${mode.value}'`)
   return {
     grpcHost: host?.value ?? '0.0.0.0',
     grpcPort,
     bodyMode: (mode?.value as BodyMode | undefined) ?? 'streamed',
+    maxStreams: streams === undefined ? DEFAULT_MAX_STREAMS : Number(streams.value),
     tls,
     ...(cert !== undefined && { tlsFiles: { cert: cert.value, key: key!.value, certFrom: cert.from, keyFrom: key!.from } }),
     ...(healthPort !== undefined && { healthPort }),
@@ -159,8 +165,8 @@ export async function run(argv: string[]): Promise<number> {
   setLogger({ error: (...a: unknown[]) => logger.warn({ grpc: a.map(String).join(' ') }, 'grpc-js'), info: (...a: unknown[]) => logger.debug({ grpc: a.map(String).join(' ') }, 'grpc-js'), debug: () => undefined })
   let epp: EppServer
   try {
-    const { grpcHost, grpcPort, bodyMode, healthPort } = settings
-    epp = await EppServer.start(config, { grpcHost, grpcPort, bodyMode, reloadConfig, logger, ...(pair && { tls: pair }), ...(healthPort !== undefined && { healthPort }) })
+    const { grpcHost, grpcPort, bodyMode, healthPort, maxStreams } = settings
+    epp = await EppServer.start(config, { grpcHost, grpcPort, bodyMode, maxStreams, reloadConfig, logger, ...(pair && { tls: pair }), ...(healthPort !== undefined && { healthPort }) })
   } catch (err) {
     if (err instanceof TokenizerLoadError) throw new CliError(`the tokenizer (--tokenizer local, --tokenizer-path) does not load: ${err.message}`)
     const e = err as NodeJS.ErrnoException

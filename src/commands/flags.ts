@@ -169,6 +169,14 @@ export const FLAGS: readonly FlagSpec[] = [
   { name: 'probe-token-file', env: 'PREFIX_ROUTER_PROBE_TOKEN_FILE', kind: 'string', key: ['probeAuth', 'tokenFile'], arg: 'FILE', serveOnly: true, help: "instances behind an API key (vLLM --api-key): the probes (/health, /v1/models, /metrics) send the token in FILE as a bearer token; client requests keep their own Authorization" },
   { name: 'probe-token-env', env: 'PREFIX_ROUTER_PROBE_TOKEN_ENV', kind: 'string', key: ['probeAuth', 'tokenEnv'], arg: 'NAME', serveOnly: true, help: 'as --probe-token-file, the token from the environment variable NAME (e.g. VLLM_API_KEY)' },
   { name: 'max-body-bytes', env: 'PREFIX_ROUTER_MAX_BODY_BYTES', kind: 'int', key: ['limits', 'maxBodyBytes'], arg: 'N', help: 'request body limit (default 16777216)' },
+  {
+    name: 'body-timeout-ms',
+    env: 'PREFIX_ROUTER_BODY_TIMEOUT_MS',
+    kind: 'int',
+    key: ['limits', 'bodyTimeoutMs'],
+    arg: 'N',
+    help: "the whole request body within N ms of its headers, else 408 request_timeout (default 30000; 0: no limit); epp: of its stream's opening",
+  },
   { name: 'drain-delay-ms', env: 'PREFIX_ROUTER_DRAIN_DELAY_MS', kind: 'int', key: ['drain', 'delayMs'], arg: 'N', help: 'on SIGTERM: /health answers 503 and connections are still accepted for N ms (default 5000)' },
   { name: 'drain-timeout-ms', env: 'PREFIX_ROUTER_DRAIN_TIMEOUT_MS', kind: 'int', key: ['drain', 'timeoutMs'], arg: 'N', help: 'then requests in flight get up to N ms to finish (default 30000); a second signal exits at once' },
   {

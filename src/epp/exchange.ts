@@ -9,13 +9,15 @@ import type { Config } from '../config/config.js'
 import type { ExactTokens, Lease } from '../core/router.js'
 import { TENANT_HEADER } from '../core/key/index.js'
 import { RequestError } from '../core/errors.js'
+import { echo } from '../core/echo.js'
 import { decisionOf } from '../core/strategies.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { tenantHash } from '../proxy/access-log.js'
 import { chatKey, openAILimits } from '../proxy/chat-key.js'
-import { methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../proxy/errors.js'
+import { bodyTimeout, methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../proxy/errors.js'
+import { REQUEST_ID_HEADER, requestIdOf, type RequestId } from '../proxy/request-id.js'
 import { openAIBodyOf } from '../proxy/openai-body.js'
 import { matchRoute } from '../proxy/routes.js'
 import { exactTokens } from '../tokens/request-tokens.js'
@@ -64,6 +66,8 @@ type Ended = 'response' | 'cut' | 'immediate'
 export class Exchange {
   readonly started = performance.now()
   #headers: Record<string, string> = {}
+  /** The request id as serve checks it: the gateway's x-request-id when usable, else one of ours, set on the request it sends upstream. */
+  #rid: RequestId | undefined
   #subset: string[] | undefined
   #chunks: Buffer[] = []
   #bytes = 0
@@ -91,12 +95,20 @@ export class Exchange {
    * No promise per message otherwise: there are ten or so messages to a request.
    */
   #tail: Promise<void> | undefined
+  /**
+   * serve's body deadline (limits.bodyTimeoutMs, 0: none), from the stream's opening to the
+   * end of its request body: a stream that sends its headers and never a body would otherwise
+   * hold its slot (and its memory) until the gateway gave up on it, which may be never.
+   */
+  #bodyTimer: NodeJS.Timeout | undefined
 
   constructor(
     readonly core: PickerCore,
     readonly call: Call,
     readonly onEnd: (x: Exchange) => void,
   ) {
+    const ms = core.config.limits.bodyTimeoutMs
+    if (ms > 0) this.#bodyTimer = setTimeout(bodyLate, ms, this, ms).unref()
     call.on('data', (m: ProcessingRequest) => this.#run(() => this.#handle(m)))
     call.on('end', () => {
       // The gateway half-closed: nothing more will come. What it sent before is answered first.
@@ -165,15 +177,16 @@ export class Exchange {
 
   #requestHeaders(h: HttpHeaders, m: ProcessingRequest): Promise<void> | undefined {
     this.#headers = headersOf(h)
+    this.#rid = requestIdOf(this.#headers[REQUEST_ID_HEADER])
     this.#subset = subsetHint(m.metadata_context)
     // Draining takes requests still (readiness is what turns the gateway away), until the port closes.
     const path = this.#headers[':path'] ?? '/'
     const method = this.#headers[':method'] ?? 'POST'
     const matched = matchRoute(path)
-    if (matched === undefined || matched.route.kind !== 'openai') throw notFound('not_found', `the endpoint picker routes OpenAI bodies (POST /v1/chat/completions, /v1/completions, ...); no route for ${method} ${path.split('?')[0]}`)
+    if (matched === undefined || matched.route.kind !== 'openai') throw notFound('not_found', `the endpoint picker routes OpenAI bodies (POST /v1/chat/completions, /v1/completions, ...); no route for ${echo(method)} ${echo(path.split('?')[0]!)}`)
     if (method !== matched.method) throw methodNotAllowed(matched.method)
     const ep = this.core.endpoint(matched.route.endpoint)
-    if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${matched.route.endpoint ?? 'default'}'`)
+    if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(matched.route.endpoint ?? 'default')}'`)
     this.#ep = ep
     this.#api = matched.route.api
     const limit = this.core.config.limits.maxBodyBytes
@@ -211,6 +224,7 @@ export class Exchange {
 
   /** Reads the whole body's routing key, picks, and answers `phase` with the destination; undefined when nothing had to wait. */
   #pick(phase: 'request_headers' | 'request_body'): Promise<void> | undefined {
+    clearTimeout(this.#bodyTimer)
     const ep = this.#ep!
     const { core } = this
     const raw = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks)
@@ -265,7 +279,8 @@ export class Exchange {
     this.#picked = hostPort(pick.instance)
     this.#decision = decisionOf(ep.routing.strategy, pick.lease.overflow)
     // The strategies give one instance, no fallback list: the header and the metadata name it alone.
-    this.#send(destinationResponse(phase, this.#picked, this.#prefiller))
+    // An unusable id (too long, not printable ASCII) is replaced upstream as serve replaces it, so the instance's log and the picker's name the same one.
+    this.#send(destinationResponse(phase, this.#picked, this.#prefiller, this.#rid?.replaced ? this.#rid.id : undefined))
     return undefined
   }
 
@@ -283,7 +298,7 @@ export class Exchange {
     this.#served = servedOf(m.metadata_context)
     if (this.#served !== undefined && this.#served !== this.#picked && this.#ep !== undefined) {
       this.core.eppMetrics.servedElsewhere.inc({ endpoint: this.#ep.name })
-      this.core.log.warn({ endpoint: this.#ep.name, picked: this.#picked, served: this.#served }, 'the gateway served the request elsewhere than the endpoint picked')
+      this.core.log.warn({ endpoint: this.#ep.name, picked: this.#picked, served: echo(this.#served) }, 'the gateway served the request elsewhere than the endpoint picked')
     }
   }
 
@@ -301,6 +316,12 @@ export class Exchange {
     if (this.core.bodyMode === 'streamed') this.#send(streamedBody('response_body', bytesOf(b.body), end))
     else this.#send(continueResponse('response_body'))
     if (end) this.#finish('response')
+  }
+
+  /** The body deadline passed before the body's end: 408 request_timeout, as serve answers it. */
+  bodyLate(ms: number): void {
+    if (this.#ended !== undefined || this.#answered) return
+    this.#fail(bodyTimeout(ms))
   }
 
   /** A refusal (RequestError) becomes the immediate answer; anything else is logged and answered 500. */
@@ -322,6 +343,7 @@ export class Exchange {
   #finish(how: Ended): void {
     if (this.#ended !== undefined) return
     this.#ended = how
+    clearTimeout(this.#bodyTimer)
     this.lease?.release()
     this.#prefillLease?.release()
     const { core } = this
@@ -332,11 +354,17 @@ export class Exchange {
     const seconds = (performance.now() - this.started) / 1000
     if (ep) core.metrics.duration.observe([ep, status], seconds)
     if (core.config.log.accessLog && core.log.isLevelEnabled('info')) {
+      // The gateway's values as serve logs a client's: an unusable request id replaced (and said
+      // so), a method and path cut to echo()'s length.
+      const rid = this.#rid ?? requestIdOf(this.#headers[REQUEST_ID_HEADER])
+      const method = this.#headers[':method']
+      const path = this.#headers[':path']
       core.log.info(
         {
-          requestId: this.#headers['x-request-id'],
-          method: this.#headers[':method'],
-          path: this.#headers[':path']?.split('?')[0],
+          requestId: rid.id,
+          ...(rid.replaced && { requestIdReplaced: true }),
+          method: method === undefined ? undefined : echo(method),
+          path: path === undefined ? undefined : echo(path.split('?')[0]!),
           endpoint: ep || undefined,
           instance: this.#instance?.id,
           picked: this.#picked || undefined,
@@ -354,4 +382,9 @@ export class Exchange {
     }
     this.onEnd(this)
   }
+}
+
+// The body deadline's callback, shared by every stream (no closure per stream).
+function bodyLate(x: Exchange, ms: number): void {
+  x.bodyLate(ms)
 }

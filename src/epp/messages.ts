@@ -2,6 +2,7 @@
 // set oneof member named, google.protobuf.Struct's Value members camelCase as protobufjs keeps
 // them): what the picker reads from Envoy's requests and the responses it builds.
 import type { ProxyError } from '../proxy/errors.js'
+import { REQUEST_ID_HEADER } from '../proxy/request-id.js'
 import { Encoded, encodeResponse } from './codec.js'
 
 /** The header and dynamic-metadata key naming the endpoints picked (protocol: Destination Endpoint). */
@@ -66,10 +67,12 @@ export const PREFILLER = 'x-prefiller-host-port'
  * The answer naming the destination: the header mutation and the same value in dynamic
  * metadata. A disaggregated request names its prefill pod too (PREFILLER); any other has that
  * header removed, so that a client cannot point a decode pod's sidecar at a host of its choosing.
+ * `requestId`: the x-request-id to send upstream in place of an unusable one.
  */
-export function destinationResponse(phase: 'request_headers' | 'request_body', value: string, prefiller?: string): ProcessingResponse {
+export function destinationResponse(phase: 'request_headers' | 'request_body', value: string, prefiller?: string, requestId?: string): ProcessingResponse {
   const header_mutation =
     prefiller === undefined ? { set_headers: [setHeader(DESTINATION, value)], remove_headers: [PREFILLER] } : { set_headers: [setHeader(DESTINATION, value), setHeader(PREFILLER, prefiller)] }
+  if (requestId !== undefined) header_mutation.set_headers.push(setHeader(REQUEST_ID_HEADER, requestId))
   return {
     [phase]: { response: { header_mutation, clear_route_cache: true } },
     dynamic_metadata: { fields: { [LB_NAMESPACE]: { structValue: { fields: { [DESTINATION]: { stringValue: value } } } } } },

@@ -16,6 +16,7 @@ import { externalProcessorServer, type Encoded } from './codec.js'
 import { healthService } from './protos.js'
 import { http2ServersOf, limitResets } from './reset-limit.js'
 import { ReloadableTlsCredentials, type KeyPair } from './tls.js'
+import { DEFAULT_MAX_STREAMS } from './limits.js'
 
 export interface EppOptions {
   grpcHost: string
@@ -30,9 +31,12 @@ export interface EppOptions {
   tls?: KeyPair
   /** A plaintext port with grpc.health.v1 only (0: any free port); opened when given. */
   healthPort?: number
+  /** Streams a gateway connection may have open at once, advertised in HTTP/2 SETTINGS (default DEFAULT_MAX_STREAMS). */
+  maxStreams?: number
 }
 
 export { DEFAULT_GRPC_PORT, DEFAULT_HEALTH_PORT } from './ports.js'
+export { DEFAULT_MAX_STREAMS } from './limits.js'
 
 export class EppServer implements PickerCore {
   readonly eppMetrics: EppMetrics
@@ -41,8 +45,8 @@ export class EppServer implements PickerCore {
   /** Streams taken since the start. */
   streamsTaken = 0
   readonly bodyMode: BodyMode
-  // Channelz off: its per-call bookkeeping was a measurable share of each request's CPU, and nothing reads it.
-  #grpc = new Server({ 'grpc.enable_channelz': 0 })
+  #grpc: Server
+  readonly #maxStreams: number
   /** The gateways' connections: grpc-js's forceShutdown cuts only those it tracks for channelz, which is off. */
   #sessions = new Set<Http2Session>()
   #healthGrpc: Server | undefined
@@ -60,6 +64,9 @@ export class EppServer implements PickerCore {
     opts: EppOptions,
   ) {
     this.bodyMode = opts.bodyMode
+    // Channelz off: its per-call bookkeeping was a measurable share of each request's CPU, and nothing reads it.
+    this.#maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS
+    this.#grpc = new Server({ 'grpc.enable_channelz': 0, 'grpc.max_concurrent_streams': this.#maxStreams })
     this.#host = opts.grpcHost
     if (opts.tls) this.#tls = new ReloadableTlsCredentials(opts.tls)
     this.eppMetrics = new EppMetrics(proxy.metrics.registry, () => this.exchanges.size)
@@ -104,7 +111,7 @@ export class EppServer implements PickerCore {
   }
 
   async #listenHealth(host: string, port: number): Promise<void> {
-    this.#healthGrpc = new Server()
+    this.#healthGrpc = new Server({ 'grpc.max_concurrent_streams': this.#maxStreams })
     this.#healthGrpc.addService(healthService().service, healthImplementation(this, this.#watchers))
     try {
       this.#healthPort = await bind(this.#healthGrpc, host, port, ServerCredentials.createInsecure())

@@ -2,6 +2,7 @@
 // subset hint when there is one, and the instance named as the protocol wants it (ip:port).
 import type { ExactTokens, Lease } from '../core/router.js'
 import { RequestError } from '../core/errors.js'
+import { echo } from '../core/echo.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { ChatKey } from '../proxy/chat-key.js'
@@ -17,7 +18,7 @@ const MAX_AVOID = 16
 
 export const subsetEmpty = () => new RequestError('subset_empty', 'the gateway sent an empty endpoint subset (x-gateway-destination-endpoint-subset)', 503)
 export const subsetNoneEligible = (subset: readonly string[]) =>
-  new RequestError('subset_not_eligible', `no ready instance in the endpoint subset the gateway sent: ${subset.slice(0, 8).join(', ')}${subset.length > 8 ? ', ...' : ''}`, 503)
+  new RequestError('subset_not_eligible', `no ready instance in the endpoint subset the gateway sent: ${subset.slice(0, 8).map(echo).join(', ')}${subset.length > 8 ? ', ...' : ''}`, 503)
 
 /**
  * Picks with the endpoint's strategy; with a subset, only among its members. When the subset

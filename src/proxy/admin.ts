@@ -11,6 +11,7 @@ import type { EngineLoadStatus } from '../fleet/load/scraper.js'
 import { STATUS_PAGE_HEADERS, statusAsset } from './status-page.js'
 import { statusReport } from './status-view.js'
 import { roleGap } from '../fleet/roles.js'
+import type { RequestTokenizer } from '../tokens/index.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -25,6 +26,13 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
 function engineLoadReport(s: EngineLoadStatus | undefined) {
   if (s === undefined) return null
   return { ...s, at: s.at === null ? null : new Date(s.at).toISOString() }
+}
+
+/** The exact view's tokenizer (shared by the endpoints): its counters and its last fallback's reason, in words. */
+function tokenizerReport(t: RequestTokenizer | undefined) {
+  if (t === undefined) return null
+  const { lastFailure, lastFailureAt, ...counts } = t.stats()
+  return { mode: t.mode, ...counts, lastFailure: lastFailure ?? null, lastFailureAt: lastFailureAt === undefined ? null : new Date(lastFailureAt).toISOString() }
 }
 
 export function instancesReport(p: AdminView) {
@@ -44,6 +52,8 @@ export function instancesReport(p: AdminView) {
       roles,
       missingRole: roleGap(roles) ?? null,
       disaggregation: ep.disaggregation,
+      // The exact view's tokenizer, when this endpoint routes by it (null: it does not).
+      tokenizer: tokenizerReport(ep.tokenizer),
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         // prefill, decode or both; the bootstrap port SGLang's connector sends the decode leg (null: unset).

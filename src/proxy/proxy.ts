@@ -12,6 +12,8 @@ import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
 import { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
+import { registerTokenizerMetrics } from '../tokens/metrics.js'
+import { logFallbacks } from '../tokens/fallback-log.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { listenAdmin, type AdminServer } from './admin.js'
@@ -105,6 +107,8 @@ export class ProxyServer implements ProxyCore {
   #opts: ProxyOptions
   /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
   readonly #tokenizer: RequestTokenizer | undefined
+  /** Stops the tokenizer's fallback summaries in the log. */
+  #stopFallbackLog: (() => void) | undefined
   /** This replica's id (config.replicaId, or one made at start). */
   readonly replicaId: string
   /** Queued prefill shared with the other replicas (config.shareLoad), in the process that owns the fleet. */
@@ -124,6 +128,10 @@ export class ProxyServer implements ProxyCore {
     )
     this.replicaId = config.replicaId ?? defaultReplicaId()
     if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
+    if (tokenizer !== undefined) {
+      registerTokenizerMetrics(tokenizer, [this.metrics.registry])
+      this.#stopFallbackLog = logFallbacks(tokenizer, this.log)
+    }
     for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
     if (config.sidecar.enabled) {
       this.prefillPods = new PrefillPods(config.sidecar.allow, config.upstream)
@@ -411,6 +419,7 @@ export class ProxyServer implements ProxyCore {
     this.#discovery.clear()
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
     this.#endpoints.clear()
+    this.#stopFallbackLog?.()
     await this.#tokenizer?.close()
     await this.prefillPods?.close()
   }

@@ -33,7 +33,7 @@ class Builtin implements RequestTokenizer {
     checkInput(input)
     const c = this.counters
     c.requests++
-    if (this.closed) return c.fail('the tokenizer is closed')
+    if (this.closed) return c.fail('the tokenizer is closed', 'unavailable')
     if (input.kind === 'completion' && Array.isArray(input.prompt)) {
       const ids = idsOf(input.prompt)
       return typeof ids === 'string' ? c.fail(ids) : ids

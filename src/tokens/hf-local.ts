@@ -134,7 +134,7 @@ class HfLocal implements RequestTokenizer {
     checkInput(input)
     const c = this.counters
     c.requests++
-    if (this.closed) return c.fail('the tokenizer is closed')
+    if (this.closed) return c.fail('the tokenizer is closed', 'unavailable')
     let text: string
     let addSpecial: boolean
     if (input.kind === 'completion') {

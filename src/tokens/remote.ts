@@ -12,7 +12,8 @@ import { Agent, request, type Dispatcher } from 'undici'
 import { xxh3 } from '../core/hash.js'
 import { OutOfRangeError } from '../core/errors.js'
 import { BoundedLru } from './lru.js'
-import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
+import { checkInput, Counters, idsOf, type FallbackReason, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
+import { maxAnswerBytes, maxTokenIds, TokenizeAnswer } from './tokenize-answer.js'
 
 export interface RemoteTokenizerOptions {
   /**
@@ -40,7 +41,10 @@ export interface RemoteTokenizerOptions {
 
 export const DEFAULT_REMOTE_TIMEOUT_MS = 50
 export const DEFAULT_REMOTE_TIMEOUT_MS_PER_MIB = 500
-/** An answer larger than this is refused: 4M tokens of JSON, far past any context. */
+/**
+ * An answer larger than this is refused whatever the request's size: 4M tokens of JSON, far
+ * past any context. A smaller request gets a smaller bound (maxAnswerBytes).
+ */
 const MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 interface Cached {
@@ -83,12 +87,12 @@ class RemoteTokenizer implements RequestTokenizer {
     checkInput(input)
     const c = this.counters
     c.requests++
-    if (this.closing.signal.aborted) return c.fail('the tokenizer is closed')
+    if (this.closing.signal.aborted) return c.fail('the tokenizer is closed', 'unavailable')
     if (input.kind === 'completion' && Array.isArray(input.prompt)) {
       const ids = idsOf(input.prompt)
       return typeof ids === 'string' ? c.fail(ids) : ids
     }
-    if (instanceUrl === undefined) return c.fail('no instance to ask')
+    if (instanceUrl === undefined) return c.fail('no instance to ask', 'unavailable')
     const body = requestBody(input)
     const key = xxh3(body).toString(36)
     const hit = this.cache.get(key)
@@ -104,12 +108,7 @@ class RemoteTokenizer implements RequestTokenizer {
       this.inFlight.set(key, pending)
     }
     const ids = await pending
-    if (!(ids instanceof Uint32Array)) {
-      if (!ids.timeout) return c.fail(ids.why)
-      c.timeouts++
-      c.lastFailure = ids.why
-      return undefined
-    }
+    if (!(ids instanceof Uint32Array)) return c.fail(ids.why, ids.reason)
     if (this.cache.maxEntries > 0) this.cache.set(key, { body, ids }, body.length * 2 + ids.byteLength + 64)
     return ids.slice()
   }
@@ -118,7 +117,10 @@ class RemoteTokenizer implements RequestTokenizer {
     const ms = Math.ceil(this.timeoutMs + (this.timeoutMsPerMiB * body.length) / (1024 * 1024))
     const timeout = AbortSignal.timeout(ms)
     const signal = AbortSignal.any([timeout, this.closing.signal])
-    let text: string
+    // The answer's bound, from the request's own size (tokenize-answer.ts says why).
+    const maxIds = maxTokenIds(Buffer.byteLength(body))
+    const maxBytes = Math.min(MAX_ANSWER_BYTES, maxAnswerBytes(maxIds))
+    const where = `${instanceUrl}/tokenize`
     try {
       const res = await request(tokenizeUrl(instanceUrl), {
         method: 'POST',
@@ -129,24 +131,35 @@ class RemoteTokenizer implements RequestTokenizer {
       })
       if (res.statusCode !== 200) {
         await res.body.dump().catch(() => {})
-        return fail(`${instanceUrl}/tokenize answered ${res.statusCode}`)
+        return fail('refused', `${where} answered ${res.statusCode}`)
       }
-      const chunks: Buffer[] = []
+      const tooLarge = () => fail('too_large', `${where} answered more than ${maxBytes} bytes, more than ${maxIds} ids can take (the request is ${Buffer.byteLength(body)} bytes)`)
+      const length = Number(res.headers['content-length'])
+      // Refused before a byte of it is read when its length says so; else as the bytes come.
+      if (length > maxBytes) {
+        res.body.destroy()
+        return tooLarge()
+      }
+      const answer = new TokenizeAnswer(maxIds)
       let size = 0
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
         size += chunk.length
-        if (size > MAX_ANSWER_BYTES) {
+        if (size > maxBytes) {
           res.body.destroy()
-          return fail(`${instanceUrl}/tokenize answered more than ${MAX_ANSWER_BYTES} bytes`)
+          return tooLarge()
         }
-        chunks.push(chunk)
+        const why = answer.push(chunk)
+        if (why !== undefined) {
+          res.body.destroy()
+          return answerFailure(where, answer, why)
+        }
       }
-      text = Buffer.concat(chunks).toString('utf8')
+      const ids = answer.end()
+      return typeof ids === 'string' ? answerFailure(where, answer, ids) : ids
     } catch (err) {
-      if (timeout.aborted) return { timeout: true, why: `${instanceUrl}/tokenize did not answer within ${ms} ms` }
-      return fail(`${instanceUrl}/tokenize failed: ${(err as Error)?.message ?? String(err)}`)
+      if (timeout.aborted) return fail('timeout', `${where} did not answer within ${ms} ms`)
+      return fail('unreachable', `${where} failed: ${(err as Error)?.message ?? String(err)}`)
     }
-    return parseAnswer(text, instanceUrl)
   }
 
   stats(): TokenizerStats {
@@ -183,27 +196,13 @@ function tokenizeUrl(instanceUrl: string): string {
 }
 
 interface Failure {
-  timeout: boolean
+  reason: FallbackReason
   why: string
 }
 
-const fail = (why: string): Failure => ({ timeout: false, why })
+const fail = (reason: FallbackReason, why: string): Failure => ({ reason, why })
 
-function parseAnswer(text: string, instanceUrl: string): Uint32Array | Failure {
-  let j: unknown
-  try {
-    j = JSON.parse(text)
-  } catch {
-    return fail(`${instanceUrl}/tokenize answered a body that is not JSON`)
-  }
-  const a = j as { tokens?: unknown; count?: unknown }
-  if (typeof j !== 'object' || j === null || !Array.isArray(a.tokens)) {
-    return fail(`${instanceUrl}/tokenize answered no 'tokens' array`)
-  }
-  const ids = idsOf(a.tokens)
-  if (typeof ids === 'string') return fail(`${instanceUrl}/tokenize answered a bad id: ${ids.replace('prompt', 'tokens')}`)
-  if (a.count !== undefined && a.count !== ids.length) {
-    return fail(`${instanceUrl}/tokenize answered count ${String(a.count)} for ${ids.length} tokens`)
-  }
-  return ids
+/** What TokenizeAnswer refused, as a Failure: more ids than the request can have is too_large, the rest malformed. */
+function answerFailure(where: string, answer: TokenizeAnswer, why: string): Failure {
+  return fail(answer.tooMany ? 'too_large' : 'malformed', `${where} answered ${why}`)
 }

@@ -39,9 +39,23 @@ export interface TokenizerStats {
   /** What the cache holds now. */
   cacheEntries: number
   cacheBytes: number
-  /** Why the last failure failed, for logs. */
+  /** Why the last failure (or timeout) failed: shown in /admin/instances. */
   lastFailure: string | undefined
+  /** When it did (ms since the epoch). */
+  lastFailureAt: number | undefined
+  /** Calls answered undefined, by reason (FallbackReason): prefix_router_tokenizer_fallbacks_total. */
+  fallbacks: Partial<Record<FallbackReason, number>>
 }
+
+/**
+ * Why a request was routed on the approximate view rather than by its token ids: timeout (the
+ * answer came too late), too_large (more ids or bytes than the request can have), malformed
+ * (not JSON, a bad id, a count that disagrees), refused (the instance answered another status
+ * than 200), unreachable (the call failed), input (the request cannot be tokenized as given:
+ * a bad token-id prompt, a message the template refuses), unavailable (no instance to ask, or
+ * the tokenizer is closed).
+ */
+export type FallbackReason = 'timeout' | 'too_large' | 'malformed' | 'refused' | 'unreachable' | 'input' | 'unavailable'
 
 export interface RequestTokenizer {
   readonly mode: 'remote' | 'local'
@@ -62,16 +76,22 @@ export class Counters {
   failures = 0
   timeouts = 0
   lastFailure: string | undefined = undefined
+  lastFailureAt: number | undefined = undefined
+  readonly fallbacks: Partial<Record<FallbackReason, number>> = {}
 
-  fail(why: string): undefined {
-    this.failures++
+  /** A call answered undefined for `reason` (a timeout counts in timeouts, any other in failures). */
+  fail(why: string, reason: FallbackReason = 'input'): undefined {
+    if (reason === 'timeout') this.timeouts++
+    else this.failures++
+    this.fallbacks[reason] = (this.fallbacks[reason] ?? 0) + 1
     this.lastFailure = why
+    this.lastFailureAt = Date.now()
     return undefined
   }
 
   snapshot(cacheEntries: number, cacheBytes: number): TokenizerStats {
-    const { requests, cacheHits, cacheMisses, failures, timeouts, lastFailure } = this
-    return { requests, cacheHits, cacheMisses, failures, timeouts, cacheEntries, cacheBytes, lastFailure }
+    const { requests, cacheHits, cacheMisses, failures, timeouts, lastFailure, lastFailureAt } = this
+    return { requests, cacheHits, cacheMisses, failures, timeouts, cacheEntries, cacheBytes, lastFailure, lastFailureAt, fallbacks: { ...this.fallbacks } }
   }
 }
 

@@ -21,7 +21,7 @@ export interface Rig {
 
 const open: Rig[] = []
 
-export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[], logger?: Logger, extra: Pick<EppOptions, 'tls' | 'healthPort'> = {}): Promise<Rig> {
+export async function startRig(n: number, mode: BodyMode = 'streamed', overrides: Record<string, unknown> = {}, urls?: string[], logger?: Logger, extra: Pick<EppOptions, 'tls' | 'healthPort' | 'maxStreams'> = {}): Promise<Rig> {
   const fleet = await startSimFleet({ instances: n, profile: 'tiny' })
   const instances = urls ?? fleet.urls
   const epp = await EppServer.start(testConfig([{ name: 'default', instances }], { log: { level: 'silent' }, ...overrides }), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: mode, ...(logger && { logger }), ...extra })

@@ -30,12 +30,14 @@ export class WireGateway {
     readonly socket: net.Socket,
   ) {}
 
-  static async connect(address: string): Promise<WireGateway> {
+  /** `onSettings`: called when the server's SETTINGS arrive (they may before 'connect'). */
+  static async connect(address: string, onSettings?: () => void): Promise<WireGateway> {
     const i = address.lastIndexOf(':')
     let socket: net.Socket | undefined
     const session = http2.connect(`http://${address}`, {
       createConnection: () => (socket = net.connect(Number(address.slice(i + 1)), address.slice(0, i))),
     })
+    if (onSettings) session.once('remoteSettings', onSettings)
     await new Promise<void>((resolve, reject) => {
       session.once('connect', () => resolve())
       session.once('error', reject)

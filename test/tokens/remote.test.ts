@@ -5,6 +5,7 @@ import net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { remoteTokenizer, type RequestTokenizer } from '../../src/tokens/index.js'
 import { requestBody } from '../../src/tokens/remote.js'
+import { maxTokenIds } from '../../src/tokens/tokenize-answer.js'
 import { fleet, post } from '../sim/helpers.js'
 import { cases } from './cases.js'
 
@@ -144,6 +145,70 @@ describe('remoteTokenizer failures', () => {
     const t = remote({ cacheEntries: 0 })
     for (let k = 0; k < answers.length; k++) expect(await t.tokens(input, url), String(answers[k])).toBeUndefined()
     expect(t.stats()).toMatchObject({ requests: answers.length, failures: answers.length, timeouts: 0 })
+  })
+
+  it('an answer of more ids than the request can have is refused as it arrives, not read to its end: 20 MB of 10M ids', async () => {
+    // The answer streamed as the client takes it; `written` is how much of it went out before the client left.
+    let written = 0
+    let gone!: () => void
+    const left = new Promise<void>((r) => (gone = r))
+    const url = await server((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.on('close', () => gone())
+      const chunk = Buffer.from(`${'1,'.repeat(32 * 1024)}`)
+      res.write('{"tokens":[')
+      const more = () => {
+        while (written < 20e6 && !res.destroyed) {
+          written += chunk.length
+          if (!res.write(chunk)) return void res.once('drain', more)
+        }
+        if (!res.destroyed) res.end('1]}')
+      }
+      more()
+    })
+    const t = remote({ cacheEntries: 0 })
+    expect(await t.tokens(input, url)).toBeUndefined()
+    await left
+    // The bound: one id a byte of the request body, plus the allowance. The answer is cut a
+    // little past it: what went out beyond is what the sockets' buffers took (a few MB on loopback).
+    const body = Buffer.byteLength(requestBody(input))
+    expect(written).toBeLessThan(10e6)
+    expect(t.stats()).toMatchObject({ failures: 1, timeouts: 0, fallbacks: { too_large: 1 } })
+    expect(t.stats().lastFailure).toContain(`more than ${maxTokenIds(body)} ids`)
+    expect(t.stats().lastFailureAt).toBeGreaterThan(0)
+  })
+
+  it('an answer whose content-length is past the bound is refused before its body is read', async () => {
+    let gone!: () => void
+    const left = new Promise<void>((r) => (gone = r))
+    const url = await server((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(20e6) })
+      res.write('{"tokens":[')
+      res.on('close', () => gone())
+    })
+    const t = remote({ cacheEntries: 0 })
+    expect(await t.tokens(input, url)).toBeUndefined()
+    await left
+    expect(t.stats()).toMatchObject({ failures: 1, fallbacks: { too_large: 1 } })
+    expect(t.stats().lastFailure).toMatch(/answered more than \d+ bytes, more than \d+ ids can take \(the request is \d+ bytes\)/)
+  })
+
+  it('every fallback is counted by its reason, the last one said in words', async () => {
+    const answers = [
+      [500, '{}'],
+      [200, 'not json {'],
+      [200, '{"tokens":[1,2.5]}'],
+    ] as const
+    let i = 0
+    const url = await server((_req, res) => {
+      const [status, body] = answers[i++]!
+      res.writeHead(status, { 'content-type': 'application/json' }).end(body)
+    })
+    const t = remote({ cacheEntries: 0 })
+    for (let k = 0; k < answers.length; k++) await t.tokens(input, url)
+    await t.tokens(input)
+    expect(t.stats().fallbacks).toEqual({ refused: 1, malformed: 2, unavailable: 1 })
+    expect(t.stats().lastFailure).toBe('no instance to ask')
   })
 
   it('a refused connection and no instance: undefined and counted', async () => {
