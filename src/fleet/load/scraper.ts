@@ -241,7 +241,14 @@ export class EngineLoadScraper {
       // Read now, as the answer arrives: the requests of ours the engine's figure includes.
       const own = sink.inFlight(t.id)
       const external = Math.max(0, Math.round(running + waiting - own))
-      sink.setEngineLoad(t.id, external, 0)
+      try {
+        sink.setEngineLoad(t.id, external, 0)
+      } catch (err) {
+        // The gauges are checked for range already; whatever the router still refuses is a
+        // failed scrape too, never an exception in the middle of an answer's handler.
+        this.#apply(t, { ok: false, result: 'failed', reason: `the router refused the engine's figure ${external}: ${(err as Error).message}` })
+        return
+      }
       t.running = running
       t.waiting = waiting
       t.kvCacheUsage = kvCacheUsage ?? null

@@ -137,6 +137,8 @@ export class FakeSink implements EngineLoadSink {
   readonly own = new Map<string, number>()
   setEngineLoad(id: string, inFlight: number, prefill: number): boolean {
     if (prefill !== 0) throw new Error(`prefill ${prefill}: the engines report none`)
+    // The router's own bounds on the figure (Router.setEngineLoad throws outside them).
+    if (!Number.isInteger(inFlight) || inFlight < 0 || inFlight > 0xffffffff) throw new RangeError(`inFlight must be an integer from 0 to 4294967295; got ${inFlight}`)
     this.external.set(id, inFlight)
     return true
   }

@@ -121,6 +121,32 @@ describe('EngineLoadScraper', () => {
     await until(() => m.abandoned === m.hung.length, 10_000, 'hung scrapes abandoned')
   })
 
+  it('a figure past 2^32 - 1 or below 0 is a failed scrape: counted, logged once, shown, from the first scrape on', async () => {
+    const m = await metricsServer('ok')
+    servers.push(m)
+    m.running = 5_000_000_000
+    const { sink, count, lines } = start([{ id: 'i', url: m.url }], { intervalMs: 10 })
+    await until(() => count('i', 'failed') >= 3, 10_000, 'failed scrapes of a huge figure')
+    expect(scraper!.status('i')).toMatchObject({ state: 'fallback', reason: expect.stringMatching(/vllm:num_requests_running is 5000000000, more than 4294967295/), external: 0 })
+    expect(sink.external.get('i')).toBe(0)
+    expect(lines.filter((l) => l.level === 40 && /falling back/.test(l.msg))).toHaveLength(1)
+    m.running = 4
+    await until(() => sink.external.get('i') === 4, 10_000, 'the engine figure')
+    // The sum of two gauges each in range is checked too.
+    m.running = 0xffffffff
+    m.waiting = 1
+    await until(() => scraper!.status('i')!.state === 'fallback', 10_000, 'the sum refused')
+    expect(scraper!.status('i')!.reason).toMatch(/\+ vllm:num_requests_waiting is 4294967296/)
+    m.running = 4
+    m.waiting = 0
+    await until(() => sink.external.get('i') === 4, 10_000, 'the engine figure again')
+    m.running = -1_000_000_005
+    const before = count('i', 'failed')
+    await until(() => count('i', 'failed') > before, 10_000, 'a failed scrape of a negative figure')
+    expect(scraper!.status('i')).toMatchObject({ state: 'fallback', reason: 'vllm:num_requests_running is negative: -1000000005', external: 0 })
+    expect(sink.external.get('i')).toBe(0)
+  })
+
   it('takes the gauges from the top of the page; a rest that never comes is cut off, and counted as nothing', async () => {
     const m = await metricsServer('slow-tail')
     servers.push(m)
