@@ -12,7 +12,7 @@ import { requireFeature } from '../../core/optional-packages.js'
 import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
 import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'
-import { PeerTable, type PeerReport } from './peers.js'
+import { MAX_PEERS, PeerTable, type PeerReport } from './peers.js'
 import { redactRedisUrl } from './redis-url.js'
 import { NO_SINK, type SharedLoadSink } from './sink.js'
 
@@ -45,6 +45,8 @@ export interface ShareLoadCounts {
   received: number
   /** Messages on the channel that were not a replica's (malformed), dropped. */
   dropped: number
+  /** Messages from a new replica id while MAX_PEERS others were counting, dropped. */
+  refused: number
   /** Times the connection was lost, or at start could not be made. */
   connectionFailures: number
 }
@@ -56,7 +58,9 @@ export interface ShareLoadReport {
   intervalMs: number
   expireMs: number
   connected: boolean
-  messages: { sent: number; received: number; dropped: number }
+  messages: { sent: number; received: number; dropped: number; refused: number }
+  /** The most replicas whose figures are kept (MAX_PEERS). */
+  maxPeers: number
   connectionFailures: number
   /** Replicas heard from within expireMs. */
   peers: PeerReport[]
@@ -86,7 +90,7 @@ export class ShareLoad {
   readonly #endpoints: () => Iterable<LoadSource>
   readonly #log: Logger
   readonly #peers: PeerTable
-  readonly #counts: ShareLoadCounts = { sent: 0, received: 0, dropped: 0, connectionFailures: 0 }
+  readonly #counts: ShareLoadCounts = { sent: 0, received: 0, dropped: 0, refused: 0, connectionFailures: 0 }
   #link!: RedisLink
   #timer: NodeJS.Timeout | undefined
   #seq = 0
@@ -166,7 +170,8 @@ export class ShareLoad {
       intervalMs: this.intervalMs,
       expireMs: this.expireMs,
       connected: this.connected,
-      messages: { sent: this.#counts.sent, received: this.#counts.received, dropped: this.#counts.dropped },
+      messages: { sent: this.#counts.sent, received: this.#counts.received, dropped: this.#counts.dropped, refused: this.#counts.refused },
+      maxPeers: MAX_PEERS,
       connectionFailures: this.#counts.connectionFailures,
       peers: this.#peers.report(now),
       sharedPrefillBlocks: this.#peers.shared(),
@@ -258,6 +263,11 @@ export class ShareLoad {
       // Ours come back as they were sent; another process given our id sends others.
       const ours = m.seq < this.#seq && m.seq >= this.#seq - SENT_RING && this.#sentTs[m.seq % SENT_RING] === m.ts
       if (!ours && !m.bye) this.#once('same-id', 'warn', { replica: this.replica }, 'share-load: another process publishes under this replica\'s id; give each replica its own --replica-id')
+      return
+    }
+    if (r === 'refused') {
+      this.#counts.refused++
+      this.#once('refused', 'warn', { replica: m.replica, maxPeers: MAX_PEERS }, `share-load: more than ${MAX_PEERS} other replicas publish on the channel; this one's figures are not counted (nor any new one's until a replica leaves; counted in prefix_router_share_load_messages_total{direction="refused"})`)
       return
     }
     this.#counts.received++

@@ -36,6 +36,9 @@ describe('LoadBeyondOwn', () => {
     expect([row('a').engineInFlight, row('a').engineQueuedPrefillBlocks]).toEqual([0, 30])
     expect(b.setSharedPrefill('nope', 5)).toBe(false)
     expect(row('b').engineQueuedPrefillBlocks).toBe(0)
+    // Ids the router does not have (another replica may name any) are not kept.
+    for (let i = 0; i < 1000; i++) expect(b.setSharedPrefill(`http://stranger-${i}:8000`, 5)).toBe(false)
+    expect(b.size).toBe(1)
   })
 
   it("in serve, the other replicas' prefill stays while the scraper writes the engine's requests", async () => {
