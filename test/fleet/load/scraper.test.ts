@@ -161,6 +161,21 @@ describe('EngineLoadScraper', () => {
     expect(m.hung.length - m.abandoned).toBeLessThanOrEqual(1)
   })
 
+  it('reads a 50 MiB page no further than its gauges and 256 KiB more: the rest is cut off, counted, said once', async () => {
+    const m = await metricsServer('huge')
+    servers.push(m)
+    m.running = 3
+    const { sink, count, lines } = start([{ id: 'i', url: m.url }], { intervalMs: 10 })
+    await until(() => count('i', 'ok') >= 3 && m.written.length >= 3, 20_000, 'three scrapes of the huge page')
+    expect(sink.external.get('i')).toBe(3)
+    expect(scraper!.status('i')).toMatchObject({ state: 'engine', bodiesCut: expect.any(Number) })
+    expect(scraper!.status('i')!.bodiesCut).toBeGreaterThanOrEqual(2)
+    // What the server got into the socket before it closed: the cut, plus the kernel's buffers.
+    for (const w of m.written) expect(w).toBeLessThan(m.hugeBytes / 2)
+    expect(lines.filter((l) => /goes on past 262144 bytes after the gauges/.test(l.msg))).toHaveLength(1)
+    expect(lines.filter((l) => l.level === 40)).toHaveLength(1)
+  })
+
   it('a connection refused falls back too', async () => {
     const m = await metricsServer('ok')
     const url = m.url
