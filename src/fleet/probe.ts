@@ -1,4 +1,5 @@
 // Background probes of an instance: health, the models it serves, and its vLLM metrics.
+import { setImmediate } from 'node:timers/promises'
 import { request, type Dispatcher } from 'undici'
 import type { Instance } from './instance.js'
 import { CacheMetricsReader, METRICS_PROBE_MAX_BYTES } from './cache-metrics.js'
@@ -6,6 +7,9 @@ import { Family, sumSamples } from './load/samples.js'
 import { authRefused } from './probe-auth.js'
 import { schemeSpoken } from './scheme-probe.js'
 import { errorTag, schemeAdvice } from './upstream-url.js'
+
+/** Bytes of an answer read before the probe lets other work run between its chunks. */
+const YIELD_AFTER = 256 << 10
 
 /** Bytes of a GET /v1/models answer read at most (thousands of adapters fit). */
 export const MODELS_PROBE_MAX_BYTES = 4 << 20
@@ -30,8 +34,14 @@ async function probeGet(url: string, dispatcher: Dispatcher, timeoutMs: number, 
     await res.body.dump()
     return res.statusCode
   }
-  // Leaving the loop early destroys the body: undici closes that connection.
-  for await (const chunk of res.body as AsyncIterable<Buffer>) if (read(chunk)) break
+  // Leaving the loop early destroys the body: undici closes that connection. Past the first
+  // YIELD_AFTER bytes, a turn of the event loop between chunks: the chunks a fast sender has
+  // queued are otherwise all read in one go (promise jobs), the loop waiting meanwhile.
+  let n = 0
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    if (read(chunk)) break
+    if ((n += chunk.length) > YIELD_AFTER) await setImmediate()
+  }
   return res.statusCode
 }
 
