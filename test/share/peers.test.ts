@@ -1,7 +1,7 @@
 // The peer table alone: what a message costs (the instances it names, never a pass over the
 // other peers), how many peers it keeps, and sums that stay exact and within the router's bound.
 import { describe, expect, it } from 'vitest'
-import { MAX_FIGURE, MAX_PEERS, PeerTable, type Figures, type LoadMessage } from '../../src/fleet/share/index.js'
+import { encodeLoad, leadingReplica, MAX_FIGURE, MAX_PEERS, PeerTable, type Figures, type LoadMessage } from '../../src/fleet/share/index.js'
 
 const msg = (replica: string, seq: number, endpoints: Figures): LoadMessage => ({ replica, seq, ts: 1, endpoints, inFlight: undefined, bye: false })
 
@@ -71,5 +71,16 @@ describe('PeerTable', () => {
     t.accept(msg('b', 2, { default: {} }), 0)
     expect(t.shared()).toEqual({})
     expect(writes.at(-1)).toEqual(['default', id, 0])
+  })
+
+  it("tells a full table's refusal from a message's first bytes, as encodeLoad writes them", () => {
+    const { t } = table()
+    expect(leadingReplica(encodeLoad('router-a-1', 3, 1, '{}', '{}'))).toBe('router-a-1')
+    // Anything else is read whole by decodeLoad: other key orders, escapes, no id.
+    for (const text of ['{"seq":1,"replica":"x"}', '{"replica":"a\\"b","seq":1}', '{"replica":', `{"replica":"${'x'.repeat(200)}"}`, 'junk']) expect(leadingReplica(text), text).toBeUndefined()
+    for (let p = 0; p < MAX_PEERS; p++) t.accept(msg(`p${p}`, 0, {}), 0)
+    expect(t.refuses('new')).toBe(true)
+    expect(t.refuses('p1')).toBe(false)
+    expect(t.refuses('self')).toBe(false)
   })
 })

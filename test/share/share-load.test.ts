@@ -258,10 +258,14 @@ describe('share-load against a hostile publisher', () => {
       await until(() => b.share.counts.refused === 1000 - (MAX_PEERS - 1), 20_000, 'the refused messages counted')
       expect(b.share.peerCount()).toBe(MAX_PEERS)
       expect(b.logs.filter((l) => /more than 64 other replicas/.test(l.msg))).toHaveLength(1)
+      // Refused from its first bytes: a new id's message is not parsed (this one would not parse).
+      await raw.publish('prefix-router:load', '{"replica":"hostile-new","seq":0,"ts":1,"endpoints":{"default":')
+      await until(() => b.share.counts.refused === 1000 - (MAX_PEERS - 1) + 1, 5000, 'the unparsed message refused')
+      expect(b.share.counts.dropped).toBe(0)
       // A, heard first, still counts; the kept hostile ones add their one block each.
       expect(seen(b, qa.instance)).toBe(qa.blocks + MAX_PEERS - 1)
       const report = b.share.report()
-      expect(report.messages.refused).toBe(1000 - (MAX_PEERS - 1))
+      expect(report.messages.refused).toBe(1000 - (MAX_PEERS - 1) + 1)
       expect(report.maxPeers).toBe(MAX_PEERS)
       // Two kept peers at MAX_SAFE_INTEGER: the sum given to the router is 2^32 - 1, not past 2^53.
       const big = JSON.stringify({ default: { [ids[0]!]: Number.MAX_SAFE_INTEGER } })

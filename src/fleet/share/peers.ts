@@ -71,6 +71,11 @@ export class PeerTable {
     return this.#peers.size
   }
 
+  /** Whether a message from `replica` would be refused: a new id while MAX_PEERS are kept. */
+  refuses(replica: string): boolean {
+    return this.#peers.size >= MAX_PEERS && replica !== this.#self && !this.#peers.has(replica)
+  }
+
   /** Takes one decoded message; the sums of what it changed go to the sink at once. */
   accept(m: LoadMessage, now: number): Accepted {
     if (m.replica === this.#self) return 'own'

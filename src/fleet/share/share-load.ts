@@ -11,7 +11,7 @@ import type { Router } from '../../core/router.js'
 import { requireFeature } from '../../core/optional-packages.js'
 import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
-import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'
+import { decodeLoad, encodeBye, encodeLoad, leadingReplica, type Figures } from './message.js'
 import { MAX_PEERS, PeerTable, type PeerReport } from './peers.js'
 import { redactRedisUrl } from './redis-url.js'
 import { NO_SINK, type SharedLoadSink } from './sink.js'
@@ -252,6 +252,10 @@ export class ShareLoad {
   }
 
   #onMessage(text: string): void {
+    // A full table refuses a new id whatever its message says: known from the first bytes, it
+    // costs no parse (a thousand ids of a hostile publisher cost their ids, not their JSON).
+    const lead = leadingReplica(text)
+    if (lead !== undefined && this.#peers.refuses(lead)) return this.#refused(lead)
     const m = decodeLoad(text)
     if (typeof m === 'string') {
       this.#counts.dropped++
@@ -265,15 +269,16 @@ export class ShareLoad {
       if (!ours && !m.bye) this.#once('same-id', 'warn', { replica: this.replica }, 'share-load: another process publishes under this replica\'s id; give each replica its own --replica-id')
       return
     }
-    if (r === 'refused') {
-      this.#counts.refused++
-      this.#once('refused', 'warn', { replica: m.replica, maxPeers: MAX_PEERS }, `share-load: more than ${MAX_PEERS} other replicas publish on the channel; this one's figures are not counted (nor any new one's until a replica leaves; counted in prefix_router_share_load_messages_total{direction="refused"})`)
-      return
-    }
+    if (r === 'refused') return this.#refused(m.replica)
     this.#counts.received++
     if (r === 'new') this.#log.info({ replica: m.replica }, 'share-load: replica heard')
     else if (r === 'bye') this.#log.info({ replica: m.replica }, 'share-load: replica stopped; its queued prefill no longer counts here')
     else if (r === 'restarted') this.#once(`restart:${m.replica}`, 'info', { replica: m.replica }, 'share-load: a replica\'s sequence went back: it restarted under the same --replica-id (or two replicas share one)')
+  }
+
+  #refused(replica: string): void {
+    this.#counts.refused++
+    this.#once('refused', 'warn', { replica, maxPeers: MAX_PEERS }, `share-load: more than ${MAX_PEERS} other replicas publish on the channel; this one's figures are not counted (nor any new one's until a replica leaves; counted in prefix_router_share_load_messages_total{direction="refused"})`)
   }
 
   #onState(up: boolean, reason: string | undefined): void {
