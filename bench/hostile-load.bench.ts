@@ -34,10 +34,24 @@ const root = fileURLToPath(new URL('..', import.meta.url))
 const serveRoot = process.env.SERVE_ROOT ?? root
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-/** RSS of a process now, in MiB (Linux). */
+/** RSS of a process now, in MiB (Linux); NaN once it has exited. */
 function rssMiB(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
-  return m ? Number(m[1]) / 1024 : NaN
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return m ? Number(m[1]) / 1024 : NaN
+  } catch {
+    return NaN
+  }
+}
+
+/** CPU time a process has used (user + system), in ms; NaN once it has exited. */
+function cpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100 // clock ticks of 10 ms (USER_HZ)
+  } catch {
+    return NaN
+  }
 }
 
 interface Router {
@@ -75,6 +89,8 @@ interface Window {
   startRssMiB: number
   /** The router's own largest event-loop delay over the window (prom-client's nodejs_eventloop_lag_max_seconds, reset at each scrape). */
   maxLoopMs: number
+  /** Its CPU over the window, as a share of one core. */
+  cpu: number
 }
 
 /** The router's largest event-loop delay since the previous call, in ms (its admin /metrics). */
@@ -85,11 +101,15 @@ async function loopMaxMs(r: Router): Promise<number> {
 
 /** Pings each router and samples its RSS for `seconds`, while `during` runs (its end does not end the window). */
 async function measure(routers: Router[], seconds: number, during?: () => Promise<void>): Promise<Window[]> {
-  for (const r of routers) await loopMaxMs(r)
+  for (const r of routers) await loopMaxMs(r).catch(() => NaN)
   const end = performance.now() + seconds * 1000
-  const out = routers.map((r) => ({ r, h: histogram(), max: 0, failed: 0, rss: rssMiB(r.started.pid), start: rssMiB(r.started.pid) }))
+  const t0 = performance.now()
+  const out = routers.map((r) => ({ r, h: histogram(), max: 0, failed: 0, rss: rssMiB(r.started.pid), start: rssMiB(r.started.pid), cpu0: cpuMs(r.started.pid) }))
   const sampler = setInterval(() => {
-    for (const o of out) o.rss = Math.max(o.rss, rssMiB(o.r.started.pid))
+    for (const o of out) {
+      const now = rssMiB(o.r.started.pid)
+      if (!Number.isNaN(now)) o.rss = Math.max(o.rss, now)
+    }
   }, 50)
   const attack = during?.()
   await Promise.all(
@@ -114,21 +134,24 @@ async function measure(routers: Router[], seconds: number, during?: () => Promis
   )
   await attack
   clearInterval(sampler)
-  const loops = await Promise.all(routers.map(loopMaxMs))
+  const wall = performance.now() - t0
+  const cpus = out.map((o) => (cpuMs(o.r.started.pid) - o.cpu0) / wall)
+  const loops = await Promise.all(routers.map((r) => loopMaxMs(r).catch(() => NaN)))
   return out.map((o, i) => ({
+    cpu: cpus[i]!,
     maxLoopMs: loops[i]!, maxPingMs: o.max, p99PingMs: o.h.getValueAtPercentile(99) / 1000, pings: o.h.totalCount, failed: o.failed, maxRssMiB: o.rss, startRssMiB: o.start }))
 }
 
 function print(title: string, routers: Router[], base: Window[], attack: Window[]): void {
   console.log(`\n${title}`)
-  console.log('router   window     pings  failed  max /ping   p99 /ping   max loop delay  RSS at start  max RSS')
+  console.log('router   window     pings  failed  max /ping   p99 /ping   max loop delay  CPU (1 core)  RSS at start  max RSS')
   routers.forEach((r, i) => {
     for (const [name, w] of [['baseline', base[i]!], ['attack', attack[i]!]] as const) {
-      console.log(`${r.name.padEnd(8)} ${name.padEnd(9)} ${String(w.pings).padStart(6)}  ${String(w.failed).padStart(6)}  ${`${w.maxPingMs.toFixed(1)} ms`.padStart(9)}   ${`${w.p99PingMs.toFixed(2)} ms`.padStart(9)}   ${`${w.maxLoopMs.toFixed(1)} ms`.padStart(14)}  ${`${w.startRssMiB.toFixed(0)} MiB`.padStart(10)}  ${`${w.maxRssMiB.toFixed(0)} MiB`.padStart(8)}`)
+      console.log(`${r.name.padEnd(8)} ${name.padEnd(9)} ${String(w.pings).padStart(6)}  ${String(w.failed).padStart(6)}  ${`${w.maxPingMs.toFixed(1)} ms`.padStart(9)}   ${`${w.p99PingMs.toFixed(2)} ms`.padStart(9)}   ${`${w.maxLoopMs.toFixed(1)} ms`.padStart(14)}  ${`${(w.cpu * 100).toFixed(0)}%`.padStart(12)}  ${`${w.startRssMiB.toFixed(0)} MiB`.padStart(10)}  ${`${w.maxRssMiB.toFixed(0)} MiB`.padStart(8)}`)
     }
     const b = base[i]!
     const a = attack[i]!
-    console.log(`${r.name.padEnd(8)} attack/baseline: max /ping ${(a.maxPingMs / b.maxPingMs).toFixed(2)}x, max RSS ${(a.maxRssMiB / b.maxRssMiB).toFixed(2)}x`)
+    console.log(`${r.name.padEnd(8)} attack/baseline: max /ping ${(a.maxPingMs / b.maxPingMs).toFixed(2)}x, max RSS ${(a.maxRssMiB / b.maxRssMiB).toFixed(2)}x${Number.isNaN(rssMiB(r.started.pid)) ? ' (the process has exited)' : ''}`)
   })
 }
 
@@ -208,6 +231,10 @@ async function shareAttack(): Promise<void> {
     print(`share: 1,000 hostile replica ids x 1,001 instances, ${BURSTS} bursts a second apart, against 2 replicas`, routers, base, attack)
     console.log(published.split('\n').filter((l) => l.startsWith('burst')).join('; '))
     for (const r of routers) {
+      if (Number.isNaN(rssMiB(r.started.pid))) {
+        console.log(`${r.name}: exited during the attack: ${r.started.output().slice(-600)}`)
+        continue
+      }
       const rep = (await getJson(`${r.admin}/admin/replicas`)) as { peers: unknown[]; messages: Record<string, number>; connectionFailures: number; sharedPrefillBlocks: Record<string, Record<string, number>> }
       console.log(`${r.name}: peers ${rep.peers.length}, messages ${JSON.stringify(rep.messages)}, connection failures ${rep.connectionFailures}, shared prefill on the real instance ${rep.sharedPrefillBlocks.default?.[upstream] ?? 0}`)
     }
