@@ -24,9 +24,10 @@ export class LoadBeyondOwn {
   }
 
   #set(id: string, inFlight: number | undefined, prefill: number | undefined): boolean {
-    const b = this.#by.get(id) ?? { inFlight: 0, prefill: 0 }
-    if (inFlight !== undefined) b.inFlight = inFlight
-    if (prefill !== undefined) b.prefill = prefill
+    const was = this.#by.get(id)
+    const b = { inFlight: inFlight ?? was?.inFlight ?? 0, prefill: prefill ?? was?.prefill ?? 0 }
+    // Kept only once the router took it: a figure it refuses (throws) must not ride along on
+    // the other source's next write, from a timer where nothing catches it.
     const member = this.#router.setEngineLoad(id, b.inFlight, b.prefill)
     // Nothing beyond own leases is no entry: the map holds only members with a figure (an id
     // the router does not have, named by another replica, is not kept: the sharing writes its
