@@ -79,6 +79,10 @@ const CHANNEL_SUFFIX = ':load'
 const ANSWER_TIMEOUT_MS = 5000
 /** Messages remembered to recognise our own (10 s of them at 10 ms). */
 const SENT_RING = 1024
+/** The longest stretch of one turn of the event loop spent reading the others' messages. */
+const TURN_MS = 2
+/** Characters of messages held waiting for their turn (32 bursts of a thousand 1 KB messages); past it, dropped. */
+const INBOX_CHARS = 32 << 20
 
 export class ShareLoad {
   readonly replica: string
@@ -105,6 +109,11 @@ export class ShareLoad {
   readonly #sentTs = new Float64Array(SENT_RING)
   /** Instance ids as JSON strings, reused from one interval to the next. */
   #quoted = new Map<string, string>()
+  /** Messages waiting to be read (from #inboxHead on), their characters, and whether a turn is scheduled. */
+  #inbox: string[] = []
+  #inboxHead = 0
+  #inboxChars = 0
+  #draining = false
 
   private constructor(opts: ShareLoadOptions) {
     // It travels in every message and names the connections (CLIENT SETNAME takes no spaces).
@@ -256,6 +265,44 @@ export class ShareLoad {
     // costs no parse (a thousand ids of a hostile publisher cost their ids, not their JSON).
     const lead = leadingReplica(text)
     if (lead !== undefined && this.#peers.refuses(lead)) return this.#refused(lead)
+    if (this.#inboxChars + text.length > INBOX_CHARS) {
+      this.#counts.dropped++
+      this.#once('inbox', 'warn', { channel: this.channel, waitingChars: this.#inboxChars }, `share-load: more than ${INBOX_CHARS} characters of messages waiting to be read; dropped (counted in prefix_router_share_load_messages_total{direction="dropped"})`)
+      return
+    }
+    this.#inbox.push(text)
+    this.#inboxChars += text.length
+    if (!this.#draining) {
+      this.#draining = true
+      setImmediate(this.#drain)
+    }
+  }
+
+  /**
+   * Reads the waiting messages, for at most TURN_MS of each turn of the event loop: a burst
+   * (Redis hands over what a socket read holds, megabytes of it) is parsed over several
+   * turns, with the requests' work between them, not in one stretch.
+   */
+  readonly #drain = (): void => {
+    const end = performance.now() + TURN_MS
+    const inbox = this.#inbox
+    while (this.#inboxHead < inbox.length) {
+      const text = inbox[this.#inboxHead]!
+      inbox[this.#inboxHead++] = ''
+      this.#inboxChars -= text.length
+      if (this.#timer !== undefined) this.#take(text)
+      if (performance.now() >= end) break
+    }
+    if (this.#inboxHead < inbox.length) {
+      setImmediate(this.#drain)
+      return
+    }
+    this.#inbox = []
+    this.#inboxHead = 0
+    this.#draining = false
+  }
+
+  #take(text: string): void {
     const m = decodeLoad(text)
     if (typeof m === 'string') {
       this.#counts.dropped++
