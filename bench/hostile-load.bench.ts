@@ -12,18 +12,17 @@
 //            BURSTS bursts, a second apart, of 1,000 messages under distinct replica ids, each
 //            naming 1,001 instances (MAX_SAFE_INTEGER blocks on the real one).
 //
-// Run: npx tsx bench/hostile-load.bench.ts   (ATTACKS=metrics,share WINDOW_S=8 WARMUP_S=2
+// Run: npm run bench:hostile-load   (ATTACKS=metrics,share WINDOW_S=8 WARMUP_S=2
 //   METRICS_MIB=400 METRICS_PROBE_MS=1000 BURSTS=5 PUBLISHER_NICE=19 (0: the hostile publisher at
 //   the routers' priority); SERVE_ROOT=DIR runs DIR/dist/cli.js, e.g.
 //   an older build, for a before/after)
-import { spawn } from 'node:child_process'
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
-import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Client } from 'undici'
 import { histogram, machine, startNodeScript, startProcess, stopStarted, type Started } from './harness.js'
+import { startRedisServer } from './redis.js'
 
 const ATTACKS = (process.env.ATTACKS ?? 'metrics,share').split(',')
 const WINDOW_S = Number(process.env.WINDOW_S ?? 8)
@@ -181,38 +180,10 @@ async function metricsAttack(): Promise<void> {
   await up.stop()
 }
 
-async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
-  const port = (s.address() as net.AddressInfo).port
-  await new Promise<void>((r) => s.close(() => r()))
-  return port
-}
-
-async function redisUp(port: number): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const c = net.connect(port, '127.0.0.1')
-      c.once('error', () => resolve(false))
-      c.once('connect', () => c.write('PING\r\n'))
-      c.once('data', (d) => (c.destroy(), resolve(d.toString().startsWith('+PONG'))))
-    })
-    if (ok) return
-    await sleep(25)
-  }
-  throw new Error('redis-server did not answer')
-}
-
 async function shareAttack(): Promise<void> {
-  const port = await freePort()
-  const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  redis.once('error', (e) => {
-    console.error(`redis-server: ${e.message} (install it: apt-get install redis-server)`)
-    process.exit(1)
-  })
+  const redis = await startRedisServer()
   try {
-    await redisUp(port)
-    const url = `redis://127.0.0.1:${port}`
+    const { url } = redis
     const up = await startNodeScript(['--import', 'tsx', 'bench/hostile/upstream.ts'])
     const upstream = `http://127.0.0.1:${up.match[1]}`
     const routers = [await serve('r1', { ...baseConfig(upstream), shareLoad: { url }, replicaId: 'r1' }), await serve('r2', { ...baseConfig(upstream), shareLoad: { url }, replicaId: 'r2' })]
@@ -245,7 +216,7 @@ async function shareAttack(): Promise<void> {
     for (const r of routers) await r.started.stop()
     await up.stop()
   } finally {
-    redis.kill()
+    redis.stop()
   }
 }
 
