@@ -14,7 +14,7 @@
 //
 // Run: npm run bench:hostile-load   (ATTACKS=metrics,share WINDOW_S=8 WARMUP_S=2
 //   METRICS_MIB=400 METRICS_PROBE_MS=1000 BURSTS=5 PUBLISHER_NICE=19 (0: the hostile publisher at
-//   the routers' priority); SERVE_ROOT=DIR runs DIR/dist/cli.js, e.g.
+//   the routers' priority) FIGURE=9007199254740991 (the blocks each hostile id says it queued); SERVE_ROOT=DIR runs DIR/dist/cli.js, e.g.
 //   an older build, for a before/after)
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'

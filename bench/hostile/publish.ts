@@ -1,14 +1,15 @@
 // The hostile replica of bench/hostile-load.bench.ts: on the share-load channel of the Redis at
 // argv[2], BURSTS bursts (one a second) of IDS messages, each under its own replica id and
-// naming INSTANCES instances (the real one, argv[3], among them) with MAX_SAFE_INTEGER blocks
-// queued on the real one. Prints the time each burst took to publish, then "done".
+// naming INSTANCES instances (the real one, argv[3], among them) with FIGURE blocks (default
+// MAX_SAFE_INTEGER) queued on the real one. Prints the time each burst took to publish, then "done".
 import { createClient } from '@redis/client'
 
 const [url, real] = [process.argv[2]!, process.argv[3]!]
 const IDS = Number(process.env.IDS ?? 1000)
 const INSTANCES = Number(process.env.INSTANCES ?? 1001)
 const BURSTS = Number(process.env.BURSTS ?? 5)
-const row: Record<string, number> = { [real]: Number.MAX_SAFE_INTEGER }
+const FIGURE = Number(process.env.FIGURE ?? Number.MAX_SAFE_INTEGER)
+const row: Record<string, number> = { [real]: FIGURE }
 for (let i = 1; i < INSTANCES; i++) row[`http://made-up-${i}:8000`] = 1
 const endpoints = JSON.stringify({ default: row })
 const c = createClient({ url })
