@@ -7,6 +7,8 @@ import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { CacheMetricsReader, MAX_LINE, METRICS_PROBE_MAX_BYTES } from '../../src/fleet/cache-metrics.js'
+import { Instance } from '../../src/fleet/instance.js'
+import { MODELS_PROBE_MAX_BYTES, probeModels } from '../../src/fleet/probe.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
 import { renderMetrics, RealClock, resolveSim, SimEngine } from '../../src/sim/index.js'
 import { closeRouter, testConfig, until } from '../proxy/helpers.js'
@@ -103,5 +105,24 @@ describe('the metrics probe', () => {
     const said = lines.filter((l) => /metrics probe: its \/metrics goes on past/.test(l.msg))
     expect(said).toHaveLength(1)
     expect(said[0]).toMatchObject({ instance: bad.url, level: 40 })
+  })
+})
+
+describe('the models probe', () => {
+  it(`reads GET /v1/models to ${MODELS_PROBE_MAX_BYTES} bytes at most, and says so`, async () => {
+    const adapters = (n: number) => JSON.stringify({ object: 'list', data: Array.from({ length: n }, (_, i) => ({ id: `adapter-${i}-${'x'.repeat(100)}`, parent: 'base' })) })
+    let body = adapters(3)
+    const server = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(body))
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    servers.push({ close: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) })
+    const inst = new Instance(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, 1, [], testConfig([{ name: 'default', instances: ['http://127.0.0.1:1'] }]).upstream)
+    try {
+      expect(await probeModels(inst, 5000)).toMatchObject({ ids: [expect.stringMatching(/^adapter-0/), expect.any(String), expect.any(String)] })
+      body = adapters(40_000)
+      expect(body.length).toBeGreaterThan(MODELS_PROBE_MAX_BYTES)
+      expect(await probeModels(inst, 5000)).toEqual({ error: `model discovery (GET /v1/models) answered more than ${MODELS_PROBE_MAX_BYTES} bytes; not read` })
+    } finally {
+      await inst.close()
+    }
   })
 })
