@@ -7,11 +7,11 @@
 // the second window comes from INFO cpu.
 // Run: npm run bench:share-load   (REPLICAS=4 INSTANCES=16 INTERVAL_MS=10 WINDOW_S=10 WARMUP_S=3;
 //   PROFILE_CHILD=k writes a CPU profile of replica k to bench/results/prof)
-import { spawn, fork, type ChildProcess } from 'node:child_process'
-import net from 'node:net'
+import { fork, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import type { Lease } from '../src/core/router.js'
 import { machine } from './harness.js'
+import { redisCommand, startRedisServer } from './redis.js'
 
 const REPLICAS = Number(process.env.REPLICAS ?? 4)
 const INSTANCES = Number(process.env.INSTANCES ?? 16)
@@ -65,33 +65,6 @@ async function child(k: number): Promise<void> {
   send({ ready: true })
 }
 
-async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
-  const port = (s.address() as net.AddressInfo).port
-  await new Promise<void>((r) => s.close(() => r()))
-  return port
-}
-
-/** One command to Redis over a raw socket (RESP inline), its reply as text. */
-function redisCommand(port: number, line: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = net.connect(port, '127.0.0.1')
-    let out = ''
-    c.once('error', reject)
-    c.on('connect', () => c.write(`${line}\r\n`))
-    c.on('data', (d) => {
-      out += d.toString()
-      // A bulk reply: $len\r\n…\r\n; a status reply: +…\r\n.
-      const m = /^\$(\d+)\r\n/.exec(out)
-      if ((m && out.length >= m[0].length + Number(m[1]) + 2) || (/^[+-]/.test(out) && out.endsWith('\r\n'))) {
-        c.destroy()
-        resolve(out)
-      }
-    })
-  })
-}
-
 async function redisCpuS(port: number): Promise<number> {
   const info = await redisCommand(port, 'INFO cpu')
   const f = (k: string) => Number(new RegExp(`${k}:([\\d.]+)`).exec(info)?.[1] ?? NaN)
@@ -101,17 +74,8 @@ async function redisCpuS(port: number): Promise<number> {
 async function main(): Promise<void> {
   console.log(`machine: ${machine()}`)
   console.log(`${REPLICAS} replicas x ${INSTANCES} instances, interval ${INTERVAL_MS} ms, windows of ${WINDOW_S} s after ${WARMUP_S} s of warm-up`)
-  const port = await freePort()
-  const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  redis.once('error', (e) => {
-    console.error(`redis-server: ${e.message} (install it: apt-get install redis-server)`)
-    process.exit(1)
-  })
-  for (let i = 0; ; i++) {
-    if ((await redisCommand(port, 'PING').catch(() => '')).startsWith('+PONG')) break
-    if (i > 200) throw new Error('redis-server did not answer')
-    await sleep(25)
-  }
+  const redis = await startRedisServer()
+  const { port } = redis
   const kids: ChildProcess[] = []
   const inbox = new Map<ChildProcess, FromChild[]>()
   const next = async <T extends FromChild>(c: ChildProcess, pred: (m: FromChild) => m is T): Promise<T> => {
@@ -136,7 +100,7 @@ async function main(): Promise<void> {
     return Promise.all(kids.map((c) => next(c, isCpu)))
   }
   const base = await measure()
-  for (const c of kids) c.send({ cmd: 'share', url: `redis://127.0.0.1:${port}` } satisfies ToChild)
+  for (const c of kids) c.send({ cmd: 'share', url: redis.url } satisfies ToChild)
   for (;;) {
     for (const c of kids) c.send({ cmd: 'peers' } satisfies ToChild)
     const p = await Promise.all(kids.map((c) => next(c, (m): m is { peers: number } => 'peers' in m)))
@@ -166,7 +130,7 @@ async function main(): Promise<void> {
   console.log(`redis-server over the sharing window: ${(((r1 - r0) / WINDOW_S) * 100).toFixed(2)}% of one core (INFO cpu, used_cpu_sys + used_cpu_user)`)
   for (const c of kids) c.send({ cmd: 'exit' } satisfies ToChild)
   await Promise.all(kids.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once('exit', r)))))
-  redis.kill()
+  redis.stop()
 }
 
 const at = process.argv.indexOf('--replica')

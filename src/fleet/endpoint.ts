@@ -13,6 +13,7 @@ import { closeWhenDrained } from './drain.js'
 import type { Transition } from './health.js'
 import { Instance } from './instance.js'
 import { maxEjected, type EjectionReason, type TryResult } from './outlier.js'
+import { METRICS_PROBE_MAX_BYTES } from './cache-metrics.js'
 import { instanceUrl, probeHealth, probeMetrics, probeModels, type ModelsProbe } from './probe.js'
 import { ProbeToken } from './probe-auth.js'
 import { ExactView } from './events/exact-view.js'
@@ -634,7 +635,14 @@ export class Endpoint {
     if (this.#closed) return
     this.#changed(inst, inst.health.probe(r.ok, r.error, health))
     this.#modelsFound(inst, models)
-    if (r.ok && discovery.metricsIntervalMs > 0) await probeMetrics(inst, health.timeoutMs)
+    if (r.ok && discovery.metricsIntervalMs > 0) await this.#probeMetrics(inst)
+  }
+
+  /** The cache probe of one instance; a page cut at its bound is counted, and said once per instance. */
+  async #probeMetrics(inst: Instance): Promise<void> {
+    const problem = await probeMetrics(inst, this.#config.health.timeoutMs)
+    if (problem === undefined || this.#closed) return
+    if (inst.metricsPagesCut++ === 0) this.#log.warn({ instance: inst.id, maxBytes: METRICS_PROBE_MAX_BYTES }, `metrics probe: ${problem}`)
   }
 
   startProbes(): void {
@@ -664,7 +672,7 @@ export class Endpoint {
         this.#modelsFound(i, await probeModels(i, health.timeoutMs))
       }),
     )
-    every(discovery.metricsIntervalMs, each((i) => probeMetrics(i, health.timeoutMs)))
+    every(discovery.metricsIntervalMs, each((i) => this.#probeMetrics(i)))
   }
 
   stopProbes(): void {

@@ -40,6 +40,8 @@ export class Instance {
   kvCacheBlocks: number | undefined
   /** Tokens per KV block, from vllm:cache_config_info. */
   kvBlockTokens: number | undefined
+  /** Metrics probes whose page was cut at METRICS_PROBE_MAX_BYTES (shown in /admin/instances; said once). */
+  metricsPagesCut = 0
   /** longest_prefix index capacity set in the config, if any. */
   indexBlocks: number | undefined
   requests = 0

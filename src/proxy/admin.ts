@@ -74,6 +74,8 @@ export function instancesReport(p: AdminView) {
         share: total > 0 ? i.requests / total : 0,
         kvCacheHitRatio: i.kvCacheHitRatio ?? null,
         kvCacheBlocks: i.kvCacheBlocks ?? null,
+        // Metrics probes whose /metrics went on past its bound (METRICS_PROBE_MAX_BYTES).
+        metricsPagesCut: i.metricsPagesCut,
         indexBlocks: blocks ? (i.indexCapacity(ep.routing.blockSize) ?? ep.routing.indexBlocks) : null,
         lastError: i.lastError ?? null,
         // The exact view: the instance's event stream and the blocks it reports holding.

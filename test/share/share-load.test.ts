@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config/config.js'
 import { buildConfig } from '../../src/commands/serve-config.js'
 import { Router } from '../../src/core/router.js'
-import { decodeLoad, defaultReplicaId, redactRedisUrl, redisUrlProblem, routerSink, ShareLoad, type SharedLoadSink } from '../../src/fleet/share/index.js'
+import { decodeLoad, defaultReplicaId, MAX_FIGURE, MAX_PEERS, redactRedisUrl, redisUrlProblem, routerSink, ShareLoad, type SharedLoadSink } from '../../src/fleet/share/index.js'
 import { until } from '../proxy/helpers.js'
 import { startRedis, type RedisServer } from './redis-server.js'
 
@@ -57,7 +57,7 @@ function logger(lines: Replica['logs']) {
   )
 }
 
-async function replica(id: string, opts: { url?: string; prefix?: string; sink?: (r: Replica) => SharedLoadSink } = {}): Promise<Replica> {
+async function replica(id: string, opts: { url?: string; prefix?: string; expireMs?: number; sink?: (r: Replica) => SharedLoadSink } = {}): Promise<Replica> {
   const router = new Router({ strategy: 'longest_prefix', prefixLength: 65536, instances: ids.map((i) => ({ id: i })) })
   const r = { id, router, seen: new Map<string, number>(), logs: [] } as unknown as Replica
   const record: SharedLoadSink = { setSharedPrefill: (ep, inst, blocks) => ep === 'default' && r.seen.set(inst, blocks) }
@@ -67,6 +67,7 @@ async function replica(id: string, opts: { url?: string; prefix?: string; sink?:
     replicaId: id,
     endpoints: () => [{ name: 'default', router }],
     ...FAST,
+    ...(opts.expireMs !== undefined && { expireMs: opts.expireMs }),
     ...(opts.prefix !== undefined && { prefix: opts.prefix }),
     sink,
     log: logger(r.logs),
@@ -236,6 +237,45 @@ describe('share-load between replicas', () => {
     expect(b.share.peerCount()).toBe(1)
     expect(other.share.peerCount()).toBe(0)
     expect(other.share.counts.dropped).toBe(0)
+  })
+})
+
+describe('share-load against a hostile publisher', () => {
+  it(`keeps ${MAX_PEERS} peers of 1,000 ids naming 1,001 instances each, counts the rest, says so once, and clamps the sums`, async () => {
+    const a = await replica('a')
+    // The made-up replicas send no heartbeat: they must not expire while the test reads them.
+    const b = await replica('b', { expireMs: 60_000 })
+    await until(() => b.share.peerCount() === 1, 10_000, 'B to hear A')
+    const qa = queue(a, 7)
+    await until(() => seen(b, qa.instance) === qa.blocks, 5000, "A's figure at B")
+    const raw = createClient({ url: redis.url })
+    await raw.connect()
+    try {
+      // The real instances and 998 made up, each with a block queued.
+      const row = Object.fromEntries([...ids, ...Array.from({ length: 998 }, (_, i) => `http://made-up-${i}:8000`)].map((id) => [id, 1]))
+      const body = JSON.stringify({ default: row })
+      await Promise.all(Array.from({ length: 1000 }, (_, k) => raw.publish('prefix-router:load', `{"replica":"hostile-${k}","seq":0,"ts":1,"endpoints":${body}}`)))
+      await until(() => b.share.counts.refused === 1000 - (MAX_PEERS - 1), 20_000, 'the refused messages counted')
+      expect(b.share.peerCount()).toBe(MAX_PEERS)
+      expect(b.logs.filter((l) => /more than 64 other replicas/.test(l.msg))).toHaveLength(1)
+      // Refused from its first bytes: a new id's message is not parsed (this one would not parse).
+      await raw.publish('prefix-router:load', '{"replica":"hostile-new","seq":0,"ts":1,"endpoints":{"default":')
+      await until(() => b.share.counts.refused === 1000 - (MAX_PEERS - 1) + 1, 5000, 'the unparsed message refused')
+      expect(b.share.counts.dropped).toBe(0)
+      // A, heard first, still counts; the kept hostile ones add their one block each.
+      expect(seen(b, qa.instance)).toBe(qa.blocks + MAX_PEERS - 1)
+      const report = b.share.report()
+      expect(report.messages.refused).toBe(1000 - (MAX_PEERS - 1) + 1)
+      expect(report.maxPeers).toBe(MAX_PEERS)
+      // Two kept peers at MAX_SAFE_INTEGER: the sum given to the router is 2^32 - 1, not past 2^53.
+      const big = JSON.stringify({ default: { [ids[0]!]: Number.MAX_SAFE_INTEGER } })
+      for (const k of [0, 1]) await raw.publish('prefix-router:load', `{"replica":"hostile-${k}","seq":1,"ts":1,"endpoints":${big}}`)
+      await until(() => seen(b, ids[0]!) === MAX_FIGURE, 5000, 'the clamped sum')
+      expect(b.share.shared().default![ids[0]!]).toBe(MAX_FIGURE)
+    } finally {
+      raw.destroy()
+    }
+    qa.lease.release()
   })
 })
 

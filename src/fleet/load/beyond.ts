@@ -24,13 +24,22 @@ export class LoadBeyondOwn {
   }
 
   #set(id: string, inFlight: number | undefined, prefill: number | undefined): boolean {
-    const b = this.#by.get(id) ?? { inFlight: 0, prefill: 0 }
-    if (inFlight !== undefined) b.inFlight = inFlight
-    if (prefill !== undefined) b.prefill = prefill
-    // Nothing beyond own leases is no entry: the map holds only instances with a figure.
-    if (b.inFlight === 0 && b.prefill === 0) this.#by.delete(id)
+    const was = this.#by.get(id)
+    const b = { inFlight: inFlight ?? was?.inFlight ?? 0, prefill: prefill ?? was?.prefill ?? 0 }
+    // Kept only once the router took it: a figure it refuses (throws) must not ride along on
+    // the other source's next write, from a timer where nothing catches it.
+    const member = this.#router.setEngineLoad(id, b.inFlight, b.prefill)
+    // Nothing beyond own leases is no entry: the map holds only members with a figure (an id
+    // the router does not have, named by another replica, is not kept: the sharing writes its
+    // figures again every heartbeat, so one that joins later gets them then).
+    if ((b.inFlight === 0 && b.prefill === 0) || !member) this.#by.delete(id)
     else this.#by.set(id, b)
-    return this.#router.setEngineLoad(id, b.inFlight, b.prefill)
+    return member
+  }
+
+  /** Instances with a figure beyond own leases (members only). */
+  get size(): number {
+    return this.#by.size
   }
 
   /** The engine's requests from other clients (prefill from the engines: none; the shared figure stays). */

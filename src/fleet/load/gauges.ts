@@ -28,6 +28,19 @@ function bad(name: string, raw: string): GaugeRead {
 }
 
 /**
+ * The most requests an engine is believed to hold (the router's own limit on a figure, 2^32 - 1).
+ * A page saying more, or a negative count, is broken: the scrape fails (counted, logged, the
+ * instance on this router's own counts) rather than steering every request away from it.
+ */
+export const MAX_ENGINE_REQUESTS = 0xffffffff
+
+function outOfRange(what: string, v: number): GaugeRead | undefined {
+  if (v < 0) return { ok: false, result: 'failed', reason: `${what} is negative: ${v}` }
+  if (v > MAX_ENGINE_REQUESTS) return { ok: false, result: 'failed', reason: `${what} is ${v}, more than ${MAX_ENGINE_REQUESTS} requests: not believed` }
+  return undefined
+}
+
+/**
  * The load gauges from a /metrics body, or why they cannot be had from it. `final` false:
  * `body` is the start of one still arriving, and undefined means more is needed to tell.
  */
@@ -46,5 +59,10 @@ export function readEngineGauges(body: Buffer | string, final = true): GaugeRead
   if (!kv.complete) return undefined
   if (kv.count === 0 && kv.bad === undefined) kv = scanSamples(buf, (usage = GPU_USAGE), final)
   if (kv.bad !== undefined) return bad(usage.name, kv.bad)
+  // Each sample, not only the sum: a negative engine must not hide behind a busy one.
+  if (running.min < 0) return outOfRange(RUNNING.name, running.min)!
+  if (waiting.min < 0) return outOfRange(WAITING.name, waiting.min)!
+  const range = outOfRange(RUNNING.name, running.sum) ?? outOfRange(WAITING.name, waiting.sum) ?? outOfRange(`${RUNNING.name} + ${WAITING.name}`, running.sum + waiting.sum)
+  if (range !== undefined) return range
   return { ok: true, gauges: { running: running.sum, waiting: waiting.sum, kvCacheUsage: kv.count > 0 ? kv.max : undefined } }
 }

@@ -1,7 +1,10 @@
 // One GET of an instance's /metrics, read as it arrives: the gauges are taken from the first
-// bytes that tell them (vLLM writes them near the top), and the rest of the body is let
-// through unread, so the connection is kept for the next scrape. The handler is undici's
-// dispatch interface: no response stream, no copy of the whole body, no string of it.
+// bytes that tell them (vLLM writes them near the top, within MAX_HEAD), and the rest of the
+// body is let through unread, so the connection is kept for the next scrape, up to MAX_TAIL
+// bytes: a page longer than that is cut off there (its connection closed; the next scrape
+// opens another), so a huge page costs MAX_HEAD + MAX_TAIL per scrape, not its length. The
+// handler is undici's dispatch interface: no response stream, no copy of the whole body, no
+// string of it.
 import type { Dispatcher } from 'undici'
 import { readEngineGauges, type GaugeRead } from './gauges.js'
 
@@ -9,7 +12,15 @@ import { readEngineGauges, type GaugeRead } from './gauges.js'
 export type ReadEnd = { kind: 'gauges'; read: GaugeRead } | { kind: 'status'; status: number } | { kind: 'error'; error: Error }
 
 /** Bytes of a body searched for the gauges before it is judged on them alone. */
-const MAX_HEAD = 1 << 20
+export const MAX_HEAD = 1 << 20
+/**
+ * Bytes of the rest of a body let through after the gauges, to keep its connection: vLLM's
+ * whole page is tens of KB (a few hundred with many engines or adapters).
+ */
+export const MAX_TAIL = 256 << 10
+
+/** Why a read was cut off after its gauges: the body went on past MAX_TAIL. */
+export class TailCut extends Error {}
 const EMPTY = Buffer.alloc(0)
 
 /** Who hears how a read went: one object for every read of a scraper, so a read makes no closures. */
@@ -26,6 +37,9 @@ export class MetricsRead<T> implements Dispatcher.DispatchHandler {
   #abortWith: Error | undefined
   #status = 0
   #head: Buffer | undefined
+  /** Bytes of the body after the gauges were known. */
+  #tail = 0
+  #cut = false
   #settled = false
   #finished = false
   readonly #target: T
@@ -66,8 +80,16 @@ export class MetricsRead<T> implements Dispatcher.DispatchHandler {
     if (statusCode !== 200) this.#settle({ kind: 'status', status: statusCode })
   }
 
-  onResponseData(_c: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.#settled || this.#status !== 200) return
+  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
+    // Settled: the gauges are known, or the status was not 200 (a body as long as any other's).
+    if (this.#settled) {
+      this.#tail += chunk.length
+      if (this.#tail > MAX_TAIL && !this.#cut) {
+        this.#cut = true
+        c.abort(new TailCut(`the page goes on past ${MAX_TAIL} bytes after the gauges`))
+      }
+      return
+    }
     const head = (this.#head = this.#head === undefined ? chunk : Buffer.concat([this.#head, chunk]))
     const read = readEngineGauges(head, head.length >= MAX_HEAD)
     if (read !== undefined) this.#settle({ kind: 'gauges', read })
@@ -87,6 +109,11 @@ export class MetricsRead<T> implements Dispatcher.DispatchHandler {
     if (this.#finished) return
     this.#finished = true
     this.#owner.over(this.#target, this)
+  }
+
+  /** Whether the rest of the body was cut off at MAX_TAIL. */
+  get cut(): boolean {
+    return this.#cut
   }
 
   /** Whether ended() has been called; the connection may still be reading the rest of the body. */

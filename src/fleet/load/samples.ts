@@ -22,9 +22,10 @@ export class Family {
 export interface Samples {
   /** Samples of the family with a finite value (any labels). */
   count: number
-  /** Their values summed, and the largest (-Infinity when none). */
+  /** Their values summed, the largest (-Infinity when none) and the smallest (Infinity when none). */
   sum: number
   max: number
+  min: number
   /** The first value that is not a finite number, as written (NaN, +Inf, garbage); undefined when there is none. */
   bad: string | undefined
   /**
@@ -59,7 +60,7 @@ function startsWith(buf: Uint8Array, at: number, name: Buffer): 1 | 0 | -1 {
  * else only whole lines are read.
  */
 export function scanSamples(buf: Buffer, family: Family, final = true): Samples {
-  const out: Samples = { count: 0, sum: 0, max: -Infinity, bad: undefined, complete: final }
+  const out: Samples = { count: 0, sum: 0, max: -Infinity, min: Infinity, bad: undefined, complete: final }
   const { bytes: name, atLineStart } = family
   const n = buf.length
   let i = startsWith(buf, 0, name) === 1 ? 0 : buf.indexOf(atLineStart)
@@ -100,6 +101,7 @@ export function scanSamples(buf: Buffer, family: Family, final = true): Samples 
         out.count++
         out.sum += v
         if (v > out.max) out.max = v
+        if (v < out.min) out.min = v
       } else out.bad ??= raw
     } else if (inGroup) {
       out.complete = true

@@ -16,7 +16,7 @@ import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { NOT_VLLM_INTERVAL_MS } from './config.js'
 import type { GaugeRead } from './gauges.js'
-import { MetricsRead, type ReadEnd, type ReadOwner } from './read.js'
+import { MAX_HEAD, MAX_TAIL, MetricsRead, type ReadEnd, type ReadOwner } from './read.js'
 import type { EngineLoadSink, ScrapeResult } from './sink.js'
 import { PrefixRouterError } from '../../core/errors.js'
 
@@ -65,6 +65,8 @@ export interface EngineLoadStatus {
   /** This router's own requests in flight there when the last answer came. */
   ownAtScrape: number | null
   scrapes: Record<ScrapeResult, number>
+  /** Answers whose rest, past MAX_TAIL bytes after the gauges, was not read (the connection closed). */
+  bodiesCut: number
 }
 
 interface Target {
@@ -86,6 +88,8 @@ interface Target {
   external: number
   ownAtScrape: number | null
   scrapes: Record<ScrapeResult, number>
+  /** Answers whose rest was cut off at MAX_TAIL. */
+  bodiesCut: number
   removed: boolean
 }
 
@@ -122,6 +126,7 @@ export class EngineLoadScraper {
       ended: (t, end) => this.#ended(t, end),
       over: (t, read) => {
         if (t.read === read) t.read = undefined
+        if (read.cut) this.#cutOff(t)
         if (--this.#open === 0) this.#drained?.()
       },
     }
@@ -172,6 +177,7 @@ export class EngineLoadScraper {
         external: 0,
         ownAtScrape: null,
         scrapes: { ok: 0, failed: 0, late: 0, not_vllm: 0 },
+        bodiesCut: 0,
         removed: false,
       }
       this.#targets.set(w.id, t)
@@ -241,7 +247,14 @@ export class EngineLoadScraper {
       // Read now, as the answer arrives: the requests of ours the engine's figure includes.
       const own = sink.inFlight(t.id)
       const external = Math.max(0, Math.round(running + waiting - own))
-      sink.setEngineLoad(t.id, external, 0)
+      try {
+        sink.setEngineLoad(t.id, external, 0)
+      } catch (err) {
+        // The gauges are checked for range already; whatever the router still refuses is a
+        // failed scrape too, never an exception in the middle of an answer's handler.
+        this.#apply(t, { ok: false, result: 'failed', reason: `the router refused the engine's figure ${external}: ${(err as Error).message}` })
+        return
+      }
       t.running = running
       t.waiting = waiting
       t.kvCacheUsage = kvCacheUsage ?? null
@@ -257,6 +270,14 @@ export class EngineLoadScraper {
       this.#enter(t, o.result === 'not_vllm' ? 'not_vllm' : 'fallback', o.reason)
     }
     this.#opts.onScrape?.(t.id, o.ok ? 'ok' : o.result)
+  }
+
+  /** A page too long to read to its end: counted, and said once per instance (the gauges still count). */
+  #cutOff(t: Target): void {
+    if (t.removed || this.#closed) return
+    if (t.bodiesCut++ === 0) {
+      this.#opts.log?.warn({ instance: t.id, url: t.url, maxHeadBytes: MAX_HEAD, maxTailBytes: MAX_TAIL }, `engine load: this instance's /metrics goes on past ${MAX_TAIL} bytes after the gauges; each scrape reads no further and closes its connection`)
+    }
   }
 
   /** Logs a change of state once: falling back (with why), and the engine's figure restored. */
@@ -288,6 +309,7 @@ export class EngineLoadScraper {
       external: t.external,
       ownAtScrape: t.ownAtScrape,
       scrapes: { ...t.scrapes },
+      bodiesCut: t.bodiesCut,
     }
   }
 

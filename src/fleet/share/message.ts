@@ -79,3 +79,19 @@ export function decodeLoad(text: string): LoadMessage | string {
   if (v.bye !== undefined && typeof v.bye !== 'boolean') return 'bye is not a boolean'
   return { replica, seq, ts, endpoints, inFlight, bye: v.bye === true }
 }
+
+const LEAD = '{"replica":"'
+
+/**
+ * The replica id of a message as encodeLoad writes it (the id first, without escapes), read
+ * without parsing the rest; undefined for any other text (which decodeLoad then reads whole).
+ * What lets a message from a replica that cannot be kept be refused at the cost of its first
+ * bytes rather than of a parse.
+ */
+export function leadingReplica(text: string): string | undefined {
+  if (!text.startsWith(LEAD)) return undefined
+  const end = text.indexOf('"', LEAD.length)
+  if (end < 0 || end - LEAD.length > MESSAGE_LIMITS.replica) return undefined
+  const id = text.slice(LEAD.length, end)
+  return id.includes('\\') ? undefined : id
+}

@@ -1,5 +1,6 @@
 // The sharing's metrics, read from the ShareLoad at scrape time.
 import { Counter, Gauge, type Registry } from 'prom-client'
+import { MAX_PEERS } from './peers.js'
 import type { ShareLoad } from './share-load.js'
 
 export function registerShareLoadMetrics(share: () => ShareLoad | undefined, registers: Registry[]): void {
@@ -21,7 +22,7 @@ export function registerShareLoadMetrics(share: () => ShareLoad | undefined, reg
   })
   new Counter({
     name: 'prefix_router_share_load_messages_total',
-    help: 'Share-load messages: sent (taken by Redis), received (from other replicas), dropped (malformed).',
+    help: `Share-load messages: sent (taken by Redis), received (from other replicas), dropped (malformed), refused (from a new replica id while ${MAX_PEERS} others count).`,
     labelNames: ['direction'],
     registers,
     collect() {
@@ -30,6 +31,7 @@ export function registerShareLoadMetrics(share: () => ShareLoad | undefined, reg
       this.inc({ direction: 'sent' }, c?.sent ?? 0)
       this.inc({ direction: 'received' }, c?.received ?? 0)
       this.inc({ direction: 'dropped' }, c?.dropped ?? 0)
+      this.inc({ direction: 'refused' }, c?.refused ?? 0)
     },
   })
   new Counter({

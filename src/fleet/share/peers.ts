@@ -26,21 +26,41 @@ export interface PeerReport {
   inFlight: Figures | null
 }
 
-/** A figure, read as an own property only: names come from the channel ("__proto__" among them). */
-function figure(f: Figures, ep: string, id: string): number {
-  if (!Object.hasOwn(f, ep)) return 0
-  const row = f[ep]!
-  return Object.hasOwn(row, id) ? row[id]! : 0
+/**
+ * The most replicas whose figures are kept. A real deployment runs a handful; past this, the
+ * channel carries something else (a hostile or broken publisher minting ids), and a new id is
+ * refused until a peer expires or says goodbye. With the message bounds (MESSAGE_LIMITS) it
+ * bounds what the table holds.
+ */
+export const MAX_PEERS = 64
+/**
+ * The largest figure taken from one peer (a larger one counts as this), and the largest sum
+ * given to the router: 2^32 - 1 blocks is past any engine's queue. Summing MAX_PEERS such
+ * figures stays far below 2^53, so the running sums stay exact under every add and subtract.
+ */
+export const MAX_FIGURE = 0xffffffff
+
+const clamp = (n: number) => (n > MAX_FIGURE ? MAX_FIGURE : n)
+
+/** One instance's sum over the peers: kept as it runs, and as last given to the sink. */
+interface Cell {
+  sum: number
+  written: number
 }
 
-export type Accepted = 'own' | 'new' | 'update' | 'bye' | 'restarted'
+/** refused: a new replica past MAX_PEERS (its figures not kept). */
+export type Accepted = 'own' | 'new' | 'update' | 'bye' | 'restarted' | 'refused'
 
 export class PeerTable {
   readonly #self: string
   readonly #sink: SharedLoadSink
   readonly #peers = new Map<string, Peer>()
-  /** The sums as last written to the sink: endpoint -> instance -> blocks (zeros left out). */
-  readonly #shared = new Map<string, Map<string, number>>()
+  /**
+   * The running sums: endpoint -> instance -> the peers' figures summed (each clamped), and as
+   * last written to the sink. A message moves them by what it changes: it costs the instances
+   * it and its sender's previous message name, never a pass over the peers. Zeros leave.
+   */
+  readonly #shared = new Map<string, Map<string, Cell>>()
 
   constructor(self: string, sink: SharedLoadSink) {
     this.#self = self
@@ -51,6 +71,11 @@ export class PeerTable {
     return this.#peers.size
   }
 
+  /** Whether a message from `replica` would be refused: a new id while MAX_PEERS are kept. */
+  refuses(replica: string): boolean {
+    return this.#peers.size >= MAX_PEERS && replica !== this.#self && !this.#peers.has(replica)
+  }
+
   /** Takes one decoded message; the sums of what it changed go to the sink at once. */
   accept(m: LoadMessage, now: number): Accepted {
     if (m.replica === this.#self) return 'own'
@@ -59,9 +84,13 @@ export class PeerTable {
       if (old !== undefined) this.#drop(old)
       return 'bye'
     }
+    if (old === undefined && this.#peers.size >= MAX_PEERS) return 'refused'
     const peer: Peer = { replica: m.replica, seq: m.seq, ts: m.ts, heardAt: now, endpoints: m.endpoints, inFlight: m.inFlight }
     this.#peers.set(m.replica, peer)
-    this.#resum(old?.endpoints, peer.endpoints)
+    if (old !== undefined) this.#add(old.endpoints, -1)
+    this.#add(peer.endpoints, 1)
+    if (old !== undefined) this.#write(old.endpoints)
+    this.#write(peer.endpoints)
     if (old === undefined) return 'new'
     // Redis delivers one publisher's messages in order: a sequence going back is a restart
     // under the same --replica-id, or two replicas given one id.
@@ -82,13 +111,13 @@ export class PeerTable {
 
   /** Writes every non-zero sum again: a router whose membership changed since has them too. */
   rewrite(): void {
-    for (const [ep, row] of this.#shared) for (const [id, n] of row) this.#sink.setSharedPrefill(ep, id, n)
+    for (const [ep, row] of this.#shared) for (const [id, c] of row) if (c.written !== 0) this.#sink.setSharedPrefill(ep, id, clamp(c.written))
   }
 
   /** The sums: endpoint -> instance -> the other replicas' queued prefill (zeros left out). */
   shared(): Figures {
     // fromEntries defines own properties: a name such as "__proto__" stays a name.
-    return Object.fromEntries([...this.#shared].map(([ep, row]) => [ep, Object.fromEntries(row)]))
+    return Object.fromEntries([...this.#shared].map(([ep, row]) => [ep, Object.fromEntries([...row].map(([id, c]) => [id, clamp(c.sum)]))]))
   }
 
   /** Peers heard from, with their ages. */
@@ -112,35 +141,41 @@ export class PeerTable {
 
   #drop(p: Peer): void {
     this.#peers.delete(p.replica)
-    this.#resum(p.endpoints, undefined)
+    this.#add(p.endpoints, -1)
+    this.#write(p.endpoints)
   }
 
-  /** Sums again the instances a peer's figures went from `before` to `after` on, and writes those that changed. */
-  #resum(before: Figures | undefined, after: Figures | undefined): void {
-    const touched = new Map<string, Set<string>>()
-    for (const f of [before, after]) {
-      if (f === undefined) continue
-      for (const ep of Object.keys(f)) {
-        let s = touched.get(ep)
-        if (s === undefined) touched.set(ep, (s = new Set()))
-        for (const id of Object.keys(f[ep]!)) s.add(id)
+  /** Moves the running sums by a peer's figures, added (sign 1) or taken back (-1). */
+  #add(f: Figures, sign: 1 | -1): void {
+    for (const ep of Object.keys(f)) {
+      const ids = f[ep]!
+      let row = this.#shared.get(ep)
+      if (row === undefined) this.#shared.set(ep, (row = new Map()))
+      for (const id of Object.keys(ids)) {
+        const n = clamp(ids[id]!)
+        if (n === 0) continue
+        const c = row.get(id)
+        if (c === undefined) row.set(id, { sum: sign * n, written: 0 })
+        else c.sum += sign * n
       }
     }
-    for (const [ep, ids] of touched) {
-      let row = this.#shared.get(ep)
-      for (const id of ids) {
-        let sum = 0
-        for (const p of this.#peers.values()) sum += figure(p.endpoints, ep, id)
-        const was = row?.get(id) ?? 0
-        if (sum === was) continue
-        if (sum === 0) row?.delete(id)
-        else {
-          if (row === undefined) this.#shared.set(ep, (row = new Map()))
-          row.set(id, sum)
+  }
+
+  /** Gives the sink the sums of the instances `f` names that moved since last written; drops the zeros. */
+  #write(f: Figures): void {
+    for (const ep of Object.keys(f)) {
+      const row = this.#shared.get(ep)
+      if (row === undefined) continue
+      for (const id of Object.keys(f[ep]!)) {
+        const c = row.get(id)
+        if (c === undefined) continue
+        if (c.sum !== c.written) {
+          if (clamp(c.sum) !== clamp(c.written)) this.#sink.setSharedPrefill(ep, id, clamp(c.sum))
+          c.written = c.sum
         }
-        this.#sink.setSharedPrefill(ep, id, sum)
+        if (c.sum === 0) row.delete(id)
       }
-      if (row?.size === 0) this.#shared.delete(ep)
+      if (row.size === 0) this.#shared.delete(ep)
     }
   }
 }

@@ -11,8 +11,8 @@ import type { Router } from '../../core/router.js'
 import { requireFeature } from '../../core/optional-packages.js'
 import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
 import type { RedisLink } from './link.js'
-import { decodeLoad, encodeBye, encodeLoad, type Figures } from './message.js'
-import { PeerTable, type PeerReport } from './peers.js'
+import { decodeLoad, encodeBye, encodeLoad, leadingReplica, type Figures } from './message.js'
+import { MAX_PEERS, PeerTable, type PeerReport } from './peers.js'
 import { redactRedisUrl } from './redis-url.js'
 import { NO_SINK, type SharedLoadSink } from './sink.js'
 
@@ -45,6 +45,8 @@ export interface ShareLoadCounts {
   received: number
   /** Messages on the channel that were not a replica's (malformed), dropped. */
   dropped: number
+  /** Messages from a new replica id while MAX_PEERS others were counting, dropped. */
+  refused: number
   /** Times the connection was lost, or at start could not be made. */
   connectionFailures: number
 }
@@ -56,7 +58,9 @@ export interface ShareLoadReport {
   intervalMs: number
   expireMs: number
   connected: boolean
-  messages: { sent: number; received: number; dropped: number }
+  messages: { sent: number; received: number; dropped: number; refused: number }
+  /** The most replicas whose figures are kept (MAX_PEERS). */
+  maxPeers: number
   connectionFailures: number
   /** Replicas heard from within expireMs. */
   peers: PeerReport[]
@@ -75,6 +79,10 @@ const CHANNEL_SUFFIX = ':load'
 const ANSWER_TIMEOUT_MS = 5000
 /** Messages remembered to recognise our own (10 s of them at 10 ms). */
 const SENT_RING = 1024
+/** The longest stretch of one turn of the event loop spent reading the others' messages. */
+const TURN_MS = 2
+/** Characters of messages held waiting for their turn (32 bursts of a thousand 1 KB messages); past it, dropped. */
+const INBOX_CHARS = 32 << 20
 
 export class ShareLoad {
   readonly replica: string
@@ -86,7 +94,7 @@ export class ShareLoad {
   readonly #endpoints: () => Iterable<LoadSource>
   readonly #log: Logger
   readonly #peers: PeerTable
-  readonly #counts: ShareLoadCounts = { sent: 0, received: 0, dropped: 0, connectionFailures: 0 }
+  readonly #counts: ShareLoadCounts = { sent: 0, received: 0, dropped: 0, refused: 0, connectionFailures: 0 }
   #link!: RedisLink
   #timer: NodeJS.Timeout | undefined
   #seq = 0
@@ -103,6 +111,11 @@ export class ShareLoad {
   readonly #sentTs = new Float64Array(SENT_RING)
   /** Instance ids as JSON strings, reused from one interval to the next. */
   #quoted = new Map<string, string>()
+  /** Messages waiting to be read (from #inboxHead on), their characters, and whether a turn is scheduled. */
+  #inbox: string[] = []
+  #inboxHead = 0
+  #inboxChars = 0
+  #draining = false
 
   private constructor(opts: ShareLoadOptions) {
     // It travels in every message and names the connections (CLIENT SETNAME takes no spaces).
@@ -173,7 +186,8 @@ export class ShareLoad {
       intervalMs: this.intervalMs,
       expireMs: this.expireMs,
       connected: this.connected,
-      messages: { sent: this.#counts.sent, received: this.#counts.received, dropped: this.#counts.dropped },
+      messages: { sent: this.#counts.sent, received: this.#counts.received, dropped: this.#counts.dropped, refused: this.#counts.refused },
+      maxPeers: MAX_PEERS,
       connectionFailures: this.#counts.connectionFailures,
       peers: this.#peers.report(now),
       sharedPrefillBlocks: this.#peers.shared(),
@@ -254,6 +268,48 @@ export class ShareLoad {
   }
 
   #onMessage(text: string): void {
+    // A full table refuses a new id whatever its message says: known from the first bytes, it
+    // costs no parse (a thousand ids of a hostile publisher cost their ids, not their JSON).
+    const lead = leadingReplica(text)
+    if (lead !== undefined && this.#peers.refuses(lead)) return this.#refused(lead)
+    if (this.#inboxChars + text.length > INBOX_CHARS) {
+      this.#counts.dropped++
+      this.#once('inbox', 'warn', { channel: this.channel, waitingChars: this.#inboxChars }, `share-load: more than ${INBOX_CHARS} characters of messages waiting to be read; dropped (counted in prefix_router_share_load_messages_total{direction="dropped"})`)
+      return
+    }
+    this.#inbox.push(text)
+    this.#inboxChars += text.length
+    if (!this.#draining) {
+      this.#draining = true
+      setImmediate(this.#drain)
+    }
+  }
+
+  /**
+   * Reads the waiting messages, for at most TURN_MS of each turn of the event loop: a burst
+   * (Redis hands over what a socket read holds, megabytes of it) is parsed over several
+   * turns, with the requests' work between them, not in one stretch.
+   */
+  readonly #drain = (): void => {
+    const end = performance.now() + TURN_MS
+    const inbox = this.#inbox
+    while (this.#inboxHead < inbox.length) {
+      const text = inbox[this.#inboxHead]!
+      inbox[this.#inboxHead++] = ''
+      this.#inboxChars -= text.length
+      if (this.#timer !== undefined) this.#take(text)
+      if (performance.now() >= end) break
+    }
+    if (this.#inboxHead < inbox.length) {
+      setImmediate(this.#drain)
+      return
+    }
+    this.#inbox = []
+    this.#inboxHead = 0
+    this.#draining = false
+  }
+
+  #take(text: string): void {
     const m = decodeLoad(text)
     if (typeof m === 'string') {
       this.#counts.dropped++
@@ -267,10 +323,16 @@ export class ShareLoad {
       if (!ours && !m.bye) this.#once('same-id', 'warn', { replica: this.replica }, 'share-load: another process publishes under this replica\'s id; give each replica its own --replica-id')
       return
     }
+    if (r === 'refused') return this.#refused(m.replica)
     this.#counts.received++
     if (r === 'new') this.#log.info({ replica: m.replica }, 'share-load: replica heard')
     else if (r === 'bye') this.#log.info({ replica: m.replica }, 'share-load: replica stopped; its queued prefill no longer counts here')
     else if (r === 'restarted') this.#once(`restart:${m.replica}`, 'info', { replica: m.replica }, 'share-load: a replica\'s sequence went back: it restarted under the same --replica-id (or two replicas share one)')
+  }
+
+  #refused(replica: string): void {
+    this.#counts.refused++
+    this.#once('refused', 'warn', { replica, maxPeers: MAX_PEERS }, `share-load: more than ${MAX_PEERS} other replicas publish on the channel; this one's figures are not counted (nor any new one's until a replica leaves; counted in prefix_router_share_load_messages_total{direction="refused"})`)
   }
 
   #onState(up: boolean, reason: string | undefined): void {

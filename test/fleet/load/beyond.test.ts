@@ -36,6 +36,13 @@ describe('LoadBeyondOwn', () => {
     expect([row('a').engineInFlight, row('a').engineQueuedPrefillBlocks]).toEqual([0, 30])
     expect(b.setSharedPrefill('nope', 5)).toBe(false)
     expect(row('b').engineQueuedPrefillBlocks).toBe(0)
+    // Ids the router does not have (another replica may name any) are not kept.
+    for (let i = 0; i < 1000; i++) expect(b.setSharedPrefill(`http://stranger-${i}:8000`, 5)).toBe(false)
+    expect(b.size).toBe(1)
+    // A figure the router refuses is not kept: the other source's next write does not carry it.
+    expect(() => b.setSharedPrefill('a', 2 ** 54)).toThrow(/prefillBlocks/)
+    expect(() => b.engineSink().setEngineLoad('a', 3, 0)).not.toThrow()
+    expect([row('a').engineInFlight, row('a').engineQueuedPrefillBlocks]).toEqual([3, 30])
   })
 
   it("in serve, the other replicas' prefill stays while the scraper writes the engine's requests", async () => {

@@ -27,6 +27,15 @@ describe('readEngineGauges', () => {
     expect(readEngineGauges(text)).toEqual({ ok: true, gauges: { running: 7, waiting: 8, kvCacheUsage: 0.75 } })
   })
 
+  it('refuses a negative engine even when the sum over engines is positive, and a count past 2^32 - 1', () => {
+    const family = (name: string, values: string[]) => HELP(name) + values.map((v, e) => `${name}{model_name="m",engine="${e}"} ${v}\n`).join('')
+    const text = family('vllm:num_requests_running', ['30.0', '-5.0']) + family('vllm:num_requests_waiting', ['1.0', '2.0'])
+    expect(readEngineGauges(text)).toEqual({ ok: false, result: 'failed', reason: 'vllm:num_requests_running is negative: -5' })
+    expect(readEngineGauges(vllm('1.0', '-1e9', '0.5'))).toMatchObject({ ok: false, reason: 'vllm:num_requests_waiting is negative: -1000000000' })
+    expect(readEngineGauges(vllm('4294967296', '0', '0.5'))).toMatchObject({ ok: false, reason: expect.stringContaining('more than 4294967295') })
+    expect(readEngineGauges(vllm('4294967295', '0', '0.5'))).toMatchObject({ ok: true })
+  })
+
   it("reads a family's group of lines and stops there, as the text format groups them", () => {
     const text = 'vllm:num_requests_running{engine="0"} 1\nvllm:num_requests_running{engine="1"} 2\nvllm:num_requests_running_x 9\nvllm:num_requests_waiting 0\nvllm:num_requests_running{engine="2"} 100\n'
     expect(readEngineGauges(text)).toMatchObject({ ok: true, gauges: { running: 3 } })
@@ -93,7 +102,7 @@ describe('the start of a body still arriving', () => {
 describe('scanSamples', () => {
   it('counts finite samples and keeps the first bad one', () => {
     const s = scanSamples(Buffer.from('x 1\nx{a="1"} 2\nx{a="2"} oops\nx 4\n'), new Family('x'))
-    expect(s).toEqual({ count: 3, sum: 7, max: 4, bad: 'oops', complete: true })
+    expect(s).toEqual({ count: 3, sum: 7, max: 4, min: 1, bad: 'oops', complete: true })
     expect(sumSamples(Buffer.from('y 1\n'), new Family('x'))).toBeUndefined()
   })
 

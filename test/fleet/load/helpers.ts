@@ -51,7 +51,7 @@ export async function route(base: string, contents: string[]): Promise<string[]>
   return out
 }
 
-export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404' | 'slow-tail'
+export type Mode = 'ok' | '500' | 'hang' | 'missing' | 'garbage' | 'not_vllm' | '404' | 'slow-tail' | 'huge'
 
 export interface MetricsServer {
   url: string
@@ -65,6 +65,9 @@ export interface MetricsServer {
   /** Requests held open by 'hang', and how many of them the client has given up on. */
   hung: http.ServerResponse[]
   abandoned: number
+  /** 'huge': the bytes of filler after the gauges, and what each answer got written before its connection closed. */
+  hugeBytes: number
+  written: number[]
   close(): Promise<void>
 }
 
@@ -80,6 +83,8 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
     open: () => sockets.size,
     hung: [],
     abandoned: 0,
+    hugeBytes: 50 << 20,
+    written: [],
     close: async () => undefined,
   }
   const server = http.createServer((req, res) => {
@@ -109,6 +114,22 @@ export async function metricsServer(mode: Mode = 'ok'): Promise<MetricsServer> {
         m.hung.push(res)
         req.socket.once('close', () => m.abandoned++)
         return
+      case 'huge': {
+        // The gauges at the top, then filler lines to hugeBytes, written as the client takes them.
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        let sent = 0
+        const filler = Buffer.from('# filler line of a very long page\n'.repeat(2048))
+        const pump = () => {
+          while (sent < m.hugeBytes && !res.destroyed) {
+            sent += filler.length
+            if (!res.write(filler)) return void res.once('drain', pump)
+          }
+          if (!res.destroyed) res.end()
+        }
+        res.once('close', () => m.written.push(sent))
+        res.write(`vllm:num_requests_running{engine="0"} ${m.running}.0\nvllm:num_requests_waiting{engine="0"} ${m.waiting}.0\nvllm:kv_cache_usage_perc{engine="0"} 0.5\n`)
+        return pump()
+      }
       case '404':
         res.writeHead(404)
         return res.end('no such page')
@@ -137,6 +158,8 @@ export class FakeSink implements EngineLoadSink {
   readonly own = new Map<string, number>()
   setEngineLoad(id: string, inFlight: number, prefill: number): boolean {
     if (prefill !== 0) throw new Error(`prefill ${prefill}: the engines report none`)
+    // The router's own bounds on the figure (Router.setEngineLoad throws outside them).
+    if (!Number.isInteger(inFlight) || inFlight < 0 || inFlight > 0xffffffff) throw new RangeError(`inFlight must be an integer from 0 to 4294967295; got ${inFlight}`)
     this.external.set(id, inFlight)
     return true
   }

@@ -121,6 +121,32 @@ describe('EngineLoadScraper', () => {
     await until(() => m.abandoned === m.hung.length, 10_000, 'hung scrapes abandoned')
   })
 
+  it('a figure past 2^32 - 1 or below 0 is a failed scrape: counted, logged once, shown, from the first scrape on', async () => {
+    const m = await metricsServer('ok')
+    servers.push(m)
+    m.running = 5_000_000_000
+    const { sink, count, lines } = start([{ id: 'i', url: m.url }], { intervalMs: 10 })
+    await until(() => count('i', 'failed') >= 3, 10_000, 'failed scrapes of a huge figure')
+    expect(scraper!.status('i')).toMatchObject({ state: 'fallback', reason: expect.stringMatching(/vllm:num_requests_running is 5000000000, more than 4294967295/), external: 0 })
+    expect(sink.external.get('i')).toBe(0)
+    expect(lines.filter((l) => l.level === 40 && /falling back/.test(l.msg))).toHaveLength(1)
+    m.running = 4
+    await until(() => sink.external.get('i') === 4, 10_000, 'the engine figure')
+    // The sum of two gauges each in range is checked too.
+    m.running = 0xffffffff
+    m.waiting = 1
+    await until(() => scraper!.status('i')!.state === 'fallback', 10_000, 'the sum refused')
+    expect(scraper!.status('i')!.reason).toMatch(/\+ vllm:num_requests_waiting is 4294967296/)
+    m.running = 4
+    m.waiting = 0
+    await until(() => sink.external.get('i') === 4, 10_000, 'the engine figure again')
+    m.running = -1_000_000_005
+    const before = count('i', 'failed')
+    await until(() => count('i', 'failed') > before, 10_000, 'a failed scrape of a negative figure')
+    expect(scraper!.status('i')).toMatchObject({ state: 'fallback', reason: 'vllm:num_requests_running is negative: -1000000005', external: 0 })
+    expect(sink.external.get('i')).toBe(0)
+  })
+
   it('takes the gauges from the top of the page; a rest that never comes is cut off, and counted as nothing', async () => {
     const m = await metricsServer('slow-tail')
     servers.push(m)
@@ -133,6 +159,21 @@ describe('EngineLoadScraper', () => {
     // One at a time: each was cut off before the next went.
     await until(() => m.abandoned >= 2, 10_000, 'the tails cut off')
     expect(m.hung.length - m.abandoned).toBeLessThanOrEqual(1)
+  })
+
+  it('reads a 50 MiB page no further than its gauges and 256 KiB more: the rest is cut off, counted, said once', async () => {
+    const m = await metricsServer('huge')
+    servers.push(m)
+    m.running = 3
+    const { sink, count, lines } = start([{ id: 'i', url: m.url }], { intervalMs: 10 })
+    await until(() => count('i', 'ok') >= 3 && m.written.length >= 3, 20_000, 'three scrapes of the huge page')
+    expect(sink.external.get('i')).toBe(3)
+    expect(scraper!.status('i')).toMatchObject({ state: 'engine', bodiesCut: expect.any(Number) })
+    expect(scraper!.status('i')!.bodiesCut).toBeGreaterThanOrEqual(2)
+    // What the server got into the socket before it closed: the cut, plus the kernel's buffers.
+    for (const w of m.written) expect(w).toBeLessThan(m.hugeBytes / 2)
+    expect(lines.filter((l) => /goes on past 262144 bytes after the gauges/.test(l.msg))).toHaveLength(1)
+    expect(lines.filter((l) => l.level === 40)).toHaveLength(1)
   })
 
   it('a connection refused falls back too', async () => {
