@@ -8,6 +8,7 @@ import type { SimOptions } from '../sim/config.js'
 import type { PreparedRequest } from './prepare.js'
 import { ReplicatedRouter, type ReplayRouter, type RouterFactory } from './routers.js'
 import { KeyTracker, LaneStats, RequestLog } from './stats.js'
+import { deliverKvEvents } from './kv-delivery.js'
 
 export interface ScaleEvent {
   atMs: number
@@ -92,7 +93,7 @@ export class Lane {
     }
     const replicas = Array.from({ length: o.replicas }, (_, k) => factory.create({ ...ctx, seed: o.seed + k }))
     this.router = replicas.length === 1 ? replicas[0]! : new ReplicatedRouter(replicas)
-    if (this.router.kvEvents !== undefined) this.subscribe(this.router.kvEvents, o.kvEventsDelayMs)
+    if (this.router.kvEvents !== undefined) deliverKvEvents(this.fleet, this.router.kvEvents, o.kvEventsDelayMs)
     if (this.router.scrapeEngines !== undefined && o.engineLoadIntervalMs > 0) this.scrape(this.router.scrapeEngines, o.engineLoadIntervalMs / o.replicas, o.durationMs)
     const share = this.router instanceof ReplicatedRouter ? this.router.shareLoad : undefined
     if (share !== undefined && o.shareLoadIntervalMs > 0) this.share(share, o.shareLoadIntervalMs, o.shareLoadDelayMs, o.durationMs)
@@ -115,17 +116,6 @@ export class Lane {
     return this.router.kvEvents !== undefined
   }
 
-  /** Every engine's KV events reach `deliver` `delayMs` after the step that produced them. */
-  private subscribe(deliver: NonNullable<ReplayRouter['kvEvents']>, delayMs: number): void {
-    const clock = this.fleet.clock
-    this.fleet.engines.forEach((engine, i) => {
-      engine.setKvEventListener((events, atMs) => {
-        const at = atMs + delayMs
-        if (delayMs <= 0) deliver(i, events, at)
-        else clock.schedule(at, () => deliver(i, events, at))
-      })
-    })
-  }
 
   /** Scrapes of the members' engines every `everyMs` of simulated time, until `untilMs`. */
   private scrape(scrape: NonNullable<ReplayRouter['scrapeEngines']>, everyMs: number, untilMs: number): void {

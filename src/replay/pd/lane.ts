@@ -9,6 +9,7 @@ import type { SimOptions } from '../../sim/config.js'
 import type { PreparedRequest } from '../prepare.js'
 import { PdStats, type Slo } from './stats.js'
 import type { PdContext, PdPlacement, PdRouter, PdRouterFactory } from './types.js'
+import { deliverKvEvents } from '../kv-delivery.js'
 
 export interface PdLaneOptions {
   prefill: number
@@ -51,7 +52,7 @@ export class PdLane {
       seed: o.seed,
     }
     this.router = factory.create(ctx)
-    if (this.router.kvEvents !== undefined) this.subscribe(this.router.kvEvents, o.kvEventsDelayMs)
+    if (this.router.kvEvents !== undefined) deliverKvEvents(this.fleet, this.router.kvEvents, o.kvEventsDelayMs)
     this.stats = new PdStats(factory.name, total, o.durationMs, o.slo)
   }
 
@@ -59,16 +60,6 @@ export class PdLane {
     return this.router.kvEvents !== undefined
   }
 
-  private subscribe(deliver: NonNullable<PdRouter['kvEvents']>, delayMs: number): void {
-    const clock = this.fleet.clock
-    this.fleet.engines.forEach((engine, i) => {
-      engine.setKvEventListener((events, atMs) => {
-        const at = atMs + delayMs
-        if (delayMs <= 0) deliver(i, events, at)
-        else clock.schedule(at, () => deliver(i, events, at))
-      })
-    })
-  }
 
   /** Runs the clock up to the request's arrival, then routes it and sends its legs. */
   arrive(req: PreparedRequest): void {
