@@ -7,6 +7,7 @@ import { Family, sumSamples } from './load/samples.js'
 import { authRefused } from './probe-auth.js'
 import { schemeSpoken } from './scheme-probe.js'
 import { errorTag, schemeAdvice } from './upstream-url.js'
+import { PrefixRouterError } from '../core/errors.js'
 
 /** Bytes of an answer read before the probe lets other work run between its chunks. */
 const YIELD_AFTER = 256 << 10
@@ -15,9 +16,10 @@ const YIELD_AFTER = 256 << 10
 export const MODELS_PROBE_MAX_BYTES = 4 << 20
 
 /** The body of a probe's answer, or that it went on past `maxBytes` (not read further). */
-export class TooLong extends Error {
+export class TooLong extends PrefixRouterError {
   constructor(readonly maxBytes: number) {
-    super(`more than ${maxBytes} bytes`)
+    super('ERR_PROBE_TOO_LONG', `more than ${maxBytes} bytes`)
+    this.name = 'TooLong'
   }
 }
 

@@ -7,6 +7,7 @@
 // string of it.
 import type { Dispatcher } from 'undici'
 import { readEngineGauges, type GaugeRead } from './gauges.js'
+import { PrefixRouterError } from '../../core/errors.js'
 
 /** How a read ended: the gauges (or why not), a status that is not 200, or an error. */
 export type ReadEnd = { kind: 'gauges'; read: GaugeRead } | { kind: 'status'; status: number } | { kind: 'error'; error: Error }
@@ -20,7 +21,12 @@ export const MAX_HEAD = 1 << 20
 export const MAX_TAIL = 256 << 10
 
 /** Why a read was cut off after its gauges: the body went on past MAX_TAIL. */
-export class TailCut extends Error {}
+export class TailCut extends PrefixRouterError {
+  constructor(message: string) {
+    super('ERR_METRICS_PAGE_CUT', message)
+    this.name = 'TailCut'
+  }
+}
 const EMPTY = Buffer.alloc(0)
 
 /** Who hears how a read went: one object for every read of a scraper, so a read makes no closures. */
