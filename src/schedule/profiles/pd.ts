@@ -47,23 +47,26 @@ export const SPLIT_COST_TOKENS = 1500
 /**
  * What a token of prefill on the decode instance costs each request decoding there, against a
  * token of queueing it saves this request: the token lengthens one step of each of them (their
- * TPOT, spread over their output) where it would have lengthened this request's wait once. Half:
- * fitted on the replay's chat and mixed traces (docs/replay.md, "Disaggregated fleets").
+ * TPOT, spread over their output) where it would have lengthened this request's wait once. ¾:
+ * chosen on the replay (docs/replay.md, "Disaggregated fleets: results"), where ½ gave lower TTFT
+ * and more TPOT, and ¾ leaves TPOT at light load where the threshold alone had it.
  */
-export const DECODE_STALL_WEIGHT = 0.5
+export const DECODE_STALL_WEIGHT = 0.75
 
 /**
  * Whether the request runs whole on its decode instance, and why (undefined: it is split).
  * `short_uncached`: it lacks fewer than `threshold` tokens there and the instance has fewer than
  * `threshold` tokens of other prompts still to compute (its queued prefill less this request's
- * own, which its lease has just added). `prefill_busier`, with a `cap`: its first token comes
- * sooner that way by the pickers' counts and the requests decoding there lose less than it gains: whole, it waits for the decode instance's
- * queued prefill and computes what it lacks; split, it waits for the least-queued prefill
- * instance's, moves what it lacks (a token moved costs about what one computed does: 320 KB over
- * ~12 GB/s against ~27 µs) and pays SPLIT_COST_TOKENS. The gain, less the tokens computed on the
- * decode instance times its other requests (DECODE_STALL_WEIGHT each), must not be negative, and
- * the instance's queued prefill with this one's must stay within the cap: each token of it
- * lengthens the decode steps of everything running there.
+ * own, which its lease has just added). `prefill_busier`, with a `cap`, while prompts queue at
+ * the prefill pool (its least-queued instance has more than the decode instance): whole, the
+ * request waits for the decode instance's queued prefill and computes what it lacks; split, it
+ * waits for the least-queued prefill instance's, moves what it lacks (a token moved costs about
+ * what one computed does: 320 KB over ~12 GB/s against ~27 µs) and pays SPLIT_COST_TOKENS. The
+ * gain, less the tokens computed on the decode instance times its other requests
+ * (DECODE_STALL_WEIGHT each), must not be negative, and the instance's queued prefill with this
+ * one's must stay within the cap: each token of it lengthens the decode steps of everything
+ * running there. Prefill first, the prefill lease already counts this prompt: the least-queued
+ * instance may look busier by it, which only matters when it is the one chosen.
  */
 export function runsWhole<I>(picker: LegPicker<I>, decode: Chosen<I>, uncached: number, threshold: number, cap = 0): SingleReason | undefined {
   // Blocks round the lease's count of this prompt: never below none.
