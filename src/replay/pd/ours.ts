@@ -1,8 +1,9 @@
 // Our lanes of a disaggregated replay. `pd` and `pd_always` run src/schedule's pd profile over
 // a RouterLegPicker, exactly as `serve` runs it over its endpoints: the native Router with
 // longest_prefix, each instance in the leg groups of its role (routerMembers), decode first, the
-// request whole on the decode instance when it lacks fewer prompt tokens than the threshold
-// (`pd_always`: threshold 0, every request split). `aggregated` is the same Router over a fleet
+// request whole on the decode instance when it lacks fewer prompt tokens than the threshold, or
+// while the prefill pool has more queued within the decode prefill cap (`pd_always`: threshold
+// and cap 0, every request split). `aggregated` is the same Router over a fleet
 // of the same total size whose instances all do both legs (the single profile).
 import { Router, type Lease } from '../../core/router.js'
 import { LIMITS } from '../../core/options.js'
