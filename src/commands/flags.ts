@@ -43,6 +43,14 @@ export const FLAGS: readonly FlagSpec[] = [
     arg: 'N',
     help: 'tokens of the prompt the decode instance lacks below which a request runs there whole, 0-1048576 (default 256; 0: split every request)',
   },
+  {
+    name: 'pd-decode-prefill-cap',
+    env: 'PREFIX_ROUTER_PD_DECODE_PREFILL_CAP',
+    kind: 'int',
+    key: ['disaggregation', 'decodePrefillCap'],
+    arg: 'N',
+    help: 'past the threshold, a request still runs whole on its decode instance when its first token comes sooner that way, the requests decoding there lose less than it gains, and that instance has at most N tokens of prompts queued with it, 0-1048576 (default 2048; 0: the threshold alone decides)',
+  },
   { name: 'pd-when-no-prefill', env: 'PREFIX_ROUTER_PD_WHEN_NO_PREFILL', kind: 'string', key: ['disaggregation', 'whenNoPrefill'], arg: 'W', help: 'no prefill instance can take a request: decode (run it whole on the decode instance; default) or fail (503)' },
   {
     name: 'pd-kv-hold-ms',

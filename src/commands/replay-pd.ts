@@ -5,7 +5,7 @@
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { LIMITS } from '../core/options.js'
-import { DEFAULT_PD_THRESHOLD } from '../config/disaggregation.js'
+import { DEFAULT_PD_DECODE_PREFILL_CAP, DEFAULT_PD_THRESHOLD } from '../config/disaggregation.js'
 import { requireFeatures } from '../core/optional-packages.js'
 import { resolveSim, type SimOptions } from '../sim/config.js'
 import { DEFAULT_PROFILE } from '../sim/profiles.js'
@@ -32,6 +32,7 @@ export const PD_FLAGS = {
   'ttft-slo': str,
   'tpot-slo': str,
   'pd-threshold': str,
+  'pd-decode-prefill-cap': str,
 } as const
 
 /** Instances of each role a disaggregated replay takes. */
@@ -49,6 +50,9 @@ disaggregated replay (prefill/decode, docs/replay.md "Disaggregated fleets"):
                                aggregated ones; lanes: ${pdLaneNames().join(', ')} (--strategies picks some)
   --pd-threshold N             tokens the decode instance lacks below which the pd lane skips the
                                prefill leg (0 to 1048576; default ${DEFAULT_PD_THRESHOLD}, serve's default)
+  --pd-decode-prefill-cap N    past the threshold, the pd lane still runs a request whole on its
+                               decode instance when that is sooner and its queued prefill stays within
+                               N tokens (0 to 1048576; default ${DEFAULT_PD_DECODE_PREFILL_CAP}, serve's; 0: the threshold alone)
   --ttft-slo D, --tpot-slo D   the SLO goodput counts (defaults ${DEFAULT_SLO.ttftMs}ms and ${DEFAULT_SLO.tpotMs}ms)
   --sweep LIST                 load factors, e.g. 0.5,1,2,4 (above 0, at most ${MAX_LOAD}; up to ${MAX_SWEEP_POINTS}): the same
                                requests with arrival times divided by each, one table per load
@@ -100,6 +104,7 @@ export async function runPdFromCli(argv: string[], get: (k: string) => string | 
   }
   if (get('trace-format') !== undefined && input.tracePath === undefined) throw new CliError('--trace-format needs --trace')
   const threshold = get('pd-threshold') === undefined ? DEFAULT_PD_THRESHOLD : intFlag('pd-threshold', get('pd-threshold')!, 0, 1 << 20)
+  const cap = get('pd-decode-prefill-cap') === undefined ? DEFAULT_PD_DECODE_PREFILL_CAP : intFlag('pd-decode-prefill-cap', get('pd-decode-prefill-cap')!, 0, 1 << 20)
   const slo = {
     ttftMs: get('ttft-slo') === undefined ? DEFAULT_SLO.ttftMs : durationFlag('ttft-slo', get('ttft-slo')!),
     tpotMs: get('tpot-slo') === undefined ? DEFAULT_SLO.tpotMs : durationFlag('tpot-slo', get('tpot-slo')!),
@@ -107,7 +112,7 @@ export async function runPdFromCli(argv: string[], get: (k: string) => string | 
   const loads = get('sweep') === undefined ? [1] : parseSweep(get('sweep')!)
   let lanes
   try {
-    lanes = resolvePdLanes(get('strategies')?.split(',').filter((s) => s.trim() !== ''), threshold)
+    lanes = resolvePdLanes(get('strategies')?.split(',').filter((s) => s.trim() !== ''), threshold, cap)
   } catch (err) {
     throw new CliError(`--strategies: ${(err as Error).message}`)
   }

@@ -164,7 +164,7 @@ export async function run(argv: string[]): Promise<number> {
   const engineLoadMode = get('engine-load') ?? 'auto'
   if (!['auto', 'on', 'off'].includes(engineLoadMode)) throw new CliError(`--engine-load: must be auto, on or off; got '${engineLoadMode}'`)
   // Disaggregated fleets are a run of their own (src/commands/replay-pd.ts).
-  const pd = ['prefill', 'decode', 'sweep', 'ttft-slo', 'tpot-slo', 'pd-threshold'].filter((k) => get(k) !== undefined)
+  const pd = ['prefill', 'decode', 'sweep', 'ttft-slo', 'tpot-slo', 'pd-threshold', 'pd-decode-prefill-cap'].filter((k) => get(k) !== undefined)
   if (pd.length > 0) return runPdFromCli(argv, get, { workload, tracePath, knobs, quiet: v.quiet === true, given: pd })
   let strategies
   try {

@@ -25,6 +25,13 @@ export const DEFAULT_KV_HOLD_MS = 20_000
 /** Tokens of prompt the decode instance lacks below which the request skips the prefill leg (16 blocks of 16). */
 export const DEFAULT_PD_THRESHOLD = 256
 
+/**
+ * Tokens of prompts a decode instance may have queued, a request's own included, when it takes one
+ * whole because the prefill pool is busier (Dynamo's bypass bound, 2,048 tokens: one such prefill
+ * adds ~56 ms to a decode step of the p5 profile).
+ */
+export const DEFAULT_PD_DECODE_PREFILL_CAP = 2048
+
 export const DisaggregationSchema = z
   .object({
     connector: z.enum(CONNECTORS).default('nixl'),
@@ -35,6 +42,14 @@ export const DisaggregationSchema = z
      * disaggregate every request.
      */
     threshold: z.number().int().min(0).max(1 << 20).default(DEFAULT_PD_THRESHOLD),
+    /**
+     * Past the threshold, a request still runs whole on its decode instance when its first token
+     * comes sooner that way (the decode instance's queued prefill against the least-queued prefill
+     * instance's, the transfer and the second request's cost), the requests decoding there lose
+     * less than it gains, and the decode instance's queued prefill with this one's stays within
+     * this many tokens (src/schedule/profiles/pd.ts, runsWhole). 0: only the threshold decides.
+     */
+    decodePrefillCap: z.number().int().min(0).max(1 << 20).default(DEFAULT_PD_DECODE_PREFILL_CAP),
     /** No prefill instance can take the request: run it whole on the decode instance (`decode`), or answer 503 (`fail`). */
     whenNoPrefill: z.enum(['decode', 'fail']).default('decode'),
     /**

@@ -13,6 +13,7 @@ export class PdMetrics {
       name: 'prefix_router_pd_requests_total',
       help:
         'Requests to disaggregated endpoints, by how they ran: disaggregated (prefill leg, then decode leg), short_uncached (whole on the decode instance, which lacked less than the threshold: a skipped prefill), ' +
+        'prefill_busier (whole on the decode instance past the threshold: the prefill instances had more queued, within decodePrefillCap), ' +
         'no_prefill_instance (whole on the decode instance: none could prefill), prefill_failed (whole on the decode instance after the prefill tries failed).',
       labelNames: ['endpoint', 'path'],
       registers,

@@ -59,7 +59,8 @@ export interface Outcome {
   heldBlocks: number | undefined
   /**
    * A disaggregated endpoint's request: disaggregated (a prefill leg, then the decode leg),
-   * short_uncached (whole on the decode instance, which lacked little), no_prefill_instance,
+   * short_uncached (whole on the decode instance, which lacked little), prefill_busier (whole
+   * there past the threshold: the prefill instances had more queued), no_prefill_instance,
    * prefill_failed (decode-only after the prefill tries failed).
    */
   pd: string | undefined

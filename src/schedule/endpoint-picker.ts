@@ -23,6 +23,20 @@ class EndpointPicker implements LegPicker<Instance> {
     return row === undefined ? 0 : (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens
   }
 
+  inFlight(instance: Instance): number {
+    const row = this.ep.router.instances().find((i) => i.id === instance.id)
+    return row === undefined ? 0 : row.inFlight + row.engineInFlight
+  }
+
+  leastQueuedPrefillTokens(leg: Leg): number {
+    const playing = new Set(this.ep.healthyFor(leg).map((i) => i.id))
+    let least = Infinity
+    for (const row of this.ep.router.instances()) {
+      if (playing.has(row.id)) least = Math.min(least, (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens)
+    }
+    return least
+  }
+
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<Instance> {
     return this.ep.pick(view.key, view.tenant, view.model, view.anchor, avoid, view.exact, leg, alternates)
   }

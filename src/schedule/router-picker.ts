@@ -62,6 +62,21 @@ export class RouterLegPicker implements LegPicker<string> {
     return row === undefined ? 0 : (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens
   }
 
+  inFlight(instance: string): number {
+    const row = this.router.instances().find((i) => i.id === instance)
+    return row === undefined ? 0 : row.inFlight + row.engineInFlight
+  }
+
+  leastQueuedPrefillTokens(leg: Leg): number {
+    let least = Infinity
+    for (const row of this.router.instances()) {
+      const role = this.#roles.get(row.id)
+      if (role === undefined || !plays(role, leg)) continue
+      least = Math.min(least, (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens)
+    }
+    return least
+  }
+
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<string> {
     const on: Leg | undefined = this.#disaggregated ? (leg ?? 'decode') : undefined
     const group = on === undefined ? ANY_MODEL : legGroup(on)

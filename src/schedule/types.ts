@@ -37,6 +37,13 @@ export interface LegPicker<I> {
    * leases' queued prefill, and what its engine reports beyond them), this router's view.
    */
   queuedPrefillTokens(instance: I): number
+  /**
+   * The least queuedPrefillTokens among the instances in rotation that play `leg` (any model they
+   * serve), Infinity when none does: how soon the emptiest of them could start a new prompt.
+   */
+  leastQueuedPrefillTokens(leg: Leg): number
+  /** Requests in flight on the instance: this router's leases and what its engine reports beyond them. */
+  inFlight(instance: I): number
   /** `leg` undefined: a whole request (on an instance that decodes, in a disaggregated fleet). */
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<I>
 }
@@ -47,6 +54,8 @@ export type SingleReason =
   | 'aggregated'
   /** The decode instance lacks less of the prompt than the threshold: moving it costs more than computing it. */
   | 'short_uncached'
+  /** Past the threshold, but the prefill pool is busier: the first token comes sooner from the decode instance, within its cap (decodePrefillCap). */
+  | 'prefill_busier'
   /** No prefill instance can take it (none in rotation, or none serving the model): decode-only. */
   | 'no_prefill_instance'
 

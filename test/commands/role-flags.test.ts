@@ -100,9 +100,9 @@ describe('--prefill-dns and --decode-dns', () => {
 
 describe('the --pd-* settings', () => {
   it('set the disaggregation block, flags over variables over the file', () => {
-    const c = built(['--decode', 'http://d:8000', '--pd-connector', 'sglang', '--pd-order', 'prefill-first', '--pd-threshold', '0', '--pd-kv-hold-ms', '5000'], { PREFIX_ROUTER_PD_WHEN_NO_PREFILL: 'fail', PREFIX_ROUTER_PD_THRESHOLD: '64' }).config
-    expect(c.disaggregation).toEqual({ connector: 'sglang', order: 'prefill-first', threshold: 0, whenNoPrefill: 'fail', kvHoldMs: 5000, prefillTimeoutMs: 60000 })
-    expect(built(['--decode', 'http://d:8000']).config.disaggregation).toEqual({ connector: 'nixl', order: 'decode-first', threshold: 256, whenNoPrefill: 'decode', kvHoldMs: 20000, prefillTimeoutMs: 60000 })
+    const c = built(['--decode', 'http://d:8000', '--pd-connector', 'sglang', '--pd-order', 'prefill-first', '--pd-threshold', '0', '--pd-kv-hold-ms', '5000'], { PREFIX_ROUTER_PD_WHEN_NO_PREFILL: 'fail', PREFIX_ROUTER_PD_THRESHOLD: '64', PREFIX_ROUTER_PD_DECODE_PREFILL_CAP: '0' }).config
+    expect(c.disaggregation).toEqual({ connector: 'sglang', order: 'prefill-first', threshold: 0, decodePrefillCap: 0, whenNoPrefill: 'fail', kvHoldMs: 5000, prefillTimeoutMs: 60000 })
+    expect(built(['--decode', 'http://d:8000']).config.disaggregation).toEqual({ connector: 'nixl', order: 'decode-first', threshold: 256, decodePrefillCap: 2048, whenNoPrefill: 'decode', kvHoldMs: 20000, prefillTimeoutMs: 60000 })
   })
 
   it.each([
@@ -110,6 +110,7 @@ describe('the --pd-* settings', () => {
     [['--pd-order', 'decode'], /disaggregation\.order: .*got "decode" \(from --pd-order\)/],
     [['--pd-threshold', 'many'], /--pd-threshold must be a whole number; got 'many'/],
     [['--pd-threshold', '2000000'], /disaggregation\.threshold: .*1048576.*\(from --pd-threshold\)/],
+    [['--pd-decode-prefill-cap', '2000000'], /disaggregation\.decodePrefillCap: .*1048576.*\(from --pd-decode-prefill-cap\)/],
     [['--pd-when-no-prefill', 'queue'], /disaggregation\.whenNoPrefill: .*"decode"\|"fail"; got "queue" \(from --pd-when-no-prefill\)/],
     [['--pd-kv-hold-ms', '4000000'], /disaggregation\.kvHoldMs: .*3600000.*\(from --pd-kv-hold-ms\)/],
   ])('%j is refused, naming the flag', (argv, message) => {

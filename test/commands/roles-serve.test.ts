@@ -67,7 +67,7 @@ describe('serve with prefill and decode instances', () => {
     const r = await report(s.admin)
     expect(r.roles).toEqual({ prefill: 2, decode: 2, both: 0 })
     expect(r.missingRole).toBeNull()
-    expect(r.disaggregation).toEqual({ connector: 'nixl', order: 'decode-first', threshold: 128, whenNoPrefill: 'decode', kvHoldMs: 20000, prefillTimeoutMs: 60000 })
+    expect(r.disaggregation).toEqual({ connector: 'nixl', order: 'decode-first', threshold: 128, decodePrefillCap: 2048, whenNoPrefill: 'decode', kvHoldMs: 20000, prefillTimeoutMs: 60000 })
     expect(r.instances.map((i) => `${i.id} ${i.role} ${i.bootstrapPort}`).sort()).toEqual([`${p0} prefill 8998`, `${p1} prefill null`, `${d0} decode null`, `${d1} decode null`].sort())
 
     expect(await gauges(s.admin, 'prefix_router_instances')).toEqual(

@@ -27,6 +27,8 @@ describe('prefix-router replay --prefill/--decode', () => {
     bad(['--prefill', '2', '--decode', '2', '--sweep', '1,0'], /--sweep takes load factors above 0 and at most 64, comma-separated \(e\.g\. 0\.5,1,2,4\); got '0' in '1,0'/)
     bad(['--prefill', '2', '--decode', '2', '--ttft-slo', 'fast'], /--ttft-slo must be a duration such as 1h, 30m, 90s or 500ms; got 'fast'/)
     bad(['--prefill', '2', '--decode', '2', '--pd-threshold', '1.5'], /--pd-threshold must be an integer from 0 to 1048576; got '1.5'/)
+    bad(['--prefill', '2', '--decode', '2', '--pd-decode-prefill-cap', 'lots'], /--pd-decode-prefill-cap must be an integer from 0 to 1048576; got 'lots'/)
+    bad(['--pd-decode-prefill-cap', '0'], /--pd-decode-prefill-cap needs --prefill/)
     bad(['--prefill', '2', '--decode', '2', '--strategies', 'pd,random'], /--strategies: unknown lane 'random' with --prefill\/--decode/)
   })
 

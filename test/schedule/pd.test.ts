@@ -151,3 +151,58 @@ describe('the pd profile', () => {
     releaseSchedule(m)
   })
 })
+
+describe('the pd profile under load (decodePrefillCap)', () => {
+  const LOADED: PdOptions = { ...DEFAULTS, decodePrefillCap: 2048 }
+  const one = () =>
+    fleet([
+      { id: P[0]!, role: 'prefill' },
+      { id: D[0]!, role: 'decode' },
+    ])
+
+  it('runs a prompt past the threshold whole on its decode instance when the prefill instances have more queued', () => {
+    const p = one()
+    // Three new 4,000-token prompts wait at the only prefill instance.
+    const backlog = [30, 31, 32].map((i) => schedule(p, view(doc(i, 4000)), LOADED))
+    expect(backlog.map((s) => s.profile)).toEqual(['pd', 'pd', 'pd'])
+    // A 1,000-token prompt: past the threshold, but sooner from the idle decode instance.
+    const s = schedule(p, view(doc(33, 1000)), LOADED)
+    expect(s).toMatchObject({ profile: 'single', reason: 'prefill_busier', uncachedTokens: 1000 })
+    expect(p.leastQueuedPrefillTokens('prefill')).toBeGreaterThan(10_000)
+    if (s.profile === 'single') expect(s.target.instance).toBe(D[0])
+    // The prefill instance took nothing for it.
+    expect(inFlight(p)[P[0]!]).toBe(3)
+    // Without the cap (the threshold alone), the same prompt is split.
+    const off = schedule(p, view(doc(34, 1000)), DEFAULTS)
+    expect(off.profile).toBe('pd')
+    for (const x of [...backlog, s, off]) releaseSchedule(x)
+    expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+  })
+
+  it('splits when the prefill instance is idle, when the prefill would pass the cap, and when too many requests decode there', () => {
+    const p = one()
+    // An idle fleet splits as the threshold says.
+    const idle = schedule(p, view(doc(45, 1000)), LOADED)
+    expect(idle).toMatchObject({ profile: 'pd' })
+    // A backlog at the prefill instance...
+    const backlog = [46, 47, 48].map((i) => schedule(p, view(doc(i, 4000)), LOADED))
+    // ...but a prompt whose prefill alone passes the cap still goes there.
+    const long = schedule(p, view(doc(49, 3000)), LOADED)
+    expect(long.profile).toBe('pd')
+    // The decode instance takes one 1,500-token prompt; the next would pass the cap with it queued.
+    const first = schedule(p, view(doc(50, 1500)), LOADED)
+    expect(first).toMatchObject({ profile: 'single', reason: 'prefill_busier' })
+    const second = schedule(p, view(doc(51, 1500)), LOADED)
+    expect(second.profile).toBe('pd')
+    if (first.profile === 'single') first.target.lease.firstToken()
+    // 40 more requests decoding there (short ones, their first tokens out): a 1,000-token prefill
+    // would stall them all for more than the prefill queue saves it.
+    const decoding = Array.from({ length: 40 }, (_, i) => schedule(p, view(doc(60 + i, 100)), LOADED))
+    for (const s of decoding) if (s.profile === 'single') s.target.lease.firstToken()
+    const stalled = schedule(p, view(doc(52, 1000)), LOADED)
+    expect(stalled.profile).toBe('pd')
+    for (const x of [idle, ...backlog, long, first, second, ...decoding, stalled]) releaseSchedule(x)
+    expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
+  })
+
+})

@@ -1,7 +1,7 @@
 // The lanes a disaggregated replay runs: ours (src/replay/pd/ours.ts), then the peers'
 // disaggregated routers (src/replay/peers/*-pd.ts), by name.
 import { OutOfRangeError } from '../../core/errors.js'
-import { DEFAULT_PD_THRESHOLD } from '../../config/disaggregation.js'
+import { DEFAULT_PD_DECODE_PREFILL_CAP, DEFAULT_PD_THRESHOLD } from '../../config/disaggregation.js'
 import { dynamoPd } from '../peers/dynamo-pd.js'
 import { llmdPd } from '../peers/llmd-pd.js'
 import { sglangPd } from '../peers/sglang-pd.js'
@@ -11,8 +11,8 @@ import type { PdRouterFactory } from './types.js'
 
 export const PD_PEERS: readonly PdRouterFactory[] = [vllmPd, sglangPd, llmdPd, dynamoPd]
 
-export function pdLanes(threshold = DEFAULT_PD_THRESHOLD): PdRouterFactory[] {
-  return [...ourLanes(threshold), ...PD_PEERS]
+export function pdLanes(threshold = DEFAULT_PD_THRESHOLD, cap = DEFAULT_PD_DECODE_PREFILL_CAP): PdRouterFactory[] {
+  return [...ourLanes(threshold, cap), ...PD_PEERS]
 }
 
 export function pdLaneNames(): string[] {
@@ -20,8 +20,8 @@ export function pdLaneNames(): string[] {
 }
 
 /** Lanes by name (any case, - or _), all of them when none are named; a RangeError names an unknown one. */
-export function resolvePdLanes(names: readonly string[] | undefined, threshold = DEFAULT_PD_THRESHOLD): PdRouterFactory[] {
-  const all = pdLanes(threshold)
+export function resolvePdLanes(names: readonly string[] | undefined, threshold = DEFAULT_PD_THRESHOLD, cap = DEFAULT_PD_DECODE_PREFILL_CAP): PdRouterFactory[] {
+  const all = pdLanes(threshold, cap)
   if (names === undefined || names.length === 0) return all
   const out: PdRouterFactory[] = []
   for (const raw of names) {
