@@ -109,6 +109,8 @@ describe('file discovery', () => {
     from = s.lines.length
     saveByRename(path, `- ${w1}\n- url: ${w2}\n  role: both\n`)
     await untilLog(s.lines, whole, 'the mix whole again', from)
+    // The check counts the instance still being probed to join; it is in rotation once its first probe answers.
+    await untilRoles(router, [`${w1} decode`, `${w2} both`])
     expect(roles(router)).toEqual([`${w1} decode`, `${w2} both`].sort())
     expect(report().missingRole).toBeNull()
     expect(await missing()).toEqual(['prefix_router_role_missing{endpoint="default",role="decode"} 0', 'prefix_router_role_missing{endpoint="default",role="prefill"} 0'])
