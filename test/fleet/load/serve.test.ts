@@ -29,7 +29,9 @@ const engineRow = (id: string) => router!.endpoint(undefined)!.router.instances(
 async function setup(routing: Record<string, unknown>, engineLoad: Record<string, unknown>) {
   // Slow simulated time: a direct request stays in its engine for minutes, the router's (one token) take a few ms.
   fleet = await startSimFleet({ instances: 4, profile: 'tiny', timeScale: 0.2 })
-  router = await startRouter(fleet.urls, { routing, engineLoad: { intervalMs: 20, ...engineLoad } })
+  // Scraped every 20 ms, but a scrape may take long on a busy machine: one later than 3 intervals
+  // would be abandoned as late, and the instance routed on the router's own counts for a moment.
+  router = await startRouter(fleet.urls, { routing, engineLoad: { intervalMs: 20, staleAfterMs: 10_000, ...engineLoad } })
   return { urls: fleet.urls, busy: fleet.urls[0]! }
 }
 
