@@ -188,7 +188,7 @@ class Upstream {
     const { f, res } = this
     this.answered = true
     if (statusCode < 200) return true // 1xx: informational, the real answer follows
-    if ((statusCode === 502 || statusCode === 503 || statusCode === 504 || (f.refusable && statusCode >= 400 && statusCode < 500)) && f.retryStatus(statusCode)) {
+    if ((statusCode === 502 || statusCode === 503 || statusCode === 504 || (statusCode >= 400 && statusCode < 500 && f.refusable)) && f.retryStatus(statusCode)) {
       // Read to its end and dropped (error bodies are small): aborting would close a
       // keep-alive connection for every retried answer.
       this.retryWith = statusCode

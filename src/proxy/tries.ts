@@ -108,8 +108,8 @@ class Proxying implements ForwardRequest {
   retrying = false
   /** Retries pick among the instances playing this leg (a disaggregated request's decode leg). */
   leg: Leg | undefined = undefined
-  /** The plan's say on whether a 4xx is a refusal of the body it added (TryPlan.refusable). */
-  refusableNow: (() => boolean) | undefined = undefined
+  /** The plan, whose refusable() says whether a 4xx is a refusal of the body it added. */
+  plan: TryPlan | undefined = undefined
 
   constructor(
     readonly core: ProxyCore,
@@ -175,7 +175,7 @@ class Proxying implements ForwardRequest {
   }
 
   get refusable(): boolean {
-    return this.refusableNow !== undefined && this.refusableNow()
+    return this.plan?.refusable?.() === true
   }
 
   retryStatus(): boolean {
@@ -255,7 +255,7 @@ export async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res,
   const span = plan?.span ?? requestSpan(ep, req, out, o.model)
   const p = new Proxying(core, ep, req, client, out, span, o)
   p.leg = plan?.leg
-  if (plan?.refusable !== undefined) p.refusableNow = () => plan.refusable!()
+  p.plan = plan
   const tries = p.tries
   let failure: unknown
   core.traffic.active++

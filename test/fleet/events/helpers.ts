@@ -1,11 +1,12 @@
 // A hand-driven vLLM publisher for subscriber tests: an XPUB (so the test knows when the
 // subscription has arrived: PUB drops what it sends before that) writing exact frames, and a
 // ROUTER replay socket whose answers the test controls. Plus a recording KvEventTarget and
-// a condition poll bounded by a count of turns, never by elapsed time.
+// a condition poll bounded by a count of turns, never by elapsed time, and a subscriber of the
+// publisher that records what it applies and logs.
 import { Router, XPublisher } from 'zeromq'
 import { encodeBatch } from '../../../src/fleet/events/codec.js'
 import { seqFrame } from '../../../src/fleet/events/frames.js'
-import type { KvEventTarget } from '../../../src/fleet/events/subscriber.js'
+import { KvEventSubscriber, type KvEventSubscriberOptions, type KvEventTarget } from '../../../src/fleet/events/subscriber.js'
 import type { KvEvent, KvEventBatch, KvEventEncoding } from '../../../src/fleet/events/types.js'
 
 /** Polls `cond` every few ms, at most `turns` times; throws with `what` if it never holds. */
@@ -149,4 +150,31 @@ export class RecordingTarget implements KvEventTarget {
   count(kind: Call['kind']): number {
     return this.calls.filter((c) => c.kind === kind).length
   }
+}
+
+export interface SubscriberLog {
+  level: string
+  msg: string
+  fields?: object
+}
+
+/**
+ * A started subscriber of `pub` (its replay socket too, if it has one) recording what it applies
+ * and logs, pushed onto `open` for closing; resolves once its subscription reached the publisher.
+ */
+export async function subscribeTo(pub: TestPublisher, opts: Partial<KvEventSubscriberOptions>, open: { close(): unknown }[]): Promise<{ sub: KvEventSubscriber; target: RecordingTarget; logs: SubscriberLog[] }> {
+  const target = new RecordingTarget()
+  const logs: SubscriberLog[] = []
+  const sub = new KvEventSubscriber({
+    instance: 'engine-a',
+    endpoint: pub.endpoint,
+    ...(pub.replayEndpoint !== undefined ? { replayEndpoint: pub.replayEndpoint } : {}),
+    target,
+    log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }),
+    ...opts,
+  })
+  open.push(sub)
+  sub.start()
+  await waitFor(() => pub.subscriptions > 0, 'the subscription to reach the publisher')
+  return { sub, target, logs }
 }

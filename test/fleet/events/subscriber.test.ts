@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { seqFrame } from '../../../src/fleet/events/frames.js'
 import { KvEventSubscriber, type KvEventSubscriberOptions } from '../../../src/fleet/events/subscriber.js'
-import { RecordingTarget, removed, TestPublisher, waitFor } from './helpers.js'
+import { RecordingTarget, removed, subscribeTo, TestPublisher, waitFor, type SubscriberLog } from './helpers.js'
 
 const open: { close(): unknown }[] = []
 afterEach(async () => {
@@ -14,26 +14,14 @@ interface Rig {
   pub: TestPublisher
   sub: KvEventSubscriber
   target: RecordingTarget
-  logs: { level: string; msg: string; fields?: object }[]
+  logs: SubscriberLog[]
 }
 
 async function rig(o: { replay?: boolean } & Partial<KvEventSubscriberOptions> = {}): Promise<Rig> {
   const pub = await TestPublisher.open(o.replay ?? false)
   open.push(pub)
-  const target = new RecordingTarget()
-  const logs: Rig['logs'] = []
-  const sub = new KvEventSubscriber({
-    instance: 'engine-a',
-    endpoint: pub.endpoint,
-    ...(pub.replayEndpoint !== undefined ? { replayEndpoint: pub.replayEndpoint } : {}),
-    target,
-    log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }),
-    ...o,
-  })
-  open.push(sub)
-  sub.start()
-  await waitFor(() => pub.subscriptions > 0, 'the subscription to reach the publisher')
-  return { pub, sub, target, logs }
+  const { replay: _r, ...opts } = o
+  return { pub, ...(await subscribeTo(pub, opts, open)) }
 }
 
 describe('KvEventSubscriber', () => {

@@ -3,19 +3,15 @@
 // fail or never end, and a publisher that goes away with batches still queued.
 import { afterEach, describe, expect, it } from 'vitest'
 import { seqFrame } from '../../../src/fleet/events/frames.js'
-import { KvEventSubscriber, type KvEventSubscriberOptions } from '../../../src/fleet/events/subscriber.js'
-import { RecordingTarget, removed, TestPublisher, waitFor } from './helpers.js'
+import type { KvEventSubscriber, KvEventSubscriberOptions } from '../../../src/fleet/events/subscriber.js'
+import { type RecordingTarget, removed, subscribeTo, TestPublisher, waitFor, type SubscriberLog } from './helpers.js'
 
 const open: { close(): unknown }[] = []
 afterEach(async () => {
   for (const o of open.splice(0)) await o.close()
 })
 
-interface Log {
-  level: string
-  msg: string
-  fields?: object
-}
+type Log = SubscriberLog
 
 interface Rig {
   pub: TestPublisher
@@ -38,21 +34,8 @@ async function rig(o: RigOptions = {}): Promise<Rig> {
   pub.replayFraming = o.framing ?? 'topic'
   pub.topic = o.pubTopic ?? ''
   for (const s of o.before ?? []) await pub.batch(s, [removed(s)], { live: false })
-  const target = new RecordingTarget()
-  const logs: Log[] = []
   const { replay: _r, framing: _f, pubTopic: _t, before: _b, ...opts } = o
-  const sub = new KvEventSubscriber({
-    instance: 'engine-a',
-    endpoint: pub.endpoint,
-    ...(pub.replayEndpoint !== undefined ? { replayEndpoint: pub.replayEndpoint } : {}),
-    target,
-    log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }),
-    ...opts,
-  })
-  open.push(sub)
-  sub.start()
-  await waitFor(() => pub.subscriptions > 0, 'the subscription to reach the publisher')
-  return { pub, sub, target, logs }
+  return { pub, ...(await subscribeTo(pub, opts, open)) }
 }
 
 const warns = (logs: Log[], re: RegExp): Log[] => logs.filter((l) => l.level === 'warn' && re.test(l.msg))
