@@ -1,8 +1,8 @@
 // The access log: one `info` line per front request, built when the request ends.
-import { createHash } from 'node:crypto'
 import type { DestinationStream, Logger } from 'pino'
 import { BatchedLog } from './batched-log.js'
 import { echo } from '../core/echo.js'
+import { tenantHash } from '../request/tenant-hash.js'
 import * as line from './log-line.js'
 import type { Req } from './types.js'
 
@@ -100,15 +100,6 @@ export function newOutcome(requestId: string, requestIdReplaced: boolean): Outco
     prefillMs: undefined,
     kvParams: undefined,
   }
-}
-
-/**
- * A tenant id as the log shows it: 12 hex digits of its SHA-256, enough to tell tenants apart
- * and follow one across lines. SHA-256 rather than the router's XXH3, which is cheaper but
- * can be inverted for short inputs. (`printf %s ID | sha256sum | cut -c1-12` finds a tenant's.)
- */
-export function tenantHash(tenant: string): string {
-  return createHash('sha256').update(tenant).digest('hex').slice(0, 12)
 }
 
 /** The path without its query string, which may carry values that are nobody's business. */

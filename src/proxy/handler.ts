@@ -10,19 +10,19 @@ import { PREFILLER_HEADER, proxySidecar } from './pd/sidecar.js'
 import { disaggregates } from '../schedule/index.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
-import { chatKey, openAILimits } from './chat-key.js'
+import { requestKeyOf, openAILimits } from '../request/request-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import type { DecisionRing } from './decisions.js'
 import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
-import { duplicateHost, methodNotAllowed, notFound, tooLarge, toProxyError, upstreamError } from './errors.js'
+import { duplicateHost, methodNotAllowed, notFound, tooLarge, toProxyError, upstreamError } from '../request/errors.js'
 import { CLIENT_GONE, type ClientState } from './forward.js'
-import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
+import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from '../request/openai-body.js'
 import { repeatsHost } from './host-header.js'
-import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
-import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
+import { REQUEST_ID_HEADER, requestIdOf } from '../request/request-id.js'
+import { matchRoute, OPENAI_ROUTES, type Route } from '../request/routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
 import type { Req, Res } from './types.js'
 
@@ -272,7 +272,7 @@ class OpenAIBodyRequest implements WholeUse<number> {
 }
 
 function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
-  const k = chatKey(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
+  const k = requestKeyOf(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 

@@ -43,7 +43,7 @@ export const duplicateHost = () =>
 export const shuttingDown = () =>
   new ProxyError(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })
 
-// The body's bounds (body.ts, json-shape.ts, parse-pool.ts).
+// The body's bounds (read-body.ts, json-shape.ts, parse-pool.ts, and serve's proxy/body.ts).
 export const bodyTimeout = (ms: number) =>
   // Part of the body may still be on its way: the connection cannot carry another request.
   new ProxyError(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
