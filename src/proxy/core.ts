@@ -5,7 +5,7 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import type { ClientState } from './forward.js'
-import type { DecisionRing } from './decisions.js'
+import type { DecisionRing } from '../runtime/admin/decisions.js'
 import type { PrefillPods } from './pd/prefill-pods.js'
 
 export interface ProxyCore {

@@ -1,17 +1,17 @@
 // The admin port (loopback by default): the status page, Prometheus metrics, instance state, reload.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { ConfigError, type Config } from '../config/config.js'
-import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
+import { ConfigError, type Config } from '../../config/config.js'
+import { ADMIN_MAX_CONNECTIONS } from '../../net/fd-limit.js'
 import type { AdminView } from './admin-view.js'
-import { h1Options } from './server.js'
+import { h1Options } from '../h1-options.js'
 import { adminRoute } from './admin-route.js'
-import { strategyInfo } from '../core/strategies.js'
-import type { EngineLoadStatus } from '../fleet/load/scraper.js'
+import { strategyInfo } from '../../core/strategies.js'
+import type { EngineLoadStatus } from '../../fleet/load/scraper.js'
 import { STATUS_PAGE_HEADERS, statusAsset } from './status-page.js'
 import { statusReport } from './status-view.js'
-import { roleGap } from '../fleet/roles.js'
-import type { RequestTokenizer } from '../tokens/index.js'
+import { roleGap } from '../../fleet/roles.js'
+import type { RequestTokenizer } from '../../tokens/index.js'
 
 export interface AdminServer {
   readonly address: AddressInfo

@@ -3,8 +3,8 @@
 // instance, how many of its leading blocks the instance reports holding (GPU, offloaded,
 // pending) and whether its view is trusted. Nothing is routed, leased or recorded.
 import type http from 'node:http'
-import { readBody } from '../request/read-body.js'
-import { exactTokens } from '../tokens/request-tokens.js'
+import { readBody } from '../../request/read-body.js'
+import { exactTokens } from '../../tokens/request-tokens.js'
 import type { AdminView } from './admin-view.js'
 
 type Answer = { status: number; body: unknown }

@@ -2,10 +2,10 @@
 // routes see it. proxy.ts starts the admin server, so the admin files name this instead of
 // importing ProxyServer back.
 import type { Logger } from 'pino'
-import type { Config } from '../config/config.js'
-import type { Endpoint } from '../fleet/endpoint.js'
-import type { ShareLoad } from '../fleet/share/share-load.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { Config } from '../../config/config.js'
+import type { Endpoint } from '../../fleet/endpoint.js'
+import type { ShareLoad } from '../../fleet/share/share-load.js'
+import type { ProxyMetrics } from '../../metrics/proxy-metrics.js'
 import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
