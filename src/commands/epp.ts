@@ -181,13 +181,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   const ep = epp.endpoint(undefined)!
   process.stderr.write(
-    `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
-      healthReport(epp.proxy, config) +
-      exactReport(epp.proxy),
+    `prefix-router: endpoint picker for ${[...epp.runtime.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
+      healthReport(epp.runtime, config) +
+      exactReport(epp.runtime),
   )
   process.on('SIGHUP', () => {
     try {
-      epp.proxy.reload()
+      epp.runtime.reload()
     } catch {
       // reload() logged why; the running configuration stays.
     }

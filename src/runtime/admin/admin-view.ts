@@ -1,6 +1,6 @@
-// What the admin port reads of the running router and asks of it: ProxyServer as the admin
-// routes see it. proxy.ts starts the admin server, so the admin files name this instead of
-// importing ProxyServer back.
+// What the admin port reads of the running router and asks of it: the runtime as the admin
+// routes see it. runtime.ts starts the admin server, so the admin files name this instead of
+// importing Runtime back.
 import type { Logger } from 'pino'
 import type { Config } from '../../config/config.js'
 import type { Endpoint } from '../../fleet/endpoint.js'

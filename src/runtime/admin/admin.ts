@@ -35,7 +35,7 @@ function tokenizerReport(t: RequestTokenizer | undefined) {
   return { mode: t.mode, ...counts, lastFailure: lastFailure ?? null, lastFailureAt: lastFailureAt === undefined ? null : new Date(lastFailureAt).toISOString() }
 }
 
-export function instancesReport(p: AdminView) {
+export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint'>) {
   return [...p.endpoints()].map((ep) => {
     const live = ep.router.instances()
     const counts = new Map(live.map((i) => [i.id, i.inFlight]))
