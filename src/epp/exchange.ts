@@ -15,12 +15,12 @@ import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { tenantHash } from '../request/tenant-hash.js'
-import { requestKeyOf, openAILimits } from '../request/request-key.js'
+import type { RequestKeying } from '../request/keying.js'
+import { openAILimits, type RequestKey } from '../request/request-key.js'
 import { bodyTimeout, methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../request/errors.js'
 import { REQUEST_ID_HEADER, requestIdOf, type RequestId } from '../request/request-id.js'
 import { openAIBodyOf } from '../request/openai-body.js'
 import { matchRoute } from '../request/routes.js'
-import { exactTokens } from '../tokens/request-tokens.js'
 import {
   bytesOf,
   continueResponse,
@@ -55,6 +55,8 @@ export interface PickerCore {
   readonly metrics: ProxyMetrics
   readonly eppMetrics: EppMetrics
   readonly bodyMode: BodyMode
+  /** A request's key and tokens, as serve makes them. */
+  readonly keying: RequestKeying
   endpoint(name: string | undefined): Endpoint | undefined
 }
 
@@ -237,15 +239,12 @@ export class Exchange {
   #keyRead(phase: 'request_headers' | 'request_body', raw: Buffer, tenantHeader: string | undefined, read: Awaited<ReturnType<typeof openAIBodyOf>>): Promise<void> | undefined {
     const ep = this.#ep!
     const { core } = this
-    const k = requestKeyOf(core.config, core.log, ep.name, tenantHeader, read)
+    const k = core.keying.key(core.config, core.log, ep, tenantHeader, read)
     this.#model = k.model
     this.#tenant = k.tenant
-    if (ep.tokenizer === undefined) return this.#choose(phase, k, undefined, raw.length)
-    const t0 = performance.now()
-    return exactTokens(ep.tokenizer, this.#api!, raw, k.model, ep.isAdapter(k.model), ep.tokenizeTarget(k.model)).then((exact) => {
-      core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-      this.#choose(phase, k, exact, raw.length)
-    })
+    const tokens = core.keying.tokens(ep, this.#api!, raw, k.model)
+    if (tokens === undefined) return this.#choose(phase, k, undefined, raw.length)
+    return tokens.then((exact) => this.#choose(phase, k, exact, raw.length))
   }
 
   /**
@@ -253,7 +252,7 @@ export class Exchange {
    * destination; the prefill pod, when the request gets a prefill leg, for the decode pod's
    * sidecar), else the strategy's pick inside the gateway's subset.
    */
-  #scheduled(ep: Endpoint, k: ReturnType<typeof requestKeyOf>, exact: ExactTokens | undefined, bytes: number): Pick {
+  #scheduled(ep: Endpoint, k: RequestKey, exact: ExactTokens | undefined, bytes: number): Pick {
     if (!ep.disaggregated || !disaggregates(this.#api) || this.#subset !== undefined) return pickIn(ep, k, this.#subset, exact)
     const view = { key: k.key, tenant: k.tenant, model: k.model, anchor: k.anchor, exact, promptTokens: exact?.ids.length ?? Math.ceil(bytes / APPROX_BYTES_PER_TOKEN) }
     const s = schedule(endpointPicker(ep), view, ep.disaggregation)
@@ -265,7 +264,7 @@ export class Exchange {
     return s.decode
   }
 
-  #choose(phase: 'request_headers' | 'request_body', k: ReturnType<typeof requestKeyOf>, exact: ExactTokens | undefined, bytes: number): undefined {
+  #choose(phase: 'request_headers' | 'request_body', k: RequestKey, exact: ExactTokens | undefined, bytes: number): undefined {
     const ep = this.#ep!
     const { core } = this
     // The stream may have ended while the body was parsed or tokenized: then there is nothing to lease for.

@@ -8,6 +8,7 @@ import { constants as http2constants, type Http2Session } from 'node:http2'
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RequestKeying } from '../request/keying.js'
 import { Runtime } from '../runtime/runtime.js'
 import { Exchange, type BodyMode, type PickerCore } from './exchange.js'
 import { healthImplementation, servingStatus, type ServingStatus } from './health.js'
@@ -147,6 +148,9 @@ export class EppServer implements PickerCore {
   }
   get log(): Logger {
     return this.runtime.log
+  }
+  get keying(): RequestKeying {
+    return this.runtime.keying
   }
   get metrics(): ProxyMetrics {
     return this.runtime.metrics

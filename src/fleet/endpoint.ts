@@ -20,7 +20,6 @@ import { ExactView } from './events/exact-view.js'
 import { EngineLoadScraper } from './load/scraper.js'
 import { LoadBeyondOwn } from './load/beyond.js'
 import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
-import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
 import { plays, type DisaggregationConfig } from '../config/disaggregation.js'
 import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from './groups.js'
@@ -35,8 +34,6 @@ export interface EndpointEvents {
   onSync?(ep: Endpoint): void
   /** The fleet is watched by another process (a cluster primary): see RemoteFleet. */
   remote?: RemoteFleet
-  /** How requests get their token ids for the exact view (with kvEvents). */
-  tokenizer?: RequestTokenizer
 }
 
 /**
@@ -117,8 +114,6 @@ export class Endpoint {
   load: EngineLoadScraper | undefined
   /** The load beyond this router's own leases it is given: the engines' (load), the other replicas' (share-load). */
   readonly #beyond: LoadBeyondOwn
-  /** Next instance asked for a remote tokenization, in rotation. */
-  #tokenizeNext = 0
   /** The probes' credentials: the endpoint's probeAuth, else the top-level one. */
   #probeToken: ProbeToken | undefined
   /** Warns when the instances' roles leave a leg with no instance to play it. */
@@ -234,18 +229,6 @@ export class Endpoint {
     }
     this.exact = this.#exactView(config, ep)
     this.#syncExact()
-  }
-
-  /** The tokenizer, when this endpoint routes by the exact view. */
-  get tokenizer(): RequestTokenizer | undefined {
-    return this.exact === undefined || !strategyInfo(this.routing.strategy).exactView ? undefined : this.#events.tokenizer
-  }
-
-  /** The instance to ask for a remote tokenization of a request for `model`: healthy ones serving it, in turn. */
-  tokenizeTarget(model: string | undefined): string | undefined {
-    const h = this.healthy().filter((i) => model === undefined || !i.knowsModels() || i.serves(model))
-    if (h.length === 0) return undefined
-    return h[this.#tokenizeNext++ % h.length]!.id
   }
 
   /** Whether `model` is a LoRA adapter here (its blocks are keyed by its name). */

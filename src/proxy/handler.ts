@@ -10,7 +10,7 @@ import { PREFILLER_HEADER, proxySidecar } from './pd/sidecar.js'
 import { disaggregates } from '../schedule/index.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
-import { requestKeyOf, openAILimits } from '../request/request-key.js'
+import { openAILimits } from '../request/request-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
 import type { DecisionRing } from '../runtime/admin/decisions.js'
 import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
@@ -272,7 +272,7 @@ class OpenAIBodyRequest implements WholeUse<number> {
 }
 
 function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
-  const k = requestKeyOf(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
+  const k = core.keying.key(core.config, core.log, ep, req.headers[TENANT_HEADER], read)
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 

@@ -5,6 +5,7 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RequestKeying } from '../request/keying.js'
 import type { DecisionRing } from '../runtime/admin/decisions.js'
 import { Runtime, type ReloadResult, type RuntimeOptions } from '../runtime/runtime.js'
 import { SHUTDOWN, type ClientState } from './forward.js'
@@ -99,6 +100,9 @@ export class ProxyServer implements ProxyCore {
   }
   get log(): Logger {
     return this.runtime.log
+  }
+  get keying(): RequestKeying {
+    return this.runtime.keying
   }
   get decisions(): DecisionRing {
     return this.runtime.decisions

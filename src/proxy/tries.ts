@@ -7,7 +7,6 @@ import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { ExactTokens, Lease } from '../core/router.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import { exactTokens } from '../tokens/request-tokens.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
 import { decisionOf } from '../core/strategies.js'
@@ -206,12 +205,8 @@ class Proxying implements ForwardRequest {
  * approximate view (no tokenizer, or one that failed or answered late).
  */
 export async function requestTokens(core: ProxyCore, ep: Endpoint, o: Outbound): Promise<ExactTokens | undefined> {
-  const tokenizer = ep.tokenizer
-  if (tokenizer === undefined || o.api === undefined || !Buffer.isBuffer(o.body)) return undefined
-  const t0 = performance.now()
-  const exact = await exactTokens(tokenizer, o.api, o.body, o.model, ep.isAdapter(o.model), ep.tokenizeTarget(o.model))
-  core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-  return exact
+  if (o.api === undefined || !Buffer.isBuffer(o.body)) return undefined
+  return core.keying.tokens(ep, o.api, o.body, o.model)
 }
 
 /** The request's span (every try and leg is a child of it). */

@@ -19,6 +19,7 @@ import { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { registerTokenizerMetrics } from '../tokens/metrics.js'
 import { logFallbacks } from '../tokens/fallback-log.js'
 import type { RequestTokenizer } from '../tokens/index.js'
+import { RequestKeying } from '../request/keying.js'
 import { listenAdmin, type AdminServer } from './admin/admin.js'
 import type { AdminView } from './admin/admin-view.js'
 import { DecisionRing } from './admin/decisions.js'
@@ -78,14 +79,14 @@ export class Runtime implements AdminView {
   draining = false
   /** This replica's id (config.replicaId, or one made at start). */
   readonly replicaId: string
+  /** How the fronts turn a request into its key and tokens: the exact view's tokenizer (config.tokenizer) is here. */
+  readonly keying: RequestKeying
   #closed: Promise<void> | undefined
   #closing = false
   #endpoints = new Map<string, Endpoint>()
   #discovery = new Map<string, EndpointDiscovery>()
   #admin: AdminServer | undefined
   #opts: RuntimeOptions
-  /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
-  readonly #tokenizer: RequestTokenizer | undefined
   /** Stops the tokenizer's fallback summaries in the log. */
   #stopFallbackLog: (() => void) | undefined
   /** Queued prefill shared with the other replicas (config.shareLoad), in the process that owns the fleet. */
@@ -94,11 +95,11 @@ export class Runtime implements AdminView {
   private constructor(config: Config, opts: RuntimeOptions, tokenizer: RequestTokenizer | undefined) {
     this.config = config
     this.#opts = opts
-    this.#tokenizer = tokenizer
     this.log = opts.logger ?? routerLogger(config.log)
     // A mirror's instances and in-flight counters are the owner's, whose gauges report them.
     this.metrics = new ProxyMetrics(() => this.#endpoints.values(), () => opts.frontConnections?.(), { processMetrics: opts.processMetrics, fleet: this.ownsFleet })
     this.replicaId = config.replicaId ?? defaultReplicaId()
+    this.keying = new RequestKeying(tokenizer, this.metrics.tokenize)
     if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
     if (tokenizer !== undefined) {
       registerTokenizerMetrics(tokenizer, [this.metrics.registry])
@@ -135,7 +136,6 @@ export class Runtime implements AdminView {
     return {
       log: this.log,
       onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }),
-      ...(this.#tokenizer !== undefined && { tokenizer: this.#tokenizer }),
       ...this.#opts.endpointEvents,
     }
   }
@@ -289,6 +289,6 @@ export class Runtime implements AdminView {
     await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
     this.#endpoints.clear()
     this.#stopFallbackLog?.()
-    await this.#tokenizer?.close()
+    await this.keying.tokenizer?.close()
   }
 }

@@ -6,6 +6,7 @@ import type { Config } from '../../config/config.js'
 import type { Endpoint } from '../../fleet/endpoint.js'
 import type { ShareLoad } from '../../fleet/share/share-load.js'
 import type { ProxyMetrics } from '../../metrics/proxy-metrics.js'
+import type { RequestKeying } from '../../request/keying.js'
 import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
@@ -13,6 +14,8 @@ export interface AdminView {
   readonly metrics: ProxyMetrics
   readonly log: Logger
   readonly replicaId: string
+  /** The exact view's tokenizer, and how a request is tokenized (POST /admin/route's dry run). */
+  readonly keying: RequestKeying
   readonly shareLoad: ShareLoad | undefined
   /** The last decisions of requests through this process's HTTP front (none with --workers or in epp). */
   readonly decisions: DecisionRing

@@ -35,7 +35,7 @@ function tokenizerReport(t: RequestTokenizer | undefined) {
   return { mode: t.mode, ...counts, lastFailure: lastFailure ?? null, lastFailureAt: lastFailureAt === undefined ? null : new Date(lastFailureAt).toISOString() }
 }
 
-export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint'>) {
+export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint' | 'keying'>) {
   return [...p.endpoints()].map((ep) => {
     const live = ep.router.instances()
     const counts = new Map(live.map((i) => [i.id, i.inFlight]))
@@ -53,7 +53,7 @@ export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint'>) {
       missingRole: roleGap(roles) ?? null,
       disaggregation: ep.disaggregation,
       // The exact view's tokenizer, when this endpoint routes by it (null: it does not).
-      tokenizer: tokenizerReport(ep.tokenizer),
+      tokenizer: tokenizerReport(p.keying.tokenizerFor(ep)),
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         // prefill, decode or both; the bootstrap port SGLang's connector sends the decode leg (null: unset).
