@@ -17,7 +17,8 @@ import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
 import { tenantHash } from '../request/tenant-hash.js'
 import type { RequestKeying } from '../request/keying.js'
 import { openAILimits, type RequestKey } from '../request/request-key.js'
-import { bodyTimeout, methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../request/errors.js'
+import { checkDeclaredLength, checkMethod, endpointOf } from '../request/admission.js'
+import { bodyTimeout, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../request/errors.js'
 import { REQUEST_ID_HEADER, requestIdOf, type RequestId } from '../request/request-id.js'
 import { openAIBodyOf } from '../request/openai-body.js'
 import { matchRoute } from '../request/routes.js'
@@ -186,14 +187,10 @@ export class Exchange {
     const method = this.#headers[':method'] ?? 'POST'
     const matched = matchRoute(path)
     if (matched === undefined || matched.route.kind !== 'openai') throw notFound('not_found', `the endpoint picker routes OpenAI bodies (POST /v1/chat/completions, /v1/completions, ...); no route for ${echo(method)} ${echo(path.split('?')[0]!)}`)
-    if (method !== matched.method) throw methodNotAllowed(matched.method)
-    const ep = this.core.endpoint(matched.route.endpoint)
-    if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(matched.route.endpoint ?? 'default')}'`)
-    this.#ep = ep
+    checkMethod(matched, method)
+    this.#ep = endpointOf(this.core, matched.route.endpoint)
     this.#api = matched.route.api
-    const limit = this.core.config.limits.maxBodyBytes
-    const length = this.#headers['content-length']
-    if (length !== undefined && Number(length) > limit) throw tooLarge(limit)
+    checkDeclaredLength(this.#headers['content-length'], this.core.config.limits.maxBodyBytes)
     // No body at all: read as an empty one, which is refused as serve refuses it.
     if (h.end_of_stream) return this.#pick('request_headers')
     // Buffered: the gateway waits for this answer before it sends the body.

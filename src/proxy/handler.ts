@@ -17,7 +17,8 @@ import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
-import { duplicateHost, methodNotAllowed, notFound, tooLarge, toProxyError, upstreamError } from '../request/errors.js'
+import { checkDeclaredLength, checkMethod, endpointOf } from '../request/admission.js'
+import { duplicateHost, notFound, toProxyError, upstreamError } from '../request/errors.js'
 import { CLIENT_GONE, type ClientState } from './forward.js'
 import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from '../request/openai-body.js'
 import { repeatsHost } from './host-header.js'
@@ -93,7 +94,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${echo(req.method ?? '')} ${echo((req.url ?? '').split('?')[0]!)}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
-    if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
+    if (m.route.kind !== 'unsupported') checkMethod(m, req.method)
     const { route } = m
     const ep = dispatch(core, route, req, res, out)
     // The body is read and the request proxied here rather than in a function of their own:
@@ -186,17 +187,14 @@ function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcom
     // paths include ones that change one instance's state (LoRA loading).
     throw notFound('unsupported_route', `the router does not forward ${echo(route.path)}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
   }
-  const ep = core.endpoint(route.endpoint)
-  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(route.endpoint ?? 'default')}'`)
+  const ep = endpointOf(core, route.endpoint)
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
     send(req, res, out, 200, JSON.stringify({ object: 'list', data }))
     return void (out.status = 200)
   }
-  const limit = core.config.limits.maxBodyBytes
-  const length = declaredLength(req)
-  if (length !== undefined && length > limit) throw tooLarge(limit)
+  checkDeclaredLength(req.headers['content-length'], core.config.limits.maxBodyBytes)
   out.strategy = ep.routing.strategy
   return ep
 }
