@@ -238,7 +238,7 @@ class Upstream {
     if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent, answered: this.answered }))
     if (err === SHUTDOWN) {
       // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
-      const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
+      const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' as const }
       if (isFramed(res)) res.fail(shutdown)
       else if (this.sse) res.end(`data: ${JSON.stringify({ error: shutdown })}\n\n`)
       else res.destroy()

@@ -1,8 +1,46 @@
-// Errors the proxy answers with, in OpenAI's shape: { "error": { message, type, code } }.
-// One class per failure with a stable code, as undici does, so tests and metrics can key on it.
+// Errors the fronts answer with, in OpenAI's shape: { "error": { message, type, code } }.
+// One class, ProxyError, for every failure; what tells failures apart is its `code`, a stable
+// string that tests, metrics and clients key on. The codes made here are FrontCode (each
+// factory takes only those), and a front that branches on the code of a refusal made below it
+// does so through isRefusal, whose RefusalCode the compiler checks the name against.
 // The routing code throws RequestError (no HTTP in it); toProxyError gives it this shape.
-import { noHealthyInstance as noHealthy, RequestError, requestTooLarge } from '../core/errors.js'
+import { RequestError, requestTooLarge } from '../core/errors.js'
+import type { Leg } from '../fleet/groups.js'
 import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/upstream-url.js'
+
+/** The codes of the failures this module makes. */
+export type FrontCode =
+  | 'not_found'
+  | 'endpoint_not_found'
+  | 'unsupported_route'
+  | 'method_not_allowed'
+  | 'invalid_host'
+  | 'invalid_prefiller'
+  | 'prefiller_not_allowed'
+  | 'invalid_inference_component'
+  | 'shutting_down'
+  | 'request_timeout'
+  | 'json_too_deep'
+  | 'request_too_complex'
+  | 'parser_failed'
+  | 'internal_error'
+  | 'upstream_timeout'
+  | 'upstream_unavailable'
+  | 'upstream_reset'
+  | 'upstream_error'
+  | 'prefill_failed'
+
+/**
+ * The codes of refusals made below the fronts that a front branches on: core/errors.ts's
+ * noHealthyInstance, and the endpoint's and the scheduler's `no_${leg}_instance` for a leg
+ * none of the instances left can play.
+ */
+export type RefusalCode = 'no_healthy_instance' | `no_${Leg}_instance`
+
+/** Whether `err` is a refusal with one of `codes`. */
+export function isRefusal(err: unknown, ...codes: readonly RefusalCode[]): err is RequestError {
+  return err instanceof RequestError && (codes as readonly string[]).includes(err.code)
+}
 
 export class ProxyError extends RequestError {
   constructor(
@@ -29,33 +67,35 @@ export function toProxyError(err: RequestError): ProxyError {
   return new ProxyError(err.status, type, err.code, err.message, typeof retryAfter === 'number' ? { 'retry-after': String(retryAfter) } : {})
 }
 
-export const badRequest = (code: string, message: string) => new ProxyError(400, 'invalid_request_error', code, message)
-export const forbidden = (code: string, message: string) => new ProxyError(403, 'invalid_request_error', code, message)
-export const notFound = (code: string, message: string) => new ProxyError(404, 'invalid_request_error', code, message)
+// The factories: each failure's status, type and code chosen once, the code one of FrontCode.
+const made = (status: number, type: string, code: FrontCode, message: string, headers?: Record<string, string>) => new ProxyError(status, type, code, message, headers)
+
+export const badRequest = (code: FrontCode, message: string) => made(400, 'invalid_request_error', code, message)
+export const forbidden = (code: FrontCode, message: string) => made(403, 'invalid_request_error', code, message)
+export const notFound = (code: FrontCode, message: string) => made(404, 'invalid_request_error', code, message)
 export const methodNotAllowed = (allow: string) =>
-  new ProxyError(405, 'invalid_request_error', 'method_not_allowed', `method not allowed; use ${allow}`, { allow })
+  made(405, 'invalid_request_error', 'method_not_allowed', `method not allowed; use ${allow}`, { allow })
 export const tooLarge = (limit: number) => toProxyError(requestTooLarge(limit))
-export const noHealthyInstance = (endpoint: string, retryAfterSeconds: number) => toProxyError(noHealthy(endpoint, retryAfterSeconds))
-export const upstreamFailed = (code: string, message: string, status = 502) => new ProxyError(status, 'upstream_error', code, message)
+export const upstreamFailed = (code: FrontCode, message: string, status = 502) => made(status, 'upstream_error', code, message)
 /** RFC 9112 3.2: more than one Host line. The request is malformed: nothing more on its connection is to be trusted. */
 export const duplicateHost = () =>
-  new ProxyError(400, 'invalid_request_error', 'invalid_host', 'the request has more than one Host header line', { connection: 'close' })
+  made(400, 'invalid_request_error', 'invalid_host', 'the request has more than one Host header line', { connection: 'close' })
 export const shuttingDown = () =>
-  new ProxyError(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })
+  made(503, 'service_unavailable', 'shutting_down', 'the router is shutting down; retry the request', { 'retry-after': '1' })
 
 // The body's bounds (read-body.ts, json-shape.ts, parse-pool.ts, and serve's proxy/body.ts).
 export const bodyTimeout = (ms: number) =>
   // Part of the body may still be on its way: the connection cannot carry another request.
-  new ProxyError(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
+  made(408, 'invalid_request_error', 'request_timeout', `request body not received within ${ms} ms`, { connection: 'close' })
 export const tooDeep = (limit: number) =>
   // The rest of the body is left unread, so the connection cannot carry another request.
-  new ProxyError(400, 'invalid_request_error', 'json_too_deep', `request body nests JSON deeper than the limit of ${limit} levels`, { connection: 'close' })
+  made(400, 'invalid_request_error', 'json_too_deep', `request body nests JSON deeper than the limit of ${limit} levels`, { connection: 'close' })
 export const tooComplex = (heapMb: number) =>
-  new ProxyError(413, 'invalid_request_error', 'request_too_complex', `request body needs more than the parser's ${heapMb} MB of memory to parse; send fewer JSON arrays and objects`)
-export const parserFailed = (why: string) => new ProxyError(500, 'server_error', 'parser_failed', `the request parser failed: ${why}`)
+  made(413, 'invalid_request_error', 'request_too_complex', `request body needs more than the parser's ${heapMb} MB of memory to parse; send fewer JSON arrays and objects`)
+export const parserFailed = (why: string) => made(500, 'server_error', 'parser_failed', `the request parser failed: ${why}`)
 
 /** The endpoint picker (src/epp) failed on a request for a reason of its own, not a refusal. */
-export const pickerFailed = () => new ProxyError(500, 'server_error', 'internal_error', 'the endpoint picker failed on this request')
+export const pickerFailed = () => made(500, 'server_error', 'internal_error', 'the endpoint picker failed on this request')
 
 const CONNECT_CODES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
 
