@@ -53,7 +53,7 @@ export class ClusterPrimary {
   private constructor() {}
 
   /**
-   * Starts the primary's server (admin port, probes, discovery) and `workers` workers, and
+   * Starts the primary's runtime (admin port, probes, discovery; no front port) and `workers` workers, and
    * resolves once every worker listens; rejects with the first worker's failure to start.
    */
   static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
@@ -106,7 +106,7 @@ export class ClusterPrimary {
     return this.#runtime.reload()
   }
 
-  /** Drains every worker (each as one process drains), then closes the primary's server. */
+  /** Drains every worker (each as one process drains), then closes the primary's runtime. */
   async shutdown(): Promise<void> {
     await this.#stop(false)
   }
