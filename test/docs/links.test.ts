@@ -135,6 +135,16 @@ describe('README.md and docs/', () => {
     expect(found).toEqual([])
   })
 
+  it('docs/layout.md names every folder of src/ and native/, and none that is gone', () => {
+    const folders = (dir: string): string[] =>
+      readdirSync(path.join(root, dir), { withFileTypes: true })
+        .filter((d) => d.isDirectory())
+        .flatMap((d) => [`${dir}/${d.name}/`, ...folders(`${dir}/${d.name}`)])
+    const actual = ['src/', 'native/', ...folders('src'), ...folders('native')].sort()
+    const named = [...new Set([...read(path.join(docsDir, 'layout.md')).matchAll(/`((?:src|native)\/(?:[\w.-]+\/)*)`/g)].map((m) => m[1]!))].sort()
+    expect({ missing: actual.filter((f) => !named.includes(f)), gone: named.filter((f) => !actual.includes(f)) }).toEqual({ missing: [], gone: [] })
+  })
+
   it("every flag each command's --help prints is documented exactly once in docs/", () => {
     expect(existsSync(cli), `${cli} is missing: run npx tsc -p tsconfig.build.json (npm test builds it first)`).toBe(true)
     const usage = spawnSync(process.execPath, [cli, '--help'], { encoding: 'utf8' })
