@@ -2,9 +2,9 @@
 // throws an Error; nothing aborts the process (an abort would fail this whole file).
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { xxh3 } from '../src/core/hash.js'
-import { native, type NativeHandle } from '../src/core/native.js'
-import { Router } from '../src/core/router.js'
+import { xxh3 } from '../../src/core/hash.js'
+import { native, type NativeHandle } from '../../src/core/native.js'
+import { Router } from '../../src/core/router.js'
 
 const anyValue = fc.oneof(
   fc.anything(),

@@ -10,12 +10,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, closeRouter, post, until } from '../proxy/helpers.js'
+import type { ProxyServer } from '../../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { chat, closeRouter, post, until } from '../../proxy/helpers.js'
 import { MODEL, members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles } from './helpers.js'
 
-const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+const cli = fileURLToPath(new URL('../../../dist/cli.js', import.meta.url))
 const dir = mkdtempSync(join(tmpdir(), 'pr-discovery-dns-'))
 chmodSync(dir, 0o755) // dnsmasq started as root reads the file as nobody
 const hosts = join(dir, 'hosts')

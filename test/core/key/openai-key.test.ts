@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { openAIRequest } from '../../src/core/key/openai-key.js'
+import { openAIRequest } from '../../../src/core/key/openai-key.js'
 
 const req = (body: unknown, api: 'chat' | 'completions' = 'chat', limit = 4096) => openAIRequest(api, Buffer.from(JSON.stringify(body)), limit)
 

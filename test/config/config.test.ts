@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ConfigError, endpointRouting, parseConfig } from '../src/config/config.js'
-import { buildConfig } from '../src/commands/serve-config.js'
-import { CliError } from '../src/cli/cli-error.js'
+import { ConfigError, endpointRouting, parseConfig } from '../../src/config/config.js'
+import { buildConfig } from '../../src/commands/serve-config.js'
+import { CliError } from '../../src/cli/cli-error.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-config-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

@@ -9,12 +9,12 @@ import { fileURLToPath } from 'node:url'
 import { parseAllDocuments } from 'yaml'
 import { z } from 'zod'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ConfigSchema, parseConfig, type Config } from '../src/config/config.js'
-import { ProxyServer } from '../src/proxy/proxy.js'
-import { startSimFleet, type SimFleet } from '../src/sim/index.js'
-import { copyParts, envNames, exposedMetrics, ignored, instructionArgs, isExposed, parseDockerfile, promqlMetricNames } from './deploy/parse.js'
+import { ConfigSchema, parseConfig, type Config } from '../../src/config/config.js'
+import { ProxyServer } from '../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
+import { copyParts, envNames, exposedMetrics, ignored, instructionArgs, isExposed, parseDockerfile, promqlMetricNames } from './parse.js'
 
-const root = fileURLToPath(new URL('..', import.meta.url))
+const root = fileURLToPath(new URL('../..', import.meta.url))
 const deploy = join(root, 'deploy')
 const overlaysDir = join(deploy, 'kubernetes', 'overlays')
 const overlayNames = readdirSync(overlaysDir).filter((d) => statSync(join(overlaysDir, d)).isDirectory())
@@ -372,9 +372,9 @@ describe('deploy/kubernetes/overlays/gateway-api, the endpoint picker', () => {
     expect(ports.get('grpc')).toBe(grpcPort)
     expect(ports.get('health')).toBe(healthPort)
     expect(ports.get('metrics')).toBe(settled(r().raw).admin.port)
-    const { EppServer } = await import('../src/epp/server.js')
-    const { selfSignedPair } = await import('../src/epp/tls.js')
-    const { TestGateway } = await import('./epp/gateway.js')
+    const { EppServer } = await import('../../src/epp/server.js')
+    const { selfSignedPair } = await import('../../src/epp/tls.js')
+    const { TestGateway } = await import('../epp/gateway.js')
     const epp = await EppServer.start(onLoopback(r().raw, fleet.urls[0]!), { grpcHost: '127.0.0.1', grpcPort: 0, bodyMode: 'streamed', tls: await selfSignedPair(), healthPort: 0 })
     // The kubelet's probe: plaintext gRPC to the health port.
     const gw = new TestGateway(epp.healthAddress!, 'streamed')

@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { closeRouter, until } from '../proxy/helpers.js'
+import type { ProxyServer } from '../../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { closeRouter, until } from '../../proxy/helpers.js'
 import { members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles, useKubeconfig } from './helpers.js'
 
 interface Slice {

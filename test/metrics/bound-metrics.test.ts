@@ -2,7 +2,7 @@
 // JSON and a cluster's aggregate must read the same as prom-client's for the same events.
 import { AggregatorRegistry, Counter, Histogram, Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
-import { BoundCounter, BoundHistogram } from '../src/metrics/bound-metrics.js'
+import { BoundCounter, BoundHistogram } from '../../src/metrics/bound-metrics.js'
 
 const BUCKETS = [0.005, 0.01, 0.05, 0.1, 1]
 const LABELS = ['endpoint', 'status'] as const

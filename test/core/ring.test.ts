@@ -1,8 +1,8 @@
 // The consistent-hash properties (balance, minimal disruption, determinism), observed through Router.pick with random keys
 // (the default threshold is never reached: every lease is released at once).
 import { afterEach, describe, expect, it } from 'vitest'
-import { Router } from '../src/core/router.js'
-import { ids, randomKeys } from './helpers/keys.js'
+import { Router } from '../../src/core/router.js'
+import { ids, randomKeys } from '../helpers/keys.js'
 
 const routers: Router[] = []
 function router(instances: { id: string; weight?: number }[]): Router {

@@ -5,14 +5,14 @@
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { ProxyServer } from '../../src/proxy/proxy.js'
-import type { SharedLoadSink } from '../../src/fleet/share/index.js'
-import type { ShareLoadReport } from '../../src/fleet/share/share-load.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, post, testConfig, until } from '../proxy/helpers.js'
+import { ProxyServer } from '../../../src/proxy/proxy.js'
+import type { SharedLoadSink } from '../../../src/fleet/share/index.js'
+import type { ShareLoadReport } from '../../../src/fleet/share/share-load.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { chat, post, testConfig, until } from '../../proxy/helpers.js'
 import { startRedis, type RedisServer } from './redis-server.js'
 
-const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+const cli = fileURLToPath(new URL('../../../dist/cli.js', import.meta.url))
 let redis: RedisServer
 let fleet: SimFleet
 /** The model the simulated fleet serves. */

@@ -3,7 +3,7 @@
 // same port. Without redis-server the tests fail saying how to install it: CI installs it.
 import { spawn, type ChildProcess } from 'node:child_process'
 import net from 'node:net'
-import { freePort } from '../helpers/ports.js'
+import { freePort } from '../../helpers/ports.js'
 
 export interface RedisServer {
   port: number

@@ -6,9 +6,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { xxh3 } from '../src/core/hash.js'
-import { native } from '../src/core/native.js'
-import { buildInfo } from '../src/core/build-info.js'
+import { xxh3 } from '../../src/core/hash.js'
+import { native } from '../../src/core/native.js'
+import { buildInfo } from '../../src/core/build-info.js'
 
 const hex = (h: bigint) => h.toString(16).padStart(16, '0')
 
@@ -91,7 +91,7 @@ describe('xxh3 against xxhsum -H3', () => {
 })
 
 describe('seeded xxh3 against libxxhash vectors', () => {
-  const file = JSON.parse(readFileSync(new URL('./vectors/xxh3-seeded.json', import.meta.url), 'utf8')) as {
+  const file = JSON.parse(readFileSync(new URL('../vectors/xxh3-seeded.json', import.meta.url), 'utf8')) as {
     vectors: { len: number; seed: string; hash: string }[]
   }
   const data = lcgBytes(1 << 20)

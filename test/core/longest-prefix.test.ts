@@ -1,9 +1,9 @@
 // The longest_prefix strategy: follow the instance that was sent the longest part of this
 // prompt; without a match that tells instances apart, place by the consistent hash.
 import { afterEach, describe, expect, it } from 'vitest'
-import { xxh3, xxh3Blocks } from '../src/core/hash.js'
-import { Router, type Lease } from '../src/core/router.js'
-import { ids } from './helpers/keys.js'
+import { xxh3, xxh3Blocks } from '../../src/core/hash.js'
+import { Router, type Lease } from '../../src/core/router.js'
+import { ids } from '../helpers/keys.js'
 
 const routers: Router[] = []
 function make(opts: Partial<ConstructorParameters<typeof Router>[0]> = {}): Router {

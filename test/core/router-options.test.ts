@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { Router } from '../src/core/router.js'
-import { parseStrategy } from '../src/core/options.js'
+import { Router } from '../../src/core/router.js'
+import { parseStrategy } from '../../src/core/options.js'
 
 const one = [{ id: 'a' }]
 

@@ -1,13 +1,13 @@
 // The `discovery` key of an endpoint: what it accepts, its defaults, and errors that name
 // the bad key and what it was given.
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config/config.js'
+import { parseConfig } from '../../../src/config/config.js'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
-import { poolInstances, poolNamespace, poolSelector, type InferencePool } from '../../src/fleet/discovery/inference-pool.js'
-import { instancesOf, selectorOf } from '../../src/fleet/discovery/kubernetes.js'
+import { poolInstances, poolNamespace, poolSelector, type InferencePool } from '../../../src/fleet/discovery/inference-pool.js'
+import { instancesOf, selectorOf } from '../../../src/fleet/discovery/kubernetes.js'
 
 const parse = (discovery: unknown, instances?: unknown) => parseConfig({ endpoints: [{ name: 'a', ...(instances !== undefined && { instances }), discovery }] })
 const messageOf = (f: () => unknown) => {

@@ -1,7 +1,7 @@
 // The peer table alone: what a message costs (the instances it names, never a pass over the
 // other peers), how many peers it keeps, and sums that stay exact and within the router's bound.
 import { describe, expect, it } from 'vitest'
-import { encodeLoad, leadingReplica, MAX_FIGURE, MAX_PEERS, PeerTable, type Figures, type LoadMessage } from '../../src/fleet/share/index.js'
+import { encodeLoad, leadingReplica, MAX_FIGURE, MAX_PEERS, PeerTable, type Figures, type LoadMessage } from '../../../src/fleet/share/index.js'
 
 const msg = (replica: string, seq: number, endpoints: Figures): LoadMessage => ({ replica, seq, ts: 1, endpoints, inFlight: undefined, bye: false })
 

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { Router, type Lease } from '../src/core/router.js'
-import { ids, randomKeys } from './helpers/keys.js'
+import { Router, type Lease } from '../../src/core/router.js'
+import { ids, randomKeys } from '../helpers/keys.js'
 
 const routers: Router[] = []
 function make(opts: ConstructorParameters<typeof Router>[0]): Router {

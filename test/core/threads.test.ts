@@ -2,15 +2,15 @@
 // the main thread swaps membership; every counter ends at 0 and nothing crashes.
 import { Worker } from 'node:worker_threads'
 import { describe, expect, it } from 'vitest'
-import { Router } from '../src/core/router.js'
-import { ids } from './helpers/keys.js'
+import { Router } from '../../src/core/router.js'
+import { ids } from '../helpers/keys.js'
 
-const workerUrl = new URL('./fixtures/router-thread.mjs', import.meta.url)
+const workerUrl = new URL('../fixtures/router-thread.mjs', import.meta.url)
 
 describe('router shared across worker_threads', () => {
   it('workers open it by name and share counters and membership', async () => {
     const r = new Router({ name: 'threads-share', instances: [{ id: 'only' }] })
-    const w = new Worker(new URL('./fixtures/router-thread-hold.mjs', import.meta.url), {
+    const w = new Worker(new URL('../fixtures/router-thread-hold.mjs', import.meta.url), {
       workerData: { name: 'threads-share' },
     })
     const instance = await new Promise<string>((res, rej) => {

@@ -1,7 +1,7 @@
 // The metrics read from the routing state at scrape time carry what the state says.
 import { describe, expect, it } from 'vitest'
-import type { Endpoint } from '../src/fleet/endpoint.js'
-import { ProxyMetrics } from '../src/metrics/proxy-metrics.js'
+import type { Endpoint } from '../../src/fleet/endpoint.js'
+import { ProxyMetrics } from '../../src/metrics/proxy-metrics.js'
 
 /** An endpoint as the metrics read it: a name, no instances (no role counted), and a router's stats. */
 function endpointWith(name: string, leasesCollected: number): Endpoint {

@@ -11,9 +11,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { chat, closeRouter, post, until } from '../proxy/helpers.js'
+import type { ProxyServer } from '../../../src/proxy/proxy.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { chat, closeRouter, post, until } from '../../proxy/helpers.js'
 import { MODEL, members, membershipChange, reached, roles, sourceFailed, startDiscoveryRouter, untilLog, untilMembers, untilRoles, useKubeconfig } from './helpers.js'
 
 interface Meta {
@@ -495,7 +495,7 @@ describe('InferencePool discovery', () => {
 // serve as an operator runs it: a child process (dist/cli.js, built by `npm test`) with a
 // config file whose endpoint has only the pool, the kubeconfig in KUBECONFIG.
 describe('serve with an inferencePool source', () => {
-  const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
+  const cli = fileURLToPath(new URL('../../../dist/cli.js', import.meta.url))
   let child: ChildProcessWithoutNullStreams | undefined
   afterEach(async () => {
     if (child && child.exitCode === null) {

@@ -2,10 +2,10 @@
 // through the given sources, a log to read back, and simulated workers to be found.
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { ProxyServer } from '../../src/proxy/proxy.js'
-import { capturedLog } from '../faults/log-lines.js'
-export { GatedClock } from '../helpers/gated-clock.js'
-import { chat, post, testConfig, until } from '../proxy/helpers.js'
+import { ProxyServer } from '../../../src/proxy/proxy.js'
+import { capturedLog } from '../../faults/log-lines.js'
+export { GatedClock } from '../../helpers/gated-clock.js'
+import { chat, post, testConfig, until } from '../../proxy/helpers.js'
 
 export const MODEL = 'sim-tiny'
 
