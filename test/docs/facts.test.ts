@@ -4,16 +4,16 @@ import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
-import { EPP_FLAGS } from '../src/commands/epp-flags.js'
-import { FLAGS } from '../src/commands/flags.js'
-import type { ProxyServer } from '../src/proxy/proxy.js'
-import { closeRouter, startRouter } from './proxy/helpers.js'
+import { EPP_FLAGS } from '../../src/commands/epp-flags.js'
+import { FLAGS } from '../../src/commands/flags.js'
+import type { ProxyServer } from '../../src/proxy/proxy.js'
+import { closeRouter, startRouter } from '../proxy/helpers.js'
 
 const read = (path: string) => readFileSync(fileURLToPath(new URL(path, import.meta.url)), 'utf8')
-const picker = read('../docs/endpoint-picker.md')
-const deploying = read('../docs/deploying.md')
-const metrics = read('../docs/metrics.md')
-const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url))
+const picker = read('../../docs/endpoint-picker.md')
+const deploying = read('../../docs/deploying.md')
+const metrics = read('../../docs/metrics.md')
+const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 
 /** The text of a page from a marker to another (or to its end); the markers must be there. */
 function section(page: string, from: string, to?: string): string {
@@ -46,7 +46,7 @@ describe("the docs' admin port", () => {
   })
 
   // The routes as the admin server matches them (src/proxy/admin.ts).
-  const routes = [...read('../src/proxy/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
+  const routes = [...read('../../src/proxy/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
 
   it('lists every route the admin server answers, and says that none is authenticated', () => {
     expect(routes.length).toBeGreaterThan(4)
