@@ -1,32 +1,34 @@
-// What the README says about the picker's flags and the admin port, checked against the code
-// it describes: a flag or a route added or refused without the README saying so fails here.
+// What the docs say about the picker's flags and the admin port, checked against the code
+// they describe: a flag or a route added or refused without the docs saying so fails here.
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
-import { EPP_FLAGS } from '../src/commands/epp-flags.js'
-import { FLAGS } from '../src/commands/flags.js'
-import type { ProxyServer } from '../src/proxy/proxy.js'
-import { closeRouter, startRouter } from './proxy/helpers.js'
+import { EPP_FLAGS } from '../../src/commands/epp-flags.js'
+import { FLAGS } from '../../src/commands/flags.js'
+import type { ProxyServer } from '../../src/proxy/proxy.js'
+import { closeRouter, startRouter } from '../proxy/helpers.js'
 
 const read = (path: string) => readFileSync(fileURLToPath(new URL(path, import.meta.url)), 'utf8')
-const readme = read('../README.md')
-const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url))
+const picker = read('../../docs/endpoint-picker.md')
+const deploying = read('../../docs/deploying.md')
+const metrics = read('../../docs/metrics.md')
+const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 
-/** The text between two markers of the README (both must be there). */
-function section(from: string, to: string): string {
-  const start = readme.indexOf(from)
-  const end = readme.indexOf(to, start)
+/** The text of a page from a marker to another (or to its end); the markers must be there. */
+function section(page: string, from: string, to?: string): string {
+  const start = page.indexOf(from)
+  const end = to === undefined ? page.length : page.indexOf(to, start)
   expect(start, from).toBeGreaterThan(-1)
   expect(end, to).toBeGreaterThan(start)
-  return readme.slice(start, end)
+  return page.slice(start, end)
 }
 
-describe("the README's endpoint picker flags", () => {
+describe("docs/endpoint-picker.md's flags", () => {
   it('name every serve flag epp refuses, and epp does refuse each', () => {
     const refused = FLAGS.filter((f) => !EPP_FLAGS.some((e) => e.name === f.name)).map((f) => f.name)
     expect(refused).toContain('workers')
-    const text = section("Its flags are serve's", '| Flag | Variable |')
+    const text = section(picker, "Its flags are serve's", '| Flag | Variable |')
     // --tls-cert and --tls-key are written together as --tls-*.
     expect(refused.filter((name) => !text.includes(name.startsWith('tls-') ? '`--tls-*`' : `\`--${name}\``))).toEqual([])
     for (const name of refused) {
@@ -36,7 +38,7 @@ describe("the README's endpoint picker flags", () => {
   })
 })
 
-describe("the README's admin port", () => {
+describe("the docs' admin port", () => {
   let router: ProxyServer | undefined
   afterEach(async () => {
     await closeRouter(router)
@@ -44,16 +46,17 @@ describe("the README's admin port", () => {
   })
 
   // The routes as the admin server matches them (src/proxy/admin.ts).
-  const routes = [...read('../src/proxy/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
+  const routes = [...read('../../src/proxy/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
 
   it('lists every route the admin server answers, and says that none is authenticated', () => {
     expect(routes.length).toBeGreaterThan(4)
-    const text = section('### The admin port', '## Operating it')
+    // docs/deploying.md's last section.
+    const text = section(deploying, '## The admin port')
     expect(routes.filter((r) => !text.includes(`\`${r.method} ${r.path}\``))).toEqual([])
     expect(text).toContain('with no')
     expect(text).toContain('authentication')
     // And the reference list of routes has each one.
-    const list = section('- `GET /admin/instances`', '### Headers and logs')
+    const list = section(metrics, '- `GET /admin/instances`')
     expect(routes.filter((r) => r.path !== '/metrics' && !list.includes(`\`${r.method} ${r.path}`))).toEqual([])
   })
 
