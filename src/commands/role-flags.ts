@@ -2,7 +2,7 @@
 // `--prefill URL [BOOTSTRAP_PORT]` (repeatable, the port optional and positional) and
 // `--decode URL`; their variables hold comma-separated entries, each `URL` or `URL PORT`.
 import { ConfigError } from '../config/config.js'
-import { upstreamUrlProblem } from '../fleet/upstream-url.js'
+import { upstreamUrlProblem } from '../config/upstream-url.js'
 import { CliError } from '../cli/cli-error.js'
 
 /** A flag's value and what the user typed to give it. */
