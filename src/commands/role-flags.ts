@@ -3,7 +3,7 @@
 // `--decode URL`; their variables hold comma-separated entries, each `URL` or `URL PORT`.
 import { ConfigError } from '../config/config.js'
 import { upstreamUrlProblem } from '../config/upstream-url.js'
-import { CliError } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
 
 /** A flag's value and what the user typed to give it. */
 interface Given {

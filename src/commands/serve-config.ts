@@ -5,7 +5,7 @@ import { ConfigError, parseConfig, readConfigFile, type Config } from '../config
 import { dnsServer, dnsUrl } from '../config/discovery.js'
 import { didYouMean } from '../config/suggest.js'
 import { upstreamUrlProblem } from '../config/upstream-url.js'
-import { CliError } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
 import { EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, FLAGS, type FlagSpec } from './flags.js'
 import { entriesFromEnv, roleInstances } from './role-flags.js'
