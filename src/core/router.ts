@@ -236,7 +236,7 @@ function configureNative(h: NativeHandle, p: ResolvedParams): void {
   )
 }
 
-// Words of a handle's io block (native/addon.cc, router_pick_io): the pick's numeric
+// Words of a handle's io block (native/bind_pick.cc, router_pick_io): the pick's numeric
 // arguments go in, its result comes back over the first four, so the native call reads no
 // argument through V8 but the prefix (and a tenant, when there is one).
 const {

@@ -10,13 +10,13 @@ import type { OpenAIApi } from './openai-key.js'
 interface KeyBinding {
   /**
    * io in: [api (0 chat | 1 completions), span, prefix, maxDepth, outOffset, blockBytes, hash
-   * (0 | 1)]; io out: the results (native/key_addon.cc). Numbers go through io rather than as
+   * (0 | 1)]; io out: the results (native/bind_key.cc). Numbers go through io rather than as
    * arguments: each argument read is a crossing of its own, a typed array's slot next to nothing.
    */
   key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array, tenant?: string): number
 }
 
-/** @internal the bindings of native/key_addon.cc */
+/** @internal the bindings of native/bind_key.cc */
 export const keyBinding = native as unknown as KeyBinding
 
 /**
@@ -97,7 +97,7 @@ const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
 // key_extract's io: the call's numbers in; ten results out, then the generations of the model
-// and prompt_cache_key tokens (TokenMemo in native/key_addon.cc), so that a token the same as
+// and prompt_cache_key tokens (TokenMemo in native/bind_key.cc), so that a token the same as
 // the last one's is not made into a string again.
 const meta = new Float64Array(ABI.keyMeta.words)
 // A KeyHashes record (native/key/bindings.h), and up to 7 bytes of alignment before it.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "bind.h"
 #include "key/bindings.h"
 #include "napi_throw.h"
 #include "key/openai_key.h"
@@ -77,7 +78,7 @@ bool TenantSeed(napi_env env, napi_value header, bool header_is_string, const ui
   return true;
 }
 
-// What the pick (addon.cc) computes from the text, computed now: the same function
+// What the pick (bind_pick.cc) computes from the text, computed now: the same function
 // (strategy/request_key.h) on the same bytes. A nonzero `block` is a strategy matching blocks
 // (StrategyTraits::blocks), whose key ends at the anchor. Returns the bytes the record takes
 // after the text, 0 when it is not written.
@@ -220,7 +221,7 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
 
 }  // namespace
 
-namespace pr {
+namespace pr::bind {
 
 void RegisterKey(Napi::Env env, Napi::Object exports) {
   napi_value extract = nullptr;
@@ -228,4 +229,4 @@ void RegisterKey(Napi::Env env, Napi::Object exports) {
   exports.Set("key_extract", extract);
 }
 
-}  // namespace pr
+}  // namespace pr::bind
