@@ -81,6 +81,7 @@ inline bool TypedOf(napi_env env, napi_value v, napi_typedarray_type want, const
   return p != nullptr || *len == 0;
 }
 inline bool U32Array(napi_env env, napi_value v, const uint32_t** data, size_t* len) { return TypedOf(env, v, napi_uint32_array, data, len); }
+inline bool F64Array(napi_env env, napi_value v, const double** data, size_t* len) { return TypedOf(env, v, napi_float64_array, data, len); }
 inline bool U64Array(napi_env env, napi_value v, const uint64_t** data, size_t* len) { return TypedOf(env, v, napi_biguint64_array, data, len); }
 
 }  // namespace pr::bind

@@ -35,6 +35,13 @@ bool ExactTierArg(const Napi::Value& v, pr::ExactTier* tier) {
   return true;
 }
 
+// The engine block sizes the index takes: an integer in ExactIndex's range.
+bool BlockSizeArg(double bs) {
+  return bs >= pr::ExactIndex::kMinBlockSize && bs <= pr::ExactIndex::kMaxBlockSize && bs == static_cast<double>(static_cast<uint32_t>(bs));
+}
+const std::string kBlockSizeRange = "blockSize must be an integer from " + std::to_string(pr::ExactIndex::kMinBlockSize) + " to " +
+                                    std::to_string(pr::ExactIndex::kMaxBlockSize);
+
 // router_exact_store(h, instance, parent: bigint | null, engineHashes: BigUint64Array,
 //                    tokenIds: Uint32Array, blockSize, seed: bigint, tier) -> blocks recorded, or
 // -1 orphan, -2 not a member, -3 another block size, -4 capacity reached.
@@ -57,7 +64,7 @@ Napi::Value RouterExactStore(const Napi::CallbackInfo& info) {
   if (!U32Array(env, info[4], &tokens, &ntokens)) return Throw(env, "ERR_INVALID_ARG_TYPE", "tokenIds must be a Uint32Array", true);
   if (!info[5].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "blockSize must be a number", true);
   const double bs = info[5].As<Napi::Number>().DoubleValue();
-  if (!(bs >= 1 && bs <= 1024) || bs != static_cast<double>(static_cast<uint32_t>(bs))) return Throw(env, "ERR_OUT_OF_RANGE", "blockSize must be an integer from 1 to 1024");
+  if (!BlockSizeArg(bs)) return Throw(env, "ERR_OUT_OF_RANGE", kBlockSizeRange);
   if (ntokens != n * static_cast<size_t>(bs)) return Throw(env, "ERR_OUT_OF_RANGE", "tokenIds must hold engineHashes.length × blockSize ids");
   if (!info[6].IsBigInt()) return Throw(env, "ERR_INVALID_ARG_TYPE", "seed must be a bigint from 0 to 2^64-1", true);
   const uint64_t seed = GetSeed(info[6], &ok);
@@ -103,6 +110,82 @@ Napi::Value RouterExactSetView(const Napi::CallbackInfo& info) {
   const double v = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : -1;
   if (v != 0 && v != 1 && v != 2) return Throw(env, "ERR_OUT_OF_RANGE", "view must be 0 (none), 1 (fresh) or 2 (stale)");
   return Napi::Boolean::New(env, h->state->exact_set_view(h->reader, id, static_cast<pr::ExactView>(static_cast<int>(v))));
+}
+
+// router_exact_apply(h, instance, ops: Float64Array, count, words: BigUint64Array,
+//                    tokenIds: Uint32Array, blockSize, out: Float64Array) -> ops applied: one
+// instance's batch of KV events in one call, each op as router_exact_store, _remove or _clear
+// would apply it, in order, its result in out[i]. An op is exact_op::kWords numbers (its kind,
+// tier, blocks and whether a parent is given); a store takes its seed, then its parent if it has
+// one, then its engine hashes from `words`, and blocks × blockSize ids from `tokenIds`; a remove
+// its engine hashes. The whole batch is checked before any op is applied.
+Napi::Value RouterExactApply(const Napi::CallbackInfo& info) {
+  namespace op = exact_op;
+  Napi::Env env = info.Env();
+  Handle* h = GetHandle(info);
+  if (!h) return env.Undefined();
+  std::string id;
+  if (!ExactId(info, &id)) return env.Undefined();
+  const double* ops = nullptr;
+  size_t nops = 0;
+  if (!F64Array(env, info[2], &ops, &nops)) return Throw(env, "ERR_INVALID_ARG_TYPE", "ops must be a Float64Array", true);
+  if (!info[3].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "count must be a number", true);
+  const double count_d = info[3].As<Napi::Number>().DoubleValue();
+  if (!(count_d >= 0 && count_d * op::kWords <= static_cast<double>(nops)) || count_d != static_cast<double>(static_cast<size_t>(count_d)))
+    return Throw(env, "ERR_OUT_OF_RANGE", "count must be an integer up to the ops' length / op words");
+  const size_t count = static_cast<size_t>(count_d);
+  const uint64_t* words = nullptr;
+  size_t nwords = 0;
+  if (!U64Array(env, info[4], &words, &nwords)) return Throw(env, "ERR_INVALID_ARG_TYPE", "words must be a BigUint64Array", true);
+  const uint32_t* tokens = nullptr;
+  size_t ntokens = 0;
+  if (!U32Array(env, info[5], &tokens, &ntokens)) return Throw(env, "ERR_INVALID_ARG_TYPE", "tokenIds must be a Uint32Array", true);
+  if (!info[6].IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", "blockSize must be a number", true);
+  const double bs = info[6].As<Napi::Number>().DoubleValue();
+  if (!BlockSizeArg(bs)) return Throw(env, "ERR_OUT_OF_RANGE", kBlockSizeRange);
+  const size_t block = static_cast<size_t>(bs);
+  double* out = nullptr;
+  size_t nout = 0;
+  if (!F64Array(env, info[7], const_cast<const double**>(&out), &nout) || nout < count)
+    return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Float64Array of at least count results", true);
+  // Results written over the ops would change the ops checked below as they are applied.
+  if (out < ops + count * op::kWords && ops < out + count) return Throw(env, "ERR_INVALID_ARG_VALUE", "out must not overlap ops");
+  // Every op's fields, and what the ops take of words and tokenIds, checked first.
+  size_t w = 0, t = 0;
+  for (size_t i = 0; i < count; i++) {
+    const double* o = ops + i * op::kWords;
+    const double kind = o[op::kKind], tier = o[op::kTier], blocks = o[op::kBlocks], parent = o[op::kParent];
+    if (kind == op::kClear) continue;
+    if ((kind != op::kStore && kind != op::kRemove) || (tier != 0 && tier != 1) || !(blocks >= 0 && blocks <= 4294967295.0) ||
+        blocks != static_cast<double>(static_cast<uint32_t>(blocks)) || (parent != 0 && parent != 1))
+      return Throw(env, "ERR_OUT_OF_RANGE", "op " + std::to_string(i) + " is not a store, remove or clear");
+    const size_t n = static_cast<size_t>(blocks);
+    w += n + (kind == op::kStore ? 1 + static_cast<size_t>(parent) : 0);
+    if (kind == op::kStore) t += n * block;
+    if (w > nwords || t > ntokens) return Throw(env, "ERR_OUT_OF_RANGE", "the ops take more words or tokenIds than given");
+  }
+  w = t = 0;
+  for (size_t i = 0; i < count; i++) {
+    const double* o = ops + i * op::kWords;
+    const double kind = o[op::kKind];
+    if (kind == op::kClear) {
+      out[i] = h->state->exact_clear(h->reader, id) ? 1 : 0;
+      continue;
+    }
+    const pr::ExactTier tier = o[op::kTier] == 0 ? pr::ExactTier::Gpu : pr::ExactTier::Offloaded;
+    const size_t n = static_cast<size_t>(o[op::kBlocks]);
+    if (kind == op::kRemove) {
+      out[i] = static_cast<double>(h->state->exact_remove(h->reader, id, words + w, n, tier));
+      w += n;
+      continue;
+    }
+    const uint64_t seed = words[w++];
+    const uint64_t* parent = o[op::kParent] == 1 ? &words[w++] : nullptr;
+    out[i] = static_cast<double>(h->state->exact_store(h->reader, id, parent, words + w, n, tokens + t, static_cast<uint32_t>(block), seed, tier));
+    w += n;
+    t += n * block;
+  }
+  return Napi::Number::New(env, static_cast<double>(count));
 }
 
 Napi::Object ExactInfoObject(Napi::Env env, const pr::ExactSlotInfo& info) {
@@ -158,6 +241,7 @@ Napi::Value RouterExactMatch(const Napi::CallbackInfo& info) {
 
 void RegisterExact(Napi::Env env, Napi::Object exports) {
   exports.Set("router_exact_store", Napi::Function::New(env, RouterExactStore, "router_exact_store"));
+  exports.Set("router_exact_apply", Napi::Function::New(env, RouterExactApply, "router_exact_apply"));
   exports.Set("router_exact_remove", Napi::Function::New(env, RouterExactRemove, "router_exact_remove"));
   exports.Set("router_exact_clear", Napi::Function::New(env, RouterExactClear, "router_exact_clear"));
   exports.Set("router_exact_set_view", Napi::Function::New(env, RouterExactSetView, "router_exact_set_view"));

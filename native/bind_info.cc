@@ -2,9 +2,16 @@
 // with TypeScript (abi(), checked by src/core/abi.ts at load).
 #include <napi.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "bind.h"
 #include "bind_router.h"
+#include "exact_index.h"
 #include "key/bindings.h"
+#include "key/json_scan.h"
+#include "key/openai_key.h"
+#include "snapshot.h"
 #include "shared_region.h"
 #include "xxh3.h"
 
@@ -39,9 +46,18 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// abi() -> every offset, size and limit TypeScript must agree with (src/core/abi.ts checks them
-// at load): the io block's words, key_extract's io, the KeyHashes record, the process table,
-// the membership's bounds and router_configure's ranges.
+// An object of named numbers.
+Napi::Object Numbers(Napi::Env env, std::initializer_list<std::pair<const char*, double>> entries) {
+  Napi::Object o = Napi::Object::New(env);
+  for (const auto& [name, value] : entries) o.Set(name, value);
+  return o;
+}
+
+// abi() -> every offset, size, code and limit TypeScript must agree with (src/core/abi.ts checks
+// them at load): the io block's words and the pick's results, key_extract's io words, API and
+// status codes, the KeyHashes record, the exact view's results, views, tiers, block sizes and
+// batch ops, the process table, the membership's bounds, the Strategy enum by name (checked
+// against the registry's order), router_configure's option names and ranges.
 Napi::Value Abi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
@@ -67,14 +83,66 @@ Napi::Value Abi(const Napi::CallbackInfo& info) {
   w.Set("outAlternateGeneration", static_cast<double>(io::kOutAlternateGeneration));
   w.Set("words", static_cast<double>(io::kWords));
   o.Set("io", w);
-  Napi::Object key = Napi::Object::New(env);
-  key.Set("words", static_cast<double>(pr::kKeyMetaWords));
-  key.Set("required", static_cast<double>(pr::kKeyMetaRequired));
+  o.Set("pick", Numbers(env, {{"slot", io::kOutSlot},
+                               {"generation", io::kOutGeneration},
+                               {"overflow", io::kOutOverflow},
+                               {"prefill", io::kOutPrefill},
+                               {"picked", io::kPicked},
+                               {"noInstances", io::kNoInstances},
+                               {"noGroup", io::kNoGroup}}));
+  Napi::Object key = Numbers(env, {{"words", pr::kKeyMetaWords},
+                                   {"required", pr::kKeyMetaRequired},
+                                   {"api", key_io::kApi},
+                                   {"span", key_io::kSpan},
+                                   {"prefix", key_io::kPrefix},
+                                   {"maxDepth", key_io::kMaxDepth},
+                                   {"outOffset", key_io::kOutOffset},
+                                   {"blockBytes", key_io::kBlockBytes},
+                                   {"hash", key_io::kHash},
+                                   {"textBytes", key_io::kTextBytes},
+                                   {"keyBytes", key_io::kKeyBytes},
+                                   {"anchorBytes", key_io::kAnchorBytes},
+                                   {"modelBegin", key_io::kModelBegin},
+                                   {"modelEnd", key_io::kModelEnd},
+                                   {"cacheKeyBegin", key_io::kCacheKeyBegin},
+                                   {"cacheKeyEnd", key_io::kCacheKeyEnd},
+                                   {"stream", key_io::kStream},
+                                   {"escapes", key_io::kEscapes},
+                                   {"hashBytes", key_io::kHashBytes},
+                                   {"modelGeneration", key_io::kModelGeneration},
+                                   {"cacheKeyGeneration", key_io::kCacheKeyGeneration},
+                                   {"escapedModel", key_io::kEscapedModel},
+                                   {"escapedCacheKey", key_io::kEscapedCacheKey}});
+  key.Set("apis", Numbers(env, {{"chat", static_cast<int>(pr::key::Api::Chat)}, {"completions", static_cast<int>(pr::key::Api::Completions)}}));
+  key.Set("status", Numbers(env, {{"ok", static_cast<int>(pr::key::Scan::Ok)},
+                                  {"invalid", static_cast<int>(pr::key::Scan::Invalid)},
+                                  {"unsupported", static_cast<int>(pr::key::Scan::Unsupported)}}));
   o.Set("keyMeta", key);
-  Napi::Object hashes = Napi::Object::New(env);
-  hashes.Set("bytes", static_cast<double>(sizeof(pr::KeyHashes)));
-  hashes.Set("align", static_cast<double>(alignof(pr::KeyHashes)));
-  o.Set("keyHashes", hashes);
+  o.Set("keyHashes", Numbers(env, {{"bytes", sizeof(pr::KeyHashes)}, {"align", alignof(pr::KeyHashes)}}));
+  Napi::Object exact = Numbers(env, {{"orphan", pr::ExactIndex::kOrphan},
+                                     {"notMember", pr::RouterState::kNotMember},
+                                     {"blockSize", pr::RouterState::kBlockSize},
+                                     {"capacity", pr::ExactIndex::kCapacity},
+                                     {"minBlockSize", pr::ExactIndex::kMinBlockSize},
+                                     {"maxBlockSize", pr::ExactIndex::kMaxBlockSize}});
+  exact.Set("views", Numbers(env, {{"none", static_cast<int>(pr::ExactView::None)},
+                                   {"fresh", static_cast<int>(pr::ExactView::Fresh)},
+                                   {"stale", static_cast<int>(pr::ExactView::Stale)}}));
+  exact.Set("tiers", Numbers(env, {{"gpu", static_cast<int>(pr::ExactTier::Gpu)}, {"offloaded", static_cast<int>(pr::ExactTier::Offloaded)}}));
+  exact.Set("op", Numbers(env, {{"kind", exact_op::kKind},
+                                {"tier", exact_op::kTier},
+                                {"blocks", exact_op::kBlocks},
+                                {"parent", exact_op::kParent},
+                                {"words", exact_op::kWords},
+                                {"store", exact_op::kStore},
+                                {"remove", exact_op::kRemove},
+                                {"clear", exact_op::kClear}}));
+  o.Set("exact", exact);
+  o.Set("noThreshold", static_cast<double>(pr::kNoThreshold));
+  o.Set("strategyEnum", Numbers(env, {{"random", static_cast<int>(pr::Strategy::Random)},
+                                      {"least_outstanding_requests", static_cast<int>(pr::Strategy::LeastOutstanding)},
+                                      {"prefix_aware", static_cast<int>(pr::Strategy::PrefixAware)},
+                                      {"longest_prefix", static_cast<int>(pr::Strategy::LongestPrefix)}}));
   o.Set("maxProcesses", static_cast<double>(pr::kMaxProcesses));
   o.Set("maxMembers", static_cast<double>(pr::kMaxMembers));
   o.Set("maxIdBytes", static_cast<double>(pr::kMaxIdBytes));
@@ -88,6 +156,12 @@ Napi::Value Abi(const Napi::CallbackInfo& info) {
     ranges.Set(r.name, range);
   }
   o.Set("configure", ranges);
+  // The names router_configure reads from its options object.
+  Napi::Array fields = Napi::Array::New(env);
+  fields.Set(fields.Length(), "strategy");
+  for (const ParamRange& r : kConfigureRanges) fields.Set(fields.Length(), r.name);
+  fields.Set(fields.Length(), "engineLoadAll");
+  o.Set("configureFields", fields);
   return o;
 }
 

@@ -205,11 +205,11 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
   }
   pr::PickResult r = has_group ? h->state->pick(guard, key, &group, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact, a.alternates)
                                : h->state->pick_by_id(guard, key, a.group_id, blocks, nblocks, anchor_blocks, a.avoid, a.navoid, a.exact, a.alternates);
-  if (r.slot < 0) return Napi::Number::New(env, r.no_group ? -2 : -1);
-  a.out[0] = r.slot;
-  a.out[1] = r.generation;
-  a.out[2] = r.overflow ? 1 : 0;
-  a.out[3] = r.prefill;
+  if (r.slot < 0) return Napi::Number::New(env, r.no_group ? io::kNoGroup : io::kNoInstances);
+  a.out[io::kOutSlot] = r.slot;
+  a.out[io::kOutGeneration] = r.generation;
+  a.out[io::kOutOverflow] = r.overflow ? 1 : 0;
+  a.out[io::kOutPrefill] = r.prefill;
   a.out[io::kOutBlocks] = r.blocks;
   a.out[io::kOutHeld] = r.held;
   a.out[io::kOutExact] = r.exact ? 1 : 0;
@@ -218,7 +218,7 @@ PR_HOT Napi::Value PickWith(napi_env env, const PickArgs& a) {
     a.out[io::kOutAlternateSlot + i] = r.alternate_slot[i];
     a.out[io::kOutAlternateGeneration + i] = r.alternate_generation[i];
   }
-  return Napi::Number::New(env, 0);
+  return Napi::Number::New(env, io::kPicked);
 }
 
 // router_io(h) -> Float64Array: the handle's io block (see io:: above), for router_pick_io.

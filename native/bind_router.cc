@@ -131,33 +131,48 @@ Napi::Value RouterClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// router_configure(h, strategy: string, prefixLength, threshold, blockBytes, indexBlocks,
-//                  placementChoices, loadFactor, prefillWeight, matchLength, exactBlockSize, exactCapacity,
-//                  cpuBlockWeight, pendingMs, engineLoadAll): publishes the whole set.
+// router_configure(h, options): publishes the whole set. `options` names each parameter: the
+// strategy, every one of kConfigureRanges (the exact view's four, exactBlockSize on, may be left
+// out: their defaults then) and engineLoadAll (a boolean, default false); abi() lists the names.
 Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info);
   if (!h) return env.Undefined();
   if (!h->state->writable()) return Throw(env, "ROUTER_READ_ONLY", "this router is attached to another process's state: only its creator configures it");
-  if (!info[1].IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
-  // The exact view's four (10-13) and engineLoadAll (14) may be left out: their defaults then.
-  if (!info[14].IsUndefined() && !info[14].IsBoolean()) return Throw(env, "ERR_INVALID_ARG_TYPE", "engineLoadAll must be a boolean", true);
-  for (size_t i = 2; i <= 13; i++)
-    if (!info[i].IsNumber() && !(i >= 10 && info[i].IsUndefined()))
-      return Throw(env, "ERR_INVALID_ARG_TYPE", "routing parameters must be numbers", true);
-  const int strategy = pr::strategy_index(info[1].As<Napi::String>().Utf8Value().c_str());
-  if (strategy < 0) return Throw(env, "ERR_OUT_OF_RANGE", "unknown strategy");
-  auto num = [&](size_t i) { return info[i].As<Napi::Number>().DoubleValue(); };
+  if (!info[1].IsObject()) return Throw(env, "ERR_INVALID_ARG_TYPE", "options must be an object", true);
+  const Napi::Object options = info[1].As<Napi::Object>();
+  // A getter may throw: its exception is left pending, and nothing is configured.
+  auto get = [&](const char* name, Napi::Value* v) {
+    *v = options.Get(name);
+    return !env.IsExceptionPending() && !v->IsEmpty();
+  };
+  Napi::Value strategy_name, engine_load_all;
+  if (!get("strategy", &strategy_name) || !get("engineLoadAll", &engine_load_all)) return env.Undefined();
+  if (!strategy_name.IsString()) return Throw(env, "ERR_INVALID_ARG_TYPE", "strategy must be a string", true);
+  if (!engine_load_all.IsUndefined() && !engine_load_all.IsBoolean()) return Throw(env, "ERR_INVALID_ARG_TYPE", "engineLoadAll must be a boolean", true);
+  constexpr size_t kParams = sizeof kConfigureRanges / sizeof kConfigureRanges[0];
+  constexpr size_t kFirstOptional = 8;  // exactBlockSize
   const pr::RoutingParams defaults;
-  auto opt = [&](size_t i, double d) { return info[i].IsUndefined() ? d : num(i); };
-  const double len = num(2), thr = num(3), block = num(4), blocks = num(5), choices = num(6), load = num(7), weight = num(8),
-               match = num(9), exact_block = opt(10, defaults.exact_block_size), exact_cap = opt(11, defaults.exact_capacity),
-               cpu_weight = opt(12, defaults.cpu_block_weight), pending = opt(13, defaults.pending_ms);
-  const double values[] = {len, thr, block, blocks, choices, load, weight, match, exact_block, exact_cap, cpu_weight, pending};
-  static_assert(sizeof values / sizeof values[0] == sizeof kConfigureRanges / sizeof kConfigureRanges[0], "one range per parameter");
-  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+  const double optional_defaults[] = {static_cast<double>(defaults.exact_block_size), static_cast<double>(defaults.exact_capacity),
+                                      defaults.cpu_block_weight, defaults.pending_ms};
+  static_assert(kFirstOptional + sizeof optional_defaults / sizeof optional_defaults[0] == kParams, "a default per optional parameter");
+  double values[kParams];
+  for (size_t i = 0; i < kParams; i++) {
+    Napi::Value v;
+    if (!get(kConfigureRanges[i].name, &v)) return env.Undefined();
+    if (i >= kFirstOptional && v.IsUndefined()) {
+      values[i] = optional_defaults[i - kFirstOptional];
+      continue;
+    }
+    if (!v.IsNumber()) return Throw(env, "ERR_INVALID_ARG_TYPE", std::string("routing parameter ") + kConfigureRanges[i].name + " must be a number", true);
+    values[i] = v.As<Napi::Number>().DoubleValue();
+  }
+  const int strategy = pr::strategy_index(strategy_name.As<Napi::String>().Utf8Value().c_str());
+  if (strategy < 0) return Throw(env, "ERR_OUT_OF_RANGE", "unknown strategy");
+  for (size_t i = 0; i < kParams; i++)
     if (!(values[i] >= kConfigureRanges[i].min && values[i] <= kConfigureRanges[i].max))
       return Throw(env, "ERR_OUT_OF_RANGE", std::string("routing parameter ") + kConfigureRanges[i].name + " out of range");
+  const auto [len, thr, block, blocks, choices, load, weight, match, exact_block, exact_cap, cpu_weight, pending] = values;
   pr::RoutingParams p;
   p.strategy = static_cast<pr::Strategy>(strategy);
   p.prefix_length = static_cast<uint32_t>(len);
@@ -172,7 +187,7 @@ Napi::Value RouterConfigure(const Napi::CallbackInfo& info) {
   p.exact_capacity = static_cast<uint32_t>(exact_cap);
   p.cpu_block_weight = cpu_weight;
   p.pending_ms = pending;
-  p.engine_load_all = info[14].IsBoolean() && info[14].As<Napi::Boolean>().Value();
+  p.engine_load_all = engine_load_all.IsBoolean() && engine_load_all.As<Napi::Boolean>().Value();
   h->state->configure(p);
   return env.Undefined();
 }

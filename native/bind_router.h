@@ -42,6 +42,9 @@ enum : size_t {
   kOutAlternateGeneration = kOutAlternateSlot + pr::kMaxAlternates,
   kWords = kOutAlternateGeneration + pr::kMaxAlternates
 };
+// The pick's result, written over words 0-3, and what router_pick_io returns.
+constexpr size_t kOutSlot = 0, kOutGeneration = 1, kOutOverflow = 2, kOutPrefill = 3;
+constexpr int kPicked = 0, kNoInstances = -1, kNoGroup = -2;
 }  // namespace io
 struct IoBlock {
   double w[io::kWords] = {};
@@ -60,6 +63,12 @@ struct Handle {
   ~Handle() { close(); }
 };
 
+// router_exact_apply's ops (bind_exact.cc): kWords numbers each, a kind and its fields.
+namespace exact_op {
+enum : size_t { kKind, kTier, kBlocks, kParent, kWords };
+constexpr double kStore = 0, kRemove = 1, kClear = 2;
+}  // namespace exact_op
+
 inline Handle* GetHandle(const Napi::CallbackInfo& info) {
   // napi_get_value_external checks the type itself: one crossing into V8, not two.
   void* data = nullptr;
@@ -75,7 +84,7 @@ inline Handle* GetHandle(const Napi::CallbackInfo& info) {
   return h;
 }
 
-// router_configure's ranges, for its arguments 2 to 13 in order: a backstop (src/core/options.ts
+// router_configure's ranges, by the names its options object gives them: a backstop (src/core/options.ts
 // checks narrower ones), exported by abi() so that TypeScript's are checked to lie inside.
 struct ParamRange {
   const char* name;
@@ -84,7 +93,7 @@ struct ParamRange {
 constexpr ParamRange kConfigureRanges[] = {
     {"prefixLength", 1, 1 << 20},  {"concurrencyThreshold", 1, 1 << 20}, {"blockSize", 1, 1 << 20},    {"indexBlocks", 0, 1 << 28},
     {"placementChoices", 1, 64},   {"loadFactor", 0, 1e6},               {"prefillWeight", 0, 1e6},    {"matchLength", 1, 1 << 20},
-    {"exactBlockSize", 1, 1024},   {"exactCapacity", 1, 1 << 30},        {"cpuBlockWeight", 0, 1},     {"pendingMs", 0, 1e9},
+    {"exactBlockSize", pr::ExactIndex::kMinBlockSize, pr::ExactIndex::kMaxBlockSize},   {"exactCapacity", 1, 1 << 30},        {"cpuBlockWeight", 0, 1},     {"pendingMs", 0, 1e9},
 };
 constexpr double kMaxVnodes = 65536, kMaxSlots = 16384;
 

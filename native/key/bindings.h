@@ -25,6 +25,27 @@ struct ExtractedText {
 // key_extract's io block (a Float64Array): at least kKeyMetaRequired words; with
 // kKeyMetaWords, the model's and prompt_cache_key's token generations too.
 constexpr size_t kKeyMetaRequired = 10, kKeyMetaWords = 12;
+// Its words: the numbers in, then the results written over them (native/bind_key.cc).
+namespace key_io {
+enum : size_t { kApi, kSpan, kPrefix, kMaxDepth, kOutOffset, kBlockBytes, kHash };
+enum : size_t {
+  kTextBytes,
+  kKeyBytes,
+  kAnchorBytes,
+  kModelBegin,
+  kModelEnd,
+  kCacheKeyBegin,
+  kCacheKeyEnd,
+  kStream,
+  kEscapes,
+  kHashBytes,
+  kModelGeneration,
+  kCacheKeyGeneration,
+};
+static_assert(kHashBytes + 1 == kKeyMetaRequired && kCacheKeyGeneration + 1 == kKeyMetaWords, "key_extract's io words");
+// kEscapes' bits: the model's string has escapes, prompt_cache_key's has.
+constexpr double kEscapedModel = 1, kEscapedCacheKey = 2;
+}  // namespace key_io
 
 // The hashes a pick computes from extracted text, computed by key_extract right after writing
 // the text, while it is still in cache (a pick reads it after the rest of the request has
