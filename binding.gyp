@@ -13,6 +13,7 @@
         "native/exact_index.cc",
         "native/key/json_scan.cc",
         "native/key/openai_key.cc",
+        "native/napi_throw.cc",
         "native/prefix_index.cc",
         "native/ring.cc",
         "native/router.cc",
