@@ -3,10 +3,13 @@
 // and welds the files together, so neither can be read, tested or moved alone. Type-only
 // imports count too: they cost nothing at run time, but a type that both sides need belongs
 // in a file both import, and a circle through types is where a runtime one starts.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { brokenRules, circles, importEdges, importGraph, importNames, specifiers, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
+import { brokenRules, circles, importEdges, importGraph, importNames, specifiers, tsFiles, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
+import { underscoreImports, underscoreImportsIn, underscoreMembers } from '../helpers/underscore-names.js'
 
 const src = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'src')
 
@@ -125,5 +128,43 @@ describe('the layer rules', () => {
       'proxy/proxy.ts -> commands/serve.ts (serve)',
       'tokens/builtin.ts -> sim/request.ts (*)',
     ])
+  })
+})
+
+// A name starting with `_` is its module's own: no other module imports it, re-exports it, or
+// calls it as a member (`router._pickIn(...)`), however it got hold of the object.
+describe('names starting with _', () => {
+  it('are imported by no file of src/ from another module', () => {
+    expect(underscoreImportsIn(src)).toEqual([])
+  })
+
+  it('are reached as members only inside the file that declares them', () => {
+    expect(underscoreMembers(tsFiles(src), src)).toEqual([])
+  })
+
+  it('are found in import and export statements, and on namespace imports, and nowhere else', () => {
+    const source = [
+      "import { _a, b, c as _c, _d as d, type _E } from './m.js'",
+      "import * as ns from './n.js'",
+      "import def from './o.js'",
+      "export { _f } from './p.js'",
+      "export { g as _g } from './q.js'",
+      "// import { _inComment } from './r.js'",
+      "const s = \"import { _inString } from './s.js'\"",
+      'ns._h(); ns.i(); def._notImported()',
+    ].join('\n')
+    // `c as _c` takes c, `_d as d` takes _d: the name the other module exports is what counts.
+    expect(underscoreImports(source)).toEqual([`_a from './m.js'`, `_d from './m.js'`, `_E from './m.js'`, `_f from './p.js'`, '_h from ns.*'])
+  })
+
+  it('are found as members declared in another file, through an instance of an imported class', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pr-underscore-'))
+    try {
+      writeFileSync(join(dir, 'owner.ts'), 'export class Owner {\n  _inner(): number { return 1 }\n  outer(): number { return this._inner() }\n}\n')
+      writeFileSync(join(dir, 'user.ts'), "import { Owner } from './owner.js'\nconst o = new Owner()\nexport const a = o.outer()\nexport const b = o._inner()\n")
+      expect(underscoreMembers([join(dir, 'owner.ts'), join(dir, 'user.ts')], dir)).toEqual(['user.ts:4: o._inner (declared in owner.ts)'])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
