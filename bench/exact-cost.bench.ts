@@ -61,10 +61,10 @@ async function perRequest(): Promise<void> {
     // Every view holds 50,000 blocks of other prompts: the index is as large as a busy fleet's.
     let hash = 1n
     for (const id of INSTANCES) {
-      router.exactSetView(id, 'fresh')
+      router.exact.setView(id, 'fresh')
       for (let c = 0; c < 500; c++) {
         const ids = Uint32Array.from({ length: 100 * 16 }, (_, i) => (c * 104_729 + i * 7) % 199_000)
-        router.exactStore(id, null, BigUint64Array.from({ length: 100 }, () => hash++), ids, 16, exactSeed(undefined, `other-${c}`), 0)
+        router.exact.store(id, null, BigUint64Array.from({ length: 100 }, () => hash++), ids, 16, exactSeed(undefined, `other-${c}`), 0)
       }
     }
     console.log(`\n1. per request: 8 instances, ${router.stats().exactEntries} blocks in the exact index (${(router.stats().exactMemoryBytes / 1e6).toFixed(0)} MB)`)
@@ -105,7 +105,7 @@ async function perRequest(): Promise<void> {
         if (turn === 0) firstTokens = lastTokens
         // The engine that served this turn reports its blocks, as its events would.
         const n = Math.floor(lastTokens / 16)
-        router.exactStore(owner, null, BigUint64Array.from({ length: n }, () => hash++), e!.tokens!.ids.subarray(0, n * 16), 16, e!.tokens!.seed, 0)
+        router.exact.store(owner, null, BigUint64Array.from({ length: n }, () => hash++), e!.tokens!.ids.subarray(0, n * 16), 16, e!.tokens!.seed, 0)
         if (turn > 0) {
           added.push(e!.t - a!.t)
           approx.push(a!.t)
@@ -138,7 +138,7 @@ async function eventStream(): Promise<void> {
   const ports = /listening ([\d,]+)/.exec(pub.output())![1]!.split(',')
   const counts = INSTANCES.map(() => newCounts())
   const subs = INSTANCES.map((id, i) => {
-    router.exactSetView(id, 'fresh')
+    router.exact.setView(id, 'fresh')
     const s = new KvEventSubscriber({ instance: id, endpoint: `tcp://127.0.0.1:${ports[i]}`, target: { batch: (inst, b) => applyBatch(router, inst, b, 16, counts[i]!), reset: () => {}, stale: () => {} } })
     s.start()
     return s

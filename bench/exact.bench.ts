@@ -42,10 +42,10 @@ const hashes = (n: number) => {
 const rssBefore = process.memoryUsage.rss()
 for (let i = 0; i < INSTANCES; i++) {
   const id = instances[i]!.id
-  router.exactSetView(id, 'fresh')
+  router.exact.setView(id, 'fresh')
   for (let k = 0; k < GPU_DOCS + CPU_DOCS; k++) {
     const t = docs[i * (GPU_DOCS + CPU_DOCS) + k]!
-    const got = router.exactStore(id, null, hashes(DOC_TOKENS / BS), t, BS, SEED, k < GPU_DOCS ? 0 : 1)
+    const got = router.exact.store(id, null, hashes(DOC_TOKENS / BS), t, BS, SEED, k < GPU_DOCS ? 0 : 1)
     if (got !== DOC_TOKENS / BS) throw new Error(`store returned ${got}`)
   }
 }
@@ -89,14 +89,14 @@ const fresh = docTokens(9999).subarray(0, 16 * BS)
 const live: BigUint64Array[] = []
 for (let i = 0; i < 64; i++) {
   const e = hashes(16)
-  router.exactStore(id, null, e, fresh, BS, SEED, 0)
+  router.exact.store(id, null, e, fresh, BS, SEED, 0)
   live.push(e)
 }
 const pair = (await perCall('events', () => {
   const e = hashes(16)
-  router.exactStore(id, null, e, fresh, BS, SEED, 0)
+  router.exact.store(id, null, e, fresh, BS, SEED, 0)
   live.push(e)
-  router.exactRemove(id, live.shift()!, 0)
+  router.exact.remove(id, live.shift()!, 0)
 }, 5000, { timeMs: TIME, warmupMs: 200, targetUs: 200 })).medianNs
 console.log(`  ${(pair / 1000).toFixed(2)} µs per store+remove pair: ${Math.round(1e9 / pair).toLocaleString('en')} events/s, ${Math.round((32 * 1e9) / pair).toLocaleString('en')} blocks/s`)
 router.close()

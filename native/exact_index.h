@@ -80,6 +80,8 @@ class ExactIndex {
   // Store results below zero (the TS layer names them).
   static constexpr int64_t kOrphan = -1;        // the parent's engine hash is unknown: nothing stored
   static constexpr int64_t kCapacity = -4;      // the index is full: some or all blocks were dropped
+  // The engine block sizes the index takes (exact_block_size, and every event's block size).
+  static constexpr uint32_t kMinBlockSize = 1, kMaxBlockSize = 1024;
 
   explicit ExactIndex(uint32_t slot_capacity) : views_(slot_capacity) {}
   ExactIndex(const ExactIndex&) = delete;

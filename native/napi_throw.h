@@ -7,11 +7,8 @@
 
 namespace pr {
 
-inline Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false) {
-  Napi::Error e = type_error ? Napi::TypeError::New(env, message) : Napi::Error::New(env, message);
-  e.Set("code", Napi::String::New(env, code));
-  e.ThrowAsJavaScriptException();
-  return env.Undefined();
-}
+// Defined once (napi_throw.cc) rather than inline: each binding file would otherwise carry
+// its own copy, and only failing calls reach it.
+Napi::Value Throw(Napi::Env env, const char* code, const std::string& message, bool type_error = false);
 
 }  // namespace pr

@@ -13,6 +13,7 @@ export {
   type ExactView,
   type ExactInstanceInfo,
   type ExactMatchInfo,
+  type ExactIndex,
 } from './core/router.js'
 export { exactSeed } from './core/exact-seed.js'
 export {

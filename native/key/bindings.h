@@ -1,5 +1,5 @@
-// The N-API side of native routing-key extraction (native/key_addon.cc), and the pick on
-// its output, which lives in addon.cc with the router handles it needs.
+// The N-API side of native routing-key extraction (native/bind_key.cc), and the pick on
+// its output, which lives in bind_pick.cc with the router handles it needs.
 #pragma once
 #include <napi.h>
 
@@ -9,7 +9,7 @@
 
 namespace pr {
 
-// An extracted key's text as router_pick_io reads it (io kind 1, native/addon.cc): UTF-8
+// An extracted key's text as router_pick_io reads it (io kind 1, native/bind_pick.cc): UTF-8
 // already cut to the span, with the key's and the anchor's ends in bytes. When the io block
 // says key_extract hashed it, a KeyHashes record follows the text (below), which the pick uses
 // when its stamp matches the router's parameters and the tenant, instead of hashing the text
@@ -22,11 +22,30 @@ struct ExtractedText {
   napi_value buffer = nullptr;  // the ArrayBuffer holding the text (and any KeyHashes after it)
 };
 
-void RegisterKey(Napi::Env env, Napi::Object exports);
-
 // key_extract's io block (a Float64Array): at least kKeyMetaRequired words; with
 // kKeyMetaWords, the model's and prompt_cache_key's token generations too.
 constexpr size_t kKeyMetaRequired = 10, kKeyMetaWords = 12;
+// Its words: the numbers in, then the results written over them (native/bind_key.cc).
+namespace key_io {
+enum : size_t { kApi, kSpan, kPrefix, kMaxDepth, kOutOffset, kBlockBytes, kHash };
+enum : size_t {
+  kTextBytes,
+  kKeyBytes,
+  kAnchorBytes,
+  kModelBegin,
+  kModelEnd,
+  kCacheKeyBegin,
+  kCacheKeyEnd,
+  kStream,
+  kEscapes,
+  kHashBytes,
+  kModelGeneration,
+  kCacheKeyGeneration,
+};
+static_assert(kHashBytes + 1 == kKeyMetaRequired && kCacheKeyGeneration + 1 == kKeyMetaWords, "key_extract's io words");
+// kEscapes' bits: the model's string has escapes, prompt_cache_key's has.
+constexpr double kEscapedModel = 1, kEscapedCacheKey = 2;
+}  // namespace key_io
 
 // The hashes a pick computes from extracted text, computed by key_extract right after writing
 // the text, while it is still in cache (a pick reads it after the rest of the request has

@@ -1,7 +1,7 @@
 // The hashes a pick routes a request by, from its routing text: the key the consistent hash
 // places, the chain of block hashes and how many of them are the chat's anchored opening.
-// One computation for the pick (addon.cc) and for the record key_extract writes ahead of it
-// (key_addon.cc), so the two cannot disagree; what a strategy needs of it is its traits.
+// One computation for the pick (bind_pick.cc) and for the record key_extract writes ahead of it
+// (bind_key.cc), so the two cannot disagree; what a strategy needs of it is its traits.
 #pragma once
 #include <cstddef>
 #include <cstdint>

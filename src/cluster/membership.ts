@@ -69,13 +69,13 @@ export function membershipOf(ep: Endpoint): Membership {
  */
 export function publishMembership(ep: Endpoint, last: string | undefined): string {
   const text = JSON.stringify(membershipOf(ep))
-  if (text !== last) ep.router._publishFleet(text)
+  if (text !== last) ep.router.fleetRecord.publish(text)
   return text
 }
 
 /** The worker's side: the record, when its version is not `since`; undefined too for one that does not parse (torn by a primary that died writing it). */
 export function readMembership(ep: Endpoint, since: number): { version: number; membership: Membership } | undefined {
-  const got = ep.router._fleet(since)
+  const got = ep.router.fleetRecord.read(since)
   if (got === undefined) return undefined
   try {
     return { version: got.version, membership: JSON.parse(got.text) as Membership }

@@ -2,7 +2,7 @@
 // otherwise the prebuild for this platform in prebuilds/. PREBUILDS_ONLY=1 skips local builds.
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
-import { checkAbi, type NativeAbi } from './abi.js'
+import { checkAbi, ABI, type NativeAbi } from './abi.js'
 
 export interface NativeBuildInfo {
   simd: 'scalar' | 'sse2' | 'avx2' | 'neon'
@@ -61,6 +61,13 @@ export interface NativeParams {
   engineLoadAll: boolean
 }
 
+type Field = (typeof ABI.configureFields)[number]
+/** The exact view's four and engineLoadAll: the addon's defaults when left out. */
+type Optional = 'exactBlockSize' | 'exactCapacity' | 'cpuBlockWeight' | 'pendingMs' | 'engineLoadAll'
+/** router_configure's options: the names ABI.configureFields lists (checked against the addon's at load), and no others. */
+export type NativeConfigureOptions = { strategy: string; engineLoadAll?: boolean } & Record<Exclude<Field, 'strategy' | Optional>, number> &
+  Partial<Record<Exclude<Optional, 'engineLoadAll'>, number>>
+
 declare const handleBrand: unique symbol
 export type NativeHandle = { readonly [handleBrand]: true }
 
@@ -100,23 +107,8 @@ export interface NativeBinding {
   router_lease_collected(h: NativeHandle, slot: number, prefill: number): void
   router_params(h: NativeHandle): NativeParams
   router_close(h: NativeHandle): void
-  router_configure(
-    h: NativeHandle,
-    strategy: string,
-    prefixLength: number,
-    threshold: number,
-    blockBytes: number,
-    indexBlocks: number,
-    placementChoices: number,
-    loadFactor: number,
-    prefillWeight: number,
-    matchLength: number,
-    exactBlockSize?: number,
-    exactCapacity?: number,
-    cpuBlockWeight?: number,
-    pendingMs?: number,
-    engineLoadAll?: boolean,
-  ): void
+  /** The whole set, by name (router-native.ts builds it; abi().configureFields lists the names the addon reads). */
+  router_configure(h: NativeHandle, options: NativeConfigureOptions): void
   router_set_instances(h: NativeHandle, ids: string[], weights: number[], groups?: string[][], indexBlocks?: number[]): void
   /** The fleet record (creator only): text published beside the membership, in the shared state. */
   router_set_fleet(h: NativeHandle, text: string): void
@@ -124,7 +116,7 @@ export interface NativeBinding {
   router_fleet(h: NativeHandle, since: number): { version: number; text: string } | undefined
   /** The handle's io block: router_pick_io's numeric arguments in, its result [slot, generation, overflow 0/1, prefill blocks] out over words 0-3. */
   router_io(h: NativeHandle): Float64Array
-  /** 0 with the result in the io block; -1 no instances; -2 no instance in the group. Its numeric arguments are in the io block (src/core/router.ts names its words). */
+  /** ABI.pick: picked (0) with the result in the io block; noInstances (-1); noGroup (-2, no instance in the group). Its numeric arguments are in the io block (src/core/router.ts names its words). */
   router_pick_io(
     h: NativeHandle,
     prefix: Uint8Array | string,
@@ -158,6 +150,17 @@ export interface NativeBinding {
   ): number
   /** Blocks removed; -2 not a member. */
   router_exact_remove(h: NativeHandle, instance: string, engineHashes: BigUint64Array, tier: number): number
+  /** One instance's batch of ops (exact-batch.ts) in one call: each op's result into `out`; returns the ops applied. */
+  router_exact_apply(
+    h: NativeHandle,
+    instance: string,
+    ops: Float64Array,
+    count: number,
+    words: BigUint64Array,
+    tokenIds: Uint32Array,
+    blockSize: number,
+    out: Float64Array,
+  ): number
   router_exact_clear(h: NativeHandle, instance: string): boolean
   router_exact_set_view(h: NativeHandle, instance: string, view: number): boolean
   router_exact_instance(h: NativeHandle, instance: string): NativeExactInstance | undefined
@@ -172,4 +175,5 @@ const packageRoot = fileURLToPath(new URL('../..', import.meta.url))
 export const bindingPath: string = nodeGypBuild.resolve(packageRoot)
 export const native = require(bindingPath) as NativeBinding
 // A build whose layout differs from this package's fails here, naming what moved.
-checkAbi(typeof native.abi === 'function' ? native.abi() : {}, bindingPath)
+// The strategy registry's order is checked against the Strategy enum the addon stores it as.
+checkAbi(typeof native.abi === 'function' ? native.abi() : {}, bindingPath, ABI, typeof native.strategies === 'function' ? native.strategies().map((s) => s.name) : [])

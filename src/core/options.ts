@@ -1,5 +1,6 @@
 // Validation and defaults for Router options: the ranges every entry point (library, config,
 // flags) shares, with errors that name the option.
+import { ABI } from './abi.js'
 import { InvalidArgTypeError, OutOfRangeError } from './errors.js'
 import { STRATEGY_INFO, strategyInfo } from './strategies.js'
 
@@ -26,14 +27,15 @@ export const PLACEMENT_CHOICES: Record<Placement, number> = { hash: 1, balanced:
 export const LIMITS = {
   prefixLength: { min: 1024, max: 65536, default: 4096 },
   // The default is SageMaker's, for every strategy but longest_prefix (see defaultThreshold).
-  concurrencyThreshold: { min: 1, max: 1024, default: 10 },
+  // The highest is the native strategies' "no threshold" (ABI.noThreshold).
+  concurrencyThreshold: { min: 1, max: ABI.noThreshold, default: 10 },
   vnodes: { min: 16, max: 65536, default: 8192 },
   blockSize: { min: 16, max: 4096, default: 64 },
   matchLength: { min: 1024, max: 262144, default: 65536 },
   loadFactor: { min: 1, max: 100, default: 3 },
   prefillWeight: { min: 0, max: 100, default: 6 },
   indexBlocks: { min: 0, max: 1 << 28, default: 65536 },
-  exactBlockSize: { min: 1, max: 1024, default: 16 },
+  exactBlockSize: { min: ABI.exact.minBlockSize, max: ABI.exact.maxBlockSize, default: 16 },
   exactCapacity: { min: 1024, max: 67108864, default: 2097152 },
   cpuBlockWeight: { min: 0, max: 1, default: 0.5 },
   pendingMs: { min: 0, max: 600000, default: 10000 },
@@ -96,7 +98,7 @@ export interface RoutingParams {
   prefillWeight?: number
   /**
    * longest_prefix's exact view: tokens per engine KV block (vLLM's --block-size; 1–1024,
-   * default 16). A BlockStored event of another size is refused (exactStore returns -3).
+   * default 16). A BlockStored event of another size is refused (exact.store returns -3).
    */
   exactBlockSize?: number
   /** Exact view: entries (reported and pending blocks) held across all instances (1024–67108864, default 2097152). */

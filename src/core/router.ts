@@ -1,27 +1,20 @@
 // Router: a thin class over one native handle. Validation lives here; the native side
 // does the per-request work in one call (hash, ring lookup, overflow walk, counter).
-import { existsSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { ABI, addonRanges, checkRanges } from './abi.js'
 import { InvalidArgTypeError, NoInstanceError, OutOfRangeError, RouterClosedError, SharedRouterError } from './errors.js'
+import { ExactIndex } from './exact-index.js'
+import { FleetRecord } from './fleet-record.js'
 import { ExtractedKey } from './key/native-key.js'
 import { checkTenant } from './key/tenant.js'
-import { bindingPath, native, type NativeExactInstance, type NativeHandle, type NativeInstance, type NativeParams, type NativeStats } from './native.js'
-import {
-  checkInt,
-  limitsAgainstAddon,
-  LIMITS,
-  PLACEMENT_CHOICES,
-  resolveInstances,
-  resolveParams,
-  type InstanceSpec,
-  type ResolvedParams,
-  type RouterOptions,
-  type RoutingParams,
-} from './options.js'
+import { Lease, type LeaseOwner } from './lease.js'
+import { bindingPath, native, type NativeHandle, type NativeInstance, type NativeStats } from './native.js'
+import { checkInt, limitsAgainstAddon, LIMITS, resolveInstances, resolveParams, type InstanceSpec, type ResolvedParams, type RouterOptions, type RoutingParams } from './options.js'
+import { configureNative, nativeCall, resolvedFromNative, sharedBacking } from './router-native.js'
+import { MAX_U64 } from './u64.js'
 
-// Re-exported: NoInstanceError was declared here before the errors had a module of their own.
-export { NoInstanceError }
+// Re-exported: these were declared here before they had modules of their own.
+export { NoInstanceError, Lease }
+export { EXACT_BLOCK_SIZE, EXACT_CAPACITY, EXACT_NOT_MEMBER, EXACT_ORPHAN, ExactIndex, type ExactInstanceInfo, type ExactMatchInfo, type ExactView } from './exact-index.js'
 
 const SLOT_CAPACITY = 8192
 // TypeScript lets through only what the addon's backstop ranges accept (abi.ts).
@@ -37,35 +30,6 @@ export interface SharedRouterOptions extends RouterOptions {
    * /proc/<pid>/fd (another PID namespace sharing the directory, say).
    */
   shared?: boolean | { directory: string } | undefined
-}
-
-// Where the state goes: anonymous memory unless a directory is named; the directory is
-// for the file the system falls back to, tmpfs when it has one (no disk writes).
-function sharedBacking(shared: SharedRouterOptions['shared']): { dir: string; anonymous: boolean } | undefined {
-  if (shared === undefined || shared === false) return undefined
-  if (shared === true) return { dir: existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), anonymous: true }
-  const dir = typeof shared === 'object' && shared !== null ? (shared as { directory?: unknown }).directory : undefined
-  if (typeof dir !== 'string' || dir.length === 0) throw new InvalidArgTypeError('shared', 'a boolean or { directory: string }', shared)
-  return { dir, anonymous: false }
-}
-
-// Native errors carry a code but are plain Errors; shared-state ones become SharedRouterError.
-function nativeCall<T>(call: () => T): T {
-  try {
-    return call()
-  } catch (err) {
-    const code = (err as { code?: unknown }).code
-    if (code === 'ROUTER_READ_ONLY' || code === 'ROUTER_SHARED_STATE') throw new SharedRouterError(code, (err as Error).message, { cause: err })
-    throw err
-  }
-}
-
-// What the garbage collector needs to end a lease nobody released: updated by firstToken and
-// release.
-interface Held {
-  slot: number
-  prefill: number
-  released: boolean
 }
 
 export interface PickOptions {
@@ -86,7 +50,7 @@ export interface PickOptions {
   /**
    * longest_prefix's exact view: the prompt's token ids as the engine will see them, and the
    * seed of their blocks (exactSeed(lora, salt)). Instances whose KV events the router
-   * follows (exactSetView 'fresh') are then matched by what their engine really holds.
+   * follows (exact.setView 'fresh') are then matched by what their engine really holds.
    */
   tokens?: ExactTokens | undefined
   /** With `tokens`: the time in ms pending blocks expire against (virtual in replays); default performance.now(). */
@@ -104,139 +68,13 @@ export interface ExactTokens {
   seed: bigint
 }
 
-/** Whether the router follows an instance's KV events: 'fresh' (trusted), 'stale' (events were lost), 'none'. */
-export type ExactView = 'fresh' | 'stale' | 'none'
-/** The engine's blocks the exact view holds for one instance. */
-export interface ExactInstanceInfo {
-  view: ExactView
-  gpuBlocks: number
-  offloadedBlocks: number
-  /** Blocks of prompts routed there that its events have not reported yet (as of the latest pick). */
-  pendingBlocks: number
-}
-/** exactMatch: one instance's leading blocks of a prompt, split by tier. */
-export interface ExactMatchInfo extends ExactInstanceInfo {
-  instance: string
-  blocks: number
+/** A prompt's token ids and the seed of their block chain (exactSeed). */
+export interface ExactTokens {
+  ids: Uint32Array
+  seed: bigint
 }
 
-/** exactStore results below zero. */
-export const EXACT_ORPHAN = -1
-export const EXACT_NOT_MEMBER = -2
-export const EXACT_BLOCK_SIZE = -3
-export const EXACT_CAPACITY = -4
-
-const VIEWS: readonly ExactView[] = ['none', 'fresh', 'stale']
-const NO_ALTERNATES: readonly string[] = Object.freeze([])
-const MAX_U64 = (1n << 64n) - 1n
-
-function checkU64(key: string, v: unknown): bigint {
-  if (typeof v !== 'bigint') throw new InvalidArgTypeError(key, 'a bigint from 0n to 2n ** 64n - 1n', v)
-  if (v < 0n || v > MAX_U64) throw new OutOfRangeError(key, 'from 0n to 2n ** 64n - 1n', v)
-  return v
-}
-function checkTier(v: unknown): 0 | 1 {
-  if (v !== 0 && v !== 1) throw new OutOfRangeError('tier', '0 (GPU) or 1 (offloaded)', v)
-  return v
-}
-function checkInstance(v: unknown): string {
-  if (typeof v !== 'string') throw new InvalidArgTypeError('instance', 'a string', v)
-  return v
-}
-function exactInfo(i: NativeExactInstance): ExactInstanceInfo {
-  return { view: VIEWS[i.view] ?? 'none', gpuBlocks: i.gpuBlocks, offloadedBlocks: i.offloadedBlocks, pendingBlocks: i.pendingBlocks }
-}
-
-/**
- * One routed request. Call release() when it finishes, fails or is aborted; later calls do
- * nothing. For longest_prefix, call firstToken() when the response's first token arrives: the
- * router counts the prompt's blocks as queued prefill on the instance until then (release()
- * does it otherwise), and sends new requests where less is queued.
- */
-export class Lease {
-  #router: Router | null
-  readonly #held: Held
-  /** Id of the instance the request goes to. */
-  readonly instance: string
-  /** True when load sent the request away from where the strategy would have put it. */
-  readonly overflow: boolean
-  /**
-   * What the strategy saw of the prompt at that instance (strategies matching blocks:
-   * longest_prefix): the prompt's blocks of routing key, how many of them it counted as held
-   * there, and whether that count came from the instance's own KV events (the exact view)
-   * rather than from where earlier prompts were sent. 0, 0, false for the other strategies.
-   */
-  readonly blocks: number
-  readonly heldBlocks: number
-  readonly exact: boolean
-  /** The next choices the pick ranked (PickOptions.alternates), best first; empty unless asked. */
-  alternates: readonly string[] = NO_ALTERNATES
-
-  constructor(router: Router, slot: number, instance: string, overflow: boolean, prefill = 0, blocks = 0, heldBlocks = 0, exact = false) {
-    this.#router = router
-    this.#held = { slot, prefill, released: false }
-    this.instance = instance
-    this.overflow = overflow
-    this.blocks = blocks
-    this.heldBlocks = heldBlocks
-    this.exact = exact
-    router._track(this, this.#held)
-  }
-
-  /** The share of the prompt's blocks the instance held (0 to 1), as `blocks` and `heldBlocks` say; 0 without blocks. */
-  get heldShare(): number {
-    return this.blocks === 0 ? 0 : this.heldBlocks / this.blocks
-  }
-
-  /** @internal the counter slot, for PickOptions.avoid */
-  get _slot(): number {
-    return this.#held.slot
-  }
-
-  get released(): boolean {
-    return this.#router === null
-  }
-
-  /** The instance has sent the first token: the prompt's prefill is over. Later calls do nothing. */
-  firstToken(): void {
-    const r = this.#router
-    if (r === null || this.#held.prefill === 0) return
-    r._firstToken(this.#held.slot, this.#held.prefill)
-    this.#held.prefill = 0
-  }
-
-  release(): void {
-    const r = this.#router
-    if (r === null) return
-    this.#router = null
-    const held = this.#held
-    held.released = true
-    r._release(held.slot, held.prefill)
-    held.prefill = 0
-  }
-}
-
-function configureNative(h: NativeHandle, p: ResolvedParams): void {
-  native.router_configure(
-    h,
-    p.strategy,
-    p.prefixLength,
-    p.concurrencyThreshold,
-    p.blockSize,
-    p.indexBlocks,
-    PLACEMENT_CHOICES[p.placement],
-    p.loadFactor,
-    p.prefillWeight,
-    p.matchLength,
-    p.exactBlockSize,
-    p.exactCapacity,
-    p.cpuBlockWeight,
-    p.pendingMs,
-    p.engineLoadAll,
-  )
-}
-
-// Words of a handle's io block (native/addon.cc, router_pick_io): the pick's numeric
+// Words of a handle's io block (native/bind_pick.cc, router_pick_io): the pick's numeric
 // arguments go in, its result comes back over the first four, so the native call reads no
 // argument through V8 but the prefix (and a tenant, when there is one).
 const {
@@ -260,31 +98,12 @@ const {
   outAlternateSlot: IO_OUT_ALTERNATE_SLOT,
   outAlternateGeneration: IO_OUT_ALTERNATE_GENERATION,
 } = ABI.io
+const { slot: OUT_SLOT, generation: OUT_GENERATION, overflow: OUT_OVERFLOW, prefill: OUT_PREFILL, noGroup: NO_GROUP_SERVES } = ABI.pick
 /** IO_GROUP: no group, or a group named by the call's argument (no id for it yet). */
 const NO_GROUP = -1
 const GROUP_BY_NAME = -2
 // The binding's function, read once rather than off the binding object on every pick.
 const pickIo = native.router_pick_io
-
-function resolvedFromNative(p: NativeParams): ResolvedParams {
-  return {
-    strategy: p.strategy,
-    prefixLength: p.prefixLength,
-    concurrencyThreshold: p.concurrencyThreshold,
-    thresholdSet: true,
-    blockSize: p.blockSize,
-    indexBlocks: p.indexBlocks,
-    placement: p.placementChoices === PLACEMENT_CHOICES.hash ? 'hash' : 'balanced',
-    matchLength: p.matchLength,
-    loadFactor: p.loadFactor,
-    prefillWeight: p.prefillWeight,
-    exactBlockSize: p.exactBlockSize,
-    exactCapacity: p.exactCapacity,
-    cpuBlockWeight: p.cpuBlockWeight,
-    pendingMs: p.pendingMs,
-    engineLoadAll: p.engineLoadAll,
-  }
-}
 
 export class Router {
   #handle: NativeHandle | null
@@ -295,9 +114,20 @@ export class Router {
   // unregister token, which would cost every pick an insertion into the registry's table
   // (measured: 0.3-0.5 µs of a pick's JS) and every release a removal; a released lease is
   // marked instead, and its callback, run after the collection, off any request, does nothing.
-  readonly #unreleased = new FinalizationRegistry<Held>((held) => {
+  readonly #unreleased = new FinalizationRegistry<{ slot: number; prefill: number; released: boolean }>((held) => {
     if (!held.released && this.#handle !== null) native.router_lease_collected(this.#handle, held.slot, held.prefill)
   })
+  // What this router's leases call on it.
+  readonly #owner: LeaseOwner = {
+    track: (lease, held) => this.#unreleased.register(lease, held),
+    firstToken: (slot, prefill) => {
+      if (this.#handle !== null) native.router_first_token(this.#handle, slot, prefill)
+    },
+    // A lease outliving a closed handle has nothing left to decrement through it.
+    release: (slot, prefill) => {
+      if (this.#handle !== null) native.router_release(this.#handle, slot, prefill)
+    },
+  }
   // Instance id per slot, cached with the slot's generation so a reused slot is re-read:
   // [id, generation] at [2 * slot, 2 * slot + 1].
   readonly #ids: (string | number)[] = []
@@ -305,6 +135,13 @@ export class Router {
   // names some membership listed, so the map holds at most the groups the router has served.
   #io: Float64Array
   readonly #groupIds = new Map<string, number>()
+  /** The exact view: the instances' KV events, which longest_prefix's picks match prompts against. */
+  readonly exact = new ExactIndex(() => this.#h())
+  /** Text published beside the membership in the shared state, for processes attached to it. */
+  readonly fleetRecord = new FleetRecord(
+    () => this.#h(),
+    () => this.#writable(),
+  )
 
   constructor(options: SharedRouterOptions)
   /** @internal used by Router.open */
@@ -399,16 +236,17 @@ export class Router {
    * marks, and `opts.anchor` is not read.
    */
   pick(prefix: Uint8Array | string, opts?: PickOptions): Lease {
-    if (opts === undefined) return this._pickIn(prefix, undefined, undefined, undefined, undefined, undefined)
-    return this._pickIn(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid, opts.tokens, opts.now, opts.alternates)
+    if (opts === undefined) return this.pickWith(prefix, undefined, undefined, undefined, undefined, undefined)
+    return this.pickWith(prefix, opts.tenant, opts.group, undefined, opts.anchor, opts.avoid, opts.tokens, opts.now, opts.alternates)
   }
 
   /**
-   * @internal pick() with its options as arguments, and the group's `_groupId` if the caller
-   * kept it with its own record of the group (serve's endpoints do: one map lookup per pick
-   * rather than two); undefined looks it up.
+   * pick() with its options as arguments, for callers on every request's path (serve's
+   * endpoints): no options object to make and read. `groupId` is groupId(group) if the caller
+   * kept it with its own record of the group (one map lookup per pick rather than two);
+   * undefined looks it up.
    */
-  _pickIn(
+  pickWith(
     prefix: Uint8Array | string,
     tenant: string | undefined,
     group: string | undefined,
@@ -441,7 +279,7 @@ export class Router {
       for (let i = 0; i < avoid.length; i++) {
         const l: unknown = avoid[i]
         if (!(l instanceof Lease)) throw new InvalidArgTypeError('avoid', 'an array of leases', avoid)
-        if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = l._slot
+        if (navoid < IO_MAX_AVOID) io[IO_AVOID + navoid++] = Lease.slotOf(l)
       }
     }
     io[IO_AVOID_COUNT] = navoid
@@ -452,7 +290,7 @@ export class Router {
       io[IO_ANCHOR] = prefix.anchorBytes ?? -1
       io[IO_HASHED] = prefix.hashed ? 1 : 0
     } else io[IO_KIND] = 0
-    io[IO_GROUP] = group === undefined ? NO_GROUP : (groupId ?? this._groupId(group))
+    io[IO_GROUP] = group === undefined ? NO_GROUP : (groupId ?? this.groupId(group))
     let tokenIds: Uint32Array | undefined
     let seed: bigint | undefined
     io[IO_EXACT] = 0
@@ -472,10 +310,10 @@ export class Router {
     if (alternates !== undefined && alternates !== 0) io[IO_ALTERNATES] = checkInt('alternates', alternates, 0, IO_MAX_ALTERNATES)
     const h = this.#h()
     const r = pickIo(h, prefix, tenant, group, tokenIds, seed)
-    if (r === -2) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
+    if (r === NO_GROUP_SERVES) throw new NoInstanceError('ROUTER_NO_GROUP', `no instance serves ${JSON.stringify(group)}`)
     if (r < 0) throw new NoInstanceError('ROUTER_NO_INSTANCES', 'router has no instances')
-    const slot = io[0]!
-    const lease = new Lease(this, slot, this.#slotId(h, slot, io[1]!), io[2] === 1, io[3]!, io[IO_OUT_BLOCKS]!, io[IO_OUT_HELD]!, io[IO_OUT_EXACT] === 1)
+    const slot = io[OUT_SLOT]!
+    const lease = new Lease(this.#owner, slot, this.#slotId(h, slot, io[OUT_GENERATION]!), io[OUT_OVERFLOW] === 1, io[OUT_PREFILL]!, io[IO_OUT_BLOCKS]!, io[IO_OUT_HELD]!, io[IO_OUT_EXACT] === 1)
     const n = io[IO_ALTERNATES] === 0 ? 0 : io[IO_OUT_ALTERNATES]!
     if (n > 0) {
       const alt: string[] = []
@@ -498,11 +336,11 @@ export class Router {
   }
 
   /**
-   * @internal The id pick() passes for a group. Names some membership listed get one, asked of
-   * the native side once; any other name is passed by name (and asked again next time: it may
-   * be served by then).
+   * The id pickWith() takes for a group (pick() asks it itself). Names some membership listed
+   * get one, asked of the native side once; any other name is passed by name (and asked again
+   * next time: it may be served by then).
    */
-  _groupId(group: string): number {
+  groupId(group: string): number {
     let id = this.#groupIds.get(group)
     if (id === undefined) {
       id = native.router_group_id(this.#h(), group)
@@ -512,22 +350,6 @@ export class Router {
     return id
   }
 
-  /** @internal called by Lease.firstToken */
-  _firstToken(slot: number, prefill: number): void {
-    if (this.#handle !== null) native.router_first_token(this.#handle, slot, prefill)
-  }
-
-  /** @internal called by Lease.release */
-  _release(slot: number, prefill: number): void {
-    // A lease outliving a closed handle has nothing left to decrement through it.
-    if (this.#handle !== null) native.router_release(this.#handle, slot, prefill)
-  }
-
-  /** @internal called by the Lease constructor */
-  _track(lease: Lease, held: Held): void {
-    this.#unreleased.register(lease, held)
-  }
-
   /** Replaces the membership atomically; leases taken before still release their own counters. */
   setInstances(instances: readonly InstanceSpec[], vnodes?: number): void {
     const h = this.#h()
@@ -535,24 +357,6 @@ export class Router {
     const v = LIMITS.vnodes
     const members = resolveInstances(instances, vnodes === undefined ? v.default : checkInt('vnodes', vnodes, v.min, v.max))
     native.router_set_instances(h, members.ids, members.weights, members.groups, members.indexBlocks)
-  }
-
-  /**
-   * @internal Publishes text beside the membership in the shared state (the cluster primary's
-   * record of each instance's address, models and health), which attached processes read
-   * with `_fleet`: written before the membership it describes, in the same memory.
-   */
-  _publishFleet(text: string): void {
-    const h = this.#h()
-    this.#writable()
-    if (typeof text !== 'string') throw new InvalidArgTypeError('text', 'a string', text)
-    native.router_set_fleet(h, text)
-  }
-
-  /** @internal The fleet record `_publishFleet` last wrote, unless its version is still `since` (0 before the first read). */
-  _fleet(since: number): { version: number; text: string } | undefined {
-    checkInt('since', since, 0, Number.MAX_SAFE_INTEGER)
-    return native.router_fleet(this.#h(), since)
   }
 
   /** Requests in flight on the instance (also on one removed but still draining); 0 for an unknown id. */
@@ -583,84 +387,6 @@ export class Router {
 
   stats(): NativeStats {
     return native.router_stats(this.#h())
-  }
-
-  /**
-   * The exact view: a BlockStored event of `instance`'s engine. `engineHashes` are the
-   * engine's hashes of the blocks (reduced to 64 bits), `tokenIds` their tokens
-   * (engineHashes.length × blockSize ids), `parent` the engine hash of the block before the
-   * first (null for a prompt's first block), `seed` exactSeed(lora, salt), `tier` 0 for GPU
-   * and 1 for an offloaded copy. Returns the blocks recorded, or EXACT_ORPHAN (-1: the parent
-   * is unknown, nothing stored), EXACT_NOT_MEMBER (-2), EXACT_BLOCK_SIZE (-3: not
-   * exactBlockSize), EXACT_CAPACITY (-4: the index is full, some blocks were dropped).
-   * Allowed on attached routers: every process keeps its own exact view.
-   */
-  exactStore(instance: string, parent: bigint | null, engineHashes: BigUint64Array, tokenIds: Uint32Array, blockSize: number, seed: bigint, tier: 0 | 1): number {
-    const h = this.#h()
-    checkInstance(instance)
-    if (parent !== null) checkU64('parent', parent)
-    if (!(engineHashes instanceof BigUint64Array)) throw new InvalidArgTypeError('engineHashes', 'a BigUint64Array', engineHashes)
-    if (!(tokenIds instanceof Uint32Array)) throw new InvalidArgTypeError('tokenIds', 'a Uint32Array', tokenIds)
-    const l = LIMITS.exactBlockSize
-    checkInt('blockSize', blockSize, l.min, l.max)
-    if (tokenIds.length !== engineHashes.length * blockSize) {
-      throw new OutOfRangeError(
-        'tokenIds',
-        `engineHashes.length × blockSize (${engineHashes.length * blockSize}) ids`,
-        tokenIds.length,
-        `tokenIds must hold engineHashes.length × blockSize = ${engineHashes.length * blockSize} ids; got ${tokenIds.length}`,
-      )
-    }
-    checkU64('seed', seed)
-    checkTier(tier)
-    return native.router_exact_store(h, instance, parent, engineHashes, tokenIds, blockSize, seed, tier)
-  }
-
-  /** The exact view: a BlockRemoved event. Returns the blocks removed (0 for a non-member). */
-  exactRemove(instance: string, engineHashes: BigUint64Array, tier: 0 | 1): number {
-    const h = this.#h()
-    checkInstance(instance)
-    if (!(engineHashes instanceof BigUint64Array)) throw new InvalidArgTypeError('engineHashes', 'a BigUint64Array', engineHashes)
-    checkTier(tier)
-    return Math.max(0, native.router_exact_remove(h, instance, engineHashes, tier))
-  }
-
-  /** The exact view: an AllBlocksCleared event (pending blocks go too). False for a non-member. */
-  exactClear(instance: string): boolean {
-    return native.router_exact_clear(this.#h(), checkInstance(instance))
-  }
-
-  /**
-   * Whether picks trust `instance`'s exact view: 'fresh' (its events arrive), 'stale' (events
-   * were lost: it falls back to the approximate estimate, its blocks kept), 'none' (no events:
-   * its blocks are dropped). An instance starts at 'none', and again whenever it rejoins.
-   * False for a non-member.
-   */
-  exactSetView(instance: string, view: ExactView): boolean {
-    const h = this.#h()
-    checkInstance(instance)
-    const v = VIEWS.indexOf(view)
-    if (v < 0) throw new OutOfRangeError('view', `one of ${VIEWS.join(', ')}`, view)
-    return native.router_exact_set_view(h, instance, v)
-  }
-
-  /** The exact view of one instance; undefined for a non-member. */
-  exactInstance(instance: string): ExactInstanceInfo | undefined {
-    const i = native.router_exact_instance(this.#h(), checkInstance(instance))
-    return i === undefined ? undefined : exactInfo(i)
-  }
-
-  /**
-   * A dry run for operators: for each member, in ring order, the leading blocks of these
-   * tokens (in blocks of exactBlockSize) its exact view holds, split by tier. Changes nothing
-   * but expiring pending blocks at `now` (default performance.now()).
-   */
-  exactMatch(tokenIds: Uint32Array, seed: bigint, now?: number): ExactMatchInfo[] {
-    const h = this.#h()
-    if (!(tokenIds instanceof Uint32Array)) throw new InvalidArgTypeError('tokenIds', 'a Uint32Array', tokenIds)
-    checkU64('seed', seed)
-    if (now !== undefined && (typeof now !== 'number' || !Number.isFinite(now))) throw new OutOfRangeError('now', 'a finite number of milliseconds', now)
-    return native.router_exact_match(h, tokenIds, seed, now ?? performance.now()).map((r) => ({ instance: r.instance, blocks: r.blocks, ...exactInfo(r) }))
   }
 
   /**

@@ -13,7 +13,7 @@ import { echo } from '../core/echo.js'
 import { decisionOf } from '../core/strategies.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import { tenantHash } from '../request/tenant-hash.js'
 import type { RequestKeying } from '../request/keying.js'
 import { openAILimits, type RequestKey } from '../request/request-key.js'
@@ -53,7 +53,7 @@ export type BodyMode = 'streamed' | 'buffered'
 export interface PickerCore {
   readonly config: Config
   readonly log: Logger
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly eppMetrics: EppMetrics
   readonly bodyMode: BodyMode
   /** A request's key and tokens, as serve makes them. */

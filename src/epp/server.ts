@@ -7,7 +7,7 @@ import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-j
 import { constants as http2constants, type Http2Session } from 'node:http2'
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { RequestKeying } from '../request/keying.js'
 import { Runtime } from '../runtime/runtime.js'
 import { Exchange, type BodyMode, type PickerCore } from './exchange.js'
@@ -152,7 +152,7 @@ export class EppServer implements PickerCore {
   get keying(): RequestKeying {
     return this.runtime.keying
   }
-  get metrics(): ProxyMetrics {
+  get metrics(): RouterMetrics {
     return this.runtime.metrics
   }
   get draining(): boolean {

@@ -19,7 +19,7 @@ import { ProbeToken } from './probe-auth.js'
 import { ExactView } from './events/exact-view.js'
 import { EngineLoadScraper } from './load/scraper.js'
 import { LoadBeyondOwn } from './load/beyond.js'
-import { scrapes, staleAfter, type EngineLoadConfig } from './load/config.js'
+import { scrapes, staleAfter, type EngineLoadConfig } from '../config/engine-load.js'
 import type { ExactTokens } from '../core/router.js'
 import { plays, type DisaggregationConfig } from '../config/disaggregation.js'
 import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from './groups.js'
@@ -61,7 +61,7 @@ const MAX_GROUPS = 1024
 /** Tries of one pick that named an instance this process does not route to (the router's avoid list holds 16). */
 const MAX_REPICKS = 8
 
-/** A router group, with the id the router's pick takes for it (Router._groupId). */
+/** A router group, with the id the router's pick takes for it (Router.groupId). */
 interface RouterGroup {
   name: string
   id: number
@@ -224,7 +224,7 @@ export class Endpoint {
     if (same) return
     const old = this.exact
     if (old !== undefined) {
-      for (const id of old.ids()) this.router.exactClear(id)
+      for (const id of old.ids()) this.router.exact.clear(id)
       void old.close()
     }
     this.exact = this.#exactView(config, ep)
@@ -438,8 +438,8 @@ export class Endpoint {
     const playing = (i: Instance) => leg === undefined || plays(i.role, leg)
     const healthy = this.healthy().filter(playing)
     const all = [...this.instances.values()]
-    if (healthy.some((i) => i.serves(model))) g = { name: key, id: this.router._groupId(key) }
-    else if (healthy.some((i) => !i.knowsModels())) g = { name: groupName(ANY_MODEL, leg), id: this.router._groupId(groupName(ANY_MODEL, leg)) }
+    if (healthy.some((i) => i.serves(model))) g = { name: key, id: this.router.groupId(key) }
+    else if (healthy.some((i) => !i.knowsModels())) g = { name: groupName(ANY_MODEL, leg), id: this.router.groupId(groupName(ANY_MODEL, leg)) }
     else if (all.some((i) => playing(i) && i.serves(model))) g = MODEL_DOWN
     else if (leg !== undefined && all.some((i) => i.serves(model) || !i.knowsModels())) g = LEG_MISSING
     else g = MODEL_UNKNOWN
@@ -576,14 +576,14 @@ export class Endpoint {
       group = g
     } else if (on !== undefined) {
       const name = legGroup(on)
-      group = { name, id: this.router._groupId(name) }
+      group = { name, id: this.router.groupId(name) }
     }
     const remote = this.#events.remote
     let skipped: Lease[] | undefined
     for (;;) {
       let lease: Lease
       try {
-        lease = this.router._pickIn(key, tenant, group?.name, group?.id, anchor, skipped === undefined ? avoid : [...(avoid ?? []), ...skipped], exact, undefined, alternates)
+        lease = this.router.pickWith(key, tenant, group?.name, group?.id, anchor, skipped === undefined ? avoid : [...(avoid ?? []), ...skipped], exact, undefined, alternates)
       } catch (err) {
         if (err instanceof NoInstanceError) throw noHealthyInstance(this.name, 1)
         throw err

@@ -3,7 +3,7 @@
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { ClientState } from './forward.js'
 import type { DecisionRing } from '../runtime/admin/decisions.js'
 import type { PrefillPods } from './pd/prefill-pods.js'
@@ -11,7 +11,7 @@ import type { RequestKeying } from '../request/keying.js'
 
 export interface ProxyCore {
   readonly config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   /** A request's key and tokens, before the pick. */
   readonly keying: RequestKeying

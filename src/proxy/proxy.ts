@@ -4,7 +4,7 @@ import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { RequestKeying } from '../request/keying.js'
 import type { DecisionRing } from '../runtime/admin/decisions.js'
 import { Runtime, type ReloadResult, type RuntimeOptions } from '../runtime/runtime.js'
@@ -95,7 +95,7 @@ export class ProxyServer implements ProxyCore {
   get config(): Config {
     return this.runtime.config
   }
-  get metrics(): ProxyMetrics {
+  get metrics(): RouterMetrics {
     return this.runtime.metrics
   }
   get log(): Logger {

@@ -33,7 +33,7 @@ export const longestPrefixShared: RouterFactory = {
   create: (ctx) => new EventsRouter(ctx, true),
 }
 
-/** What the exact view refused, by reason (exactStore's negative results). */
+/** What the exact view refused, by reason (exact.store's negative results). */
 export interface ExactRefusals {
   /** Tokens that do not fill the event's blocks: a malformed event, dropped. */
   malformed: number
@@ -53,15 +53,15 @@ export class EventsRouter extends NativeRouter {
     super('longest_prefix', undefined, ctx, { exactBlockSize: ctx.blockSize })
     this.sharesLoad = shares
     this.members = ctx.members
-    for (const m of ctx.members) this.router.exactSetView(ctx.ids[m]!, 'fresh')
+    for (const m of ctx.members) this.router.exact.setView(ctx.ids[m]!, 'fresh')
   }
 
   readonly kvEvents = (instance: number, events: readonly KvEvent[]): void => {
     const id = this.ctx.ids[instance]!
     for (const ev of events) {
       if (ev.type === 'BlockStored') this.stored(id, ev)
-      else if (ev.type === 'BlockRemoved') this.router.exactRemove(id, uint64s(ev.blockHashes), mediumTier(ev.medium))
-      else this.router.exactClear(id)
+      else if (ev.type === 'BlockRemoved') this.router.exact.remove(id, uint64s(ev.blockHashes), mediumTier(ev.medium))
+      else this.router.exact.clear(id)
     }
   }
 
@@ -75,7 +75,7 @@ export class EventsRouter extends NativeRouter {
     // KV event log); the router seeds its chain with the same two names.
     const extra = ev.parentBlockHash === null ? (ev.extraKeys?.[0] ?? null) : null
     const salt = extra?.find((k) => typeof k === 'string' && k !== ev.loraName) as string | undefined
-    const n = this.router.exactStore(
+    const n = this.router.exact.store(
       id,
       ev.parentBlockHash === null ? null : uint64(ev.parentBlockHash),
       uint64s(ev.blockHashes),
@@ -92,7 +92,7 @@ export class EventsRouter extends NativeRouter {
 
   /** What the router's exact view holds for engine `instance`. */
   view(instance: number): ExactInstanceInfo | undefined {
-    return this.router.exactInstance(this.ctx.ids[instance]!)
+    return this.router.exact.instance(this.ctx.ids[instance]!)
   }
 
   protected override pickExtras(req: PreparedRequest, now: number): PickOptions {
@@ -106,7 +106,7 @@ export class EventsRouter extends NativeRouter {
     const before = new Set(this.members)
     super.setInstances(members)
     // An instance (re)joining starts with no view; its engine's events follow from now on.
-    for (const m of members) if (!before.has(m)) this.router.exactSetView(this.ctx.ids[m]!, 'fresh')
+    for (const m of members) if (!before.has(m)) this.router.exact.setView(this.ctx.ids[m]!, 'fresh')
     this.members = [...members]
   }
 }

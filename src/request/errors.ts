@@ -6,7 +6,7 @@
 // The routing code throws RequestError (no HTTP in it); toProxyError gives it this shape.
 import { RequestError, requestTooLarge } from '../core/errors.js'
 import type { Leg } from '../fleet/groups.js'
-import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/upstream-url.js'
+import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/wrong-scheme.js'
 
 /** The codes of the failures this module makes. */
 export type FrontCode =

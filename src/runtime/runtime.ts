@@ -15,7 +15,7 @@ import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { SharedLoadSink } from '../fleet/share/sink.js'
 import { routerLogger } from '../log/logger.js'
-import { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import { RouterMetrics } from '../metrics/router-metrics.js'
 import { registerTokenizerMetrics } from '../tokens/metrics.js'
 import { logFallbacks } from '../tokens/fallback-log.js'
 import type { RequestTokenizer } from '../tokens/index.js'
@@ -71,7 +71,7 @@ export interface ReloadResult {
 
 export class Runtime implements AdminView {
   config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   /** The last decisions of requests through this process's front, for the status page. */
   readonly decisions = new DecisionRing()
@@ -97,7 +97,7 @@ export class Runtime implements AdminView {
     this.#opts = opts
     this.log = opts.logger ?? routerLogger(config.log)
     // A mirror's instances and in-flight counters are the owner's, whose gauges report them.
-    this.metrics = new ProxyMetrics(() => this.#endpoints.values(), () => opts.frontConnections?.(), { processMetrics: opts.processMetrics, fleet: this.ownsFleet })
+    this.metrics = new RouterMetrics(() => this.#endpoints.values(), () => opts.frontConnections?.(), { processMetrics: opts.processMetrics, fleet: this.ownsFleet })
     this.replicaId = config.replicaId ?? defaultReplicaId()
     this.keying = new RequestKeying(tokenizer, this.metrics.tokenize)
     if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])

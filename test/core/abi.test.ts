@@ -3,7 +3,8 @@
 // start, naming it. These check that the loaded addon agrees, and that a table off by one
 // word, row or range is refused with the difference spelled out.
 import { describe, expect, it } from 'vitest'
-import { ABI, addonRanges, checkAbi, checkRanges, NativeAbiError } from '../../src/core/abi.js'
+import { ABI, addonRanges, checkAbi, checkRanges, NativeAbiError, type AbiTable } from '../../src/core/abi.js'
+import { STRATEGY_INFO } from '../../src/core/strategies.js'
 import { PrefixRouterError } from '../../src/core/errors.js'
 import { bindingPath, native } from '../../src/core/native.js'
 import { limitsAgainstAddon, LIMITS } from '../../src/core/options.js'
@@ -41,7 +42,8 @@ describe('the ABI table', () => {
       details: { problems: ['keyHashes.bytes: TypeScript 64, addon 72'] },
     })
     // An addon built before abi() existed: every entry is reported missing.
-    expect((thrown(() => checkAbi({}, bindingPath)) as NativeAbiError).details!.problems).toHaveLength(Object.values(ABI.io).length + 5)
+    const leaves = (v: unknown): number => (typeof v === 'object' && v !== null ? Object.values(v).reduce((n: number, x) => n + leaves(x), 0) : 1)
+    expect((thrown(() => checkAbi({}, bindingPath)) as NativeAbiError).details!.problems).toHaveLength(leaves(ABI))
   })
 
   it('refuses TypeScript limits outside the addon’s ranges', () => {
@@ -55,5 +57,59 @@ describe('the ABI table', () => {
 
   it('--workers allows as many workers as the process table has rows beside the primary', () => {
     expect(MAX_WORKERS).toBe(native.abi().maxProcesses - 1)
+  })
+
+  // Each mirror TypeScript once kept by hand, altered on the TypeScript side: the load check
+  // (checkAbi, as native.ts runs it) refuses it, naming the entry with both values.
+  const registry = STRATEGY_INFO.map((s) => s.name)
+  const flips: [string, (t: AbiTable) => AbiTable, string][] = [
+    ["router_configure's option names", (t) => ({ ...t, configureFields: t.configureFields.map((f) => (f === 'prefixLength' ? 'prefixLen' : f)) as unknown as AbiTable['configureFields'] }), 'configureFields.1: TypeScript prefixLen, addon prefixLength'],
+    ["key_extract's io words", (t) => ({ ...t, keyMeta: { ...t.keyMeta, hashBytes: 8 } }), 'keyMeta.hashBytes: TypeScript 8, addon 9'],
+    ["key_extract's word count", (t) => ({ ...t, keyMeta: { ...t.keyMeta, words: 11 } }), 'keyMeta.words: TypeScript 11, addon 12'],
+    ["key_extract's API codes", (t) => ({ ...t, keyMeta: { ...t.keyMeta, apis: { chat: 1, completions: 0 } } }), 'keyMeta.apis.chat: TypeScript 1, addon 0'],
+    ["key_extract's status codes", (t) => ({ ...t, keyMeta: { ...t.keyMeta, status: { ...t.keyMeta.status, unsupported: 3 } } }), 'keyMeta.status.unsupported: TypeScript 3, addon 2'],
+    ["the pick's result words", (t) => ({ ...t, pick: { ...t.pick, prefill: 4 } }), 'pick.prefill: TypeScript 4, addon 3'],
+    ["the pick's returns", (t) => ({ ...t, pick: { ...t.pick, noGroup: -3 } }), 'pick.noGroup: TypeScript -3, addon -2'],
+    ['EXACT_ORPHAN', (t) => ({ ...t, exact: { ...t.exact, orphan: -5 } }), 'exact.orphan: TypeScript -5, addon -1'],
+    ['EXACT_NOT_MEMBER', (t) => ({ ...t, exact: { ...t.exact, notMember: -1 } }), 'exact.notMember: TypeScript -1, addon -2'],
+    ['EXACT_BLOCK_SIZE', (t) => ({ ...t, exact: { ...t.exact, blockSize: -4 } }), 'exact.blockSize: TypeScript -4, addon -3'],
+    ['EXACT_CAPACITY', (t) => ({ ...t, exact: { ...t.exact, capacity: -3 } }), 'exact.capacity: TypeScript -3, addon -4'],
+    ["the exact views' order", (t) => ({ ...t, exact: { ...t.exact, views: { none: 0, fresh: 2, stale: 1 } } }), 'exact.views.fresh: TypeScript 2, addon 1'],
+    ['the engine block sizes', (t) => ({ ...t, exact: { ...t.exact, maxBlockSize: 2048 } }), 'exact.maxBlockSize: TypeScript 2048, addon 1024'],
+    ["the exact batch's op records", (t) => ({ ...t, exact: { ...t.exact, op: { ...t.exact.op, words: 5 } } }), 'exact.op.words: TypeScript 5, addon 4'],
+    ['kNoThreshold', (t) => ({ ...t, noThreshold: 2048 }), 'noThreshold: TypeScript 2048, addon 1024'],
+  ]
+  it.each(flips)('refuses a table with %s altered', (_what, flip, problem) => {
+    const err = thrown(() => checkAbi(native.abi(), bindingPath, flip(ABI), registry))
+    expect(err).toBeInstanceOf(NativeAbiError)
+    expect((err as NativeAbiError).details!.problems).toContain(problem)
+    expect((err as Error).message).toContain(problem)
+  })
+
+  it('refuses a strategy registry whose order is not the Strategy enum', () => {
+    expect(() => checkAbi(native.abi(), bindingPath, ABI, registry)).not.toThrow()
+    const swapped = [registry[0]!, registry[1]!, registry[3]!, registry[2]!]
+    const err = thrown(() => checkAbi(native.abi(), bindingPath, ABI, swapped)) as NativeAbiError
+    expect(err).toBeInstanceOf(NativeAbiError)
+    expect(err.details!.problems).toEqual([`strategyEnum.${registry[2]}: enum 2, registry at 3`, `strategyEnum.${registry[3]}: enum 3, registry at 2`])
+    expect(thrown(() => checkAbi(native.abi(), bindingPath, ABI, [...registry, 'newest']))).toMatchObject({ details: { problems: ['strategyEnum.newest: enum has none, registry at 4'] } })
+  })
+
+  it('takes the limits TypeScript checks from the table: no threshold and the engine block sizes', () => {
+    expect(LIMITS.concurrencyThreshold.max).toBe(native.abi().noThreshold)
+    expect(LIMITS.exactBlockSize).toMatchObject({ min: native.abi().exact.minBlockSize, max: native.abi().exact.maxBlockSize })
+    // The longest_prefix default is "none", the highest threshold an operator may set.
+    expect(STRATEGY_INFO.find((s) => s.name === 'longest_prefix')!.defaultThreshold).toBe(LIMITS.concurrencyThreshold.max)
+  })
+
+  it('router_configure reads its options by the names abi() lists, and refuses one left out', () => {
+    const h = native.router_create(undefined, 16, 8)
+    const options = { strategy: 'longest_prefix', prefixLength: 4096, concurrencyThreshold: 10, blockSize: 64, indexBlocks: 100, placementChoices: 3, loadFactor: 3, prefillWeight: 6, matchLength: 8192 }
+    expect(Object.keys(options)).toEqual(native.abi().configureFields.slice(0, Object.keys(options).length))
+    native.router_configure(h, options)
+    expect(native.router_params(h)).toMatchObject({ ...options, strategy: 'longest_prefix', exactBlockSize: 16, engineLoadAll: false })
+    const { matchLength: _left, ...without } = options
+    expect(() => native.router_configure(h, without as typeof options)).toThrow(/matchLength must be a number/)
+    native.router_close(h)
   })
 })

@@ -17,6 +17,9 @@ const anyValue = fc.oneof(
   fc.constantFrom(undefined, null, NaN, -1, 2 ** 32, 2 ** 53, Infinity),
 )
 
+// The parameters the fuzzed handles run with: the index and anchor paths too for longest_prefix.
+const configure = (strategy: string) => ({ strategy, prefixLength: 1024, concurrencyThreshold: 4, blockSize: 64, indexBlocks: 1000, placementChoices: 3, loadFactor: 2, prefillWeight: 2, matchLength: 4096 })
+
 function settles(fn: () => unknown): void {
   try {
     fn()
@@ -77,6 +80,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     'router_stats',
     'router_exact_store',
     'router_exact_remove',
+    'router_exact_apply',
     'router_exact_clear',
     'router_exact_set_view',
     'router_exact_instance',
@@ -87,7 +91,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
   it('never aborts, with a real handle or anything else in the handle position', () => {
     const h = native.router_create(undefined, 64, 64)
     native.router_set_instances(h, ['x', 'y'], [1, 1])
-    native.router_configure(h, 'longest_prefix', 1024, 4, 64, 1000, 3, 2, 2, 4096) // the index and anchor paths too
+    native.router_configure(h, configure('longest_prefix'))
     fc.assert(
       fc.property(fc.constantFrom(...fns), fc.boolean(), anyValue, anyValue, anyValue, anyValue, (fn, real, a, b, c, d) => {
         const f = native[fn] as (...args: unknown[]) => unknown
@@ -113,7 +117,7 @@ describe('raw binding under arbitrary input (the native backstop)', () => {
     let picked = 0
     fc.assert(
       fc.property(fc.boolean(), fc.array(word, { minLength: io.length, maxLength: io.length }), key, anyValue, anyValue, (longest, words, k, t, g) => {
-        native.router_configure(h, longest ? 'longest_prefix' : 'prefix_aware', 1024, 4, 64, 1000, 3, 2, 2, 4096)
+        native.router_configure(h, configure(longest ? 'longest_prefix' : 'prefix_aware'))
         io.set(words)
         settles(() => {
           if (native.router_pick_io(h, k as Uint8Array, t as string | undefined, g as string | undefined) === 0) {

@@ -1,5 +1,5 @@
 // The exact view: what each instance's engine reports holding (its KV events), applied with
-// exactStore/exactRemove/exactClear, and used by longest_prefix for instances whose view is
+// router.exact.store/remove/clear, and used by longest_prefix for instances whose view is
 // fresh when a pick brings the prompt's token ids.
 import fc from 'fast-check'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -33,7 +33,7 @@ const engineHashes = (base: number, n: number) => BigUint64Array.from({ length: 
 
 function storeAll(r: Router, instance: string, tokens: Uint32Array, base: number, tier: 0 | 1 = 0, bs = 16): number {
   const n = Math.floor(tokens.length / bs)
-  return r.exactStore(instance, null, engineHashes(base, n), tokens.subarray(0, n * bs), bs, SEED, tier)
+  return r.exact.store(instance, null, engineHashes(base, n), tokens.subarray(0, n * bs), bs, SEED, tier)
 }
 
 describe('exact view API', () => {
@@ -42,20 +42,20 @@ describe('exact view API', () => {
     const [a] = ids(1)
     const e = engineHashes(1, 2)
     const t = new Uint32Array(32)
-    expect(() => r.exactStore(5 as unknown as string, null, e, t, 16, SEED, 0)).toThrow(/instance must be a string/)
-    expect(() => r.exactStore(a!, -1n, e, t, 16, SEED, 0)).toThrow(/parent must be from 0n to 2n \*\* 64n - 1n; got -1/)
-    expect(() => r.exactStore(a!, 1 as unknown as bigint, e, t, 16, SEED, 0)).toThrow(TypeError)
-    expect(() => r.exactStore(a!, null, [1n] as unknown as BigUint64Array, t, 16, SEED, 0)).toThrow(/engineHashes must be a BigUint64Array/)
-    expect(() => r.exactStore(a!, null, e, new Int32Array(32) as unknown as Uint32Array, 16, SEED, 0)).toThrow(/tokenIds must be a Uint32Array/)
-    expect(() => r.exactStore(a!, null, e, new Uint32Array(31), 16, SEED, 0)).toThrow(/tokenIds must hold engineHashes.length × blockSize = 32 ids; got 31/)
-    expect(() => r.exactStore(a!, null, e, t, 0, SEED, 0)).toThrow(/blockSize must be an integer from 1 to 1024; got 0/)
-    expect(() => r.exactStore(a!, null, e, t, 1025, SEED, 0)).toThrow(RangeError)
-    expect(() => r.exactStore(a!, null, e, t, 16, 2n ** 64n, 0)).toThrow(/seed must be from 0n/)
-    expect(() => r.exactStore(a!, null, e, t, 16, SEED, 2 as 0)).toThrow(/tier must be 0 \(GPU\) or 1 \(offloaded\); got 2/)
-    expect(() => r.exactRemove(a!, e, 3 as 0)).toThrow(/tier must be/)
-    expect(() => r.exactSetView(a!, 'warm' as 'fresh')).toThrow(/view must be one of none, fresh, stale; got "warm"/)
-    expect(() => r.exactMatch(t, -1n)).toThrow(/seed must be/)
-    expect(() => r.exactMatch(t, SEED, Number.NaN)).toThrow(/now must be a finite number/)
+    expect(() => r.exact.store(5 as unknown as string, null, e, t, 16, SEED, 0)).toThrow(/instance must be a string/)
+    expect(() => r.exact.store(a!, -1n, e, t, 16, SEED, 0)).toThrow(/parent must be from 0n to 2n \*\* 64n - 1n; got -1/)
+    expect(() => r.exact.store(a!, 1 as unknown as bigint, e, t, 16, SEED, 0)).toThrow(TypeError)
+    expect(() => r.exact.store(a!, null, [1n] as unknown as BigUint64Array, t, 16, SEED, 0)).toThrow(/engineHashes must be a BigUint64Array/)
+    expect(() => r.exact.store(a!, null, e, new Int32Array(32) as unknown as Uint32Array, 16, SEED, 0)).toThrow(/tokenIds must be a Uint32Array/)
+    expect(() => r.exact.store(a!, null, e, new Uint32Array(31), 16, SEED, 0)).toThrow(/tokenIds must hold engineHashes.length × blockSize = 32 ids; got 31/)
+    expect(() => r.exact.store(a!, null, e, t, 0, SEED, 0)).toThrow(/blockSize must be an integer from 1 to 1024; got 0/)
+    expect(() => r.exact.store(a!, null, e, t, 1025, SEED, 0)).toThrow(RangeError)
+    expect(() => r.exact.store(a!, null, e, t, 16, 2n ** 64n, 0)).toThrow(/seed must be from 0n/)
+    expect(() => r.exact.store(a!, null, e, t, 16, SEED, 2 as 0)).toThrow(/tier must be 0 \(GPU\) or 1 \(offloaded\); got 2/)
+    expect(() => r.exact.remove(a!, e, 3 as 0)).toThrow(/tier must be/)
+    expect(() => r.exact.setView(a!, 'warm' as 'fresh')).toThrow(/view must be one of none, fresh, stale; got "warm"/)
+    expect(() => r.exact.match(t, -1n)).toThrow(/seed must be/)
+    expect(() => r.exact.match(t, SEED, Number.NaN)).toThrow(/now must be a finite number/)
     const text = 'x'.repeat(200)
     expect(() => r.pick(text, { tokens: { ids: [1, 2] as unknown as Uint32Array, seed: SEED } })).toThrow(/tokens.ids must be a Uint32Array/)
     expect(() => r.pick(text, { tokens: { ids: t, seed: -2n } })).toThrow(/tokens.seed must be from 0n/)
@@ -80,22 +80,22 @@ describe('exact view API', () => {
     const r = make({ exactBlockSize: 1, exactCapacity: 1024 })
     const [a, b] = ids(2)
     const t = promptTokens(1, 1, 0, 1100)
-    expect(r.exactStore('nobody', null, engineHashes(1, 2), t.subarray(0, 2), 1, SEED, 0)).toBe(EXACT_NOT_MEMBER)
-    expect(r.exactStore(a!, null, engineHashes(1, 1), t.subarray(0, 16), 16, SEED, 0)).toBe(EXACT_BLOCK_SIZE)
-    expect(r.exactStore(a!, 77n, engineHashes(1, 2), t.subarray(0, 2), 1, SEED, 0)).toBe(EXACT_ORPHAN)
+    expect(r.exact.store('nobody', null, engineHashes(1, 2), t.subarray(0, 2), 1, SEED, 0)).toBe(EXACT_NOT_MEMBER)
+    expect(r.exact.store(a!, null, engineHashes(1, 1), t.subarray(0, 16), 16, SEED, 0)).toBe(EXACT_BLOCK_SIZE)
+    expect(r.exact.store(a!, 77n, engineHashes(1, 2), t.subarray(0, 2), 1, SEED, 0)).toBe(EXACT_ORPHAN)
     expect(r.stats()).toMatchObject({ exactOrphans: 1, exactEntries: 0 })
-    expect(r.exactStore(a!, null, engineHashes(1, 1000), t.subarray(0, 1000), 1, SEED, 0)).toBe(1000)
-    expect(r.exactStore(b!, null, engineHashes(2, 100), t.subarray(0, 100), 1, SEED, 1)).toBe(EXACT_CAPACITY)
+    expect(r.exact.store(a!, null, engineHashes(1, 1000), t.subarray(0, 1000), 1, SEED, 0)).toBe(1000)
+    expect(r.exact.store(b!, null, engineHashes(2, 100), t.subarray(0, 100), 1, SEED, 1)).toBe(EXACT_CAPACITY)
     expect(r.stats()).toMatchObject({ exactEntries: 1024, exactDropped: 76 })
-    expect(r.exactInstance(b!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 24, pendingBlocks: 0 })
+    expect(r.exact.instance(b!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 24, pendingBlocks: 0 })
     expect(r.stats().exactMemoryBytes).toBeGreaterThan(1024 * 16)
-    expect(r.exactInstance('nobody')).toBeUndefined()
-    expect(r.exactClear('nobody')).toBe(false)
-    expect(r.exactSetView('nobody', 'fresh')).toBe(false)
-    expect(r.exactRemove('nobody', engineHashes(1, 2), 0)).toBe(0)
+    expect(r.exact.instance('nobody')).toBeUndefined()
+    expect(r.exact.clear('nobody')).toBe(false)
+    expect(r.exact.setView('nobody', 'fresh')).toBe(false)
+    expect(r.exact.remove('nobody', engineHashes(1, 2), 0)).toBe(0)
     // A removal frees room: the next store fits.
-    expect(r.exactRemove(a!, engineHashes(1, 10), 0)).toBe(10)
-    expect(r.exactStore(b!, null, engineHashes(3, 10), t.subarray(0, 10), 1, SEED, 0)).toBe(10)
+    expect(r.exact.remove(a!, engineHashes(1, 10), 0)).toBe(10)
+    expect(r.exact.store(b!, null, engineHashes(3, 10), t.subarray(0, 10), 1, SEED, 0)).toBe(10)
   })
 
   it('continues a chain from the parent block and reports leads per tier', () => {
@@ -104,31 +104,31 @@ describe('exact view API', () => {
     const t = promptTokens(2, 1, 0, 16 * 6)
     const e = engineHashes(20, 6)
     // Blocks 0-2 on the GPU of a, then 3-5 offloaded, their parent block 2.
-    expect(r.exactStore(a!, null, e.subarray(0, 3), t.subarray(0, 48), 16, SEED, 0)).toBe(3)
-    expect(r.exactStore(a!, e[2]!, e.subarray(3), t.subarray(48), 16, SEED, 1)).toBe(3)
+    expect(r.exact.store(a!, null, e.subarray(0, 3), t.subarray(0, 48), 16, SEED, 0)).toBe(3)
+    expect(r.exact.store(a!, e[2]!, e.subarray(3), t.subarray(48), 16, SEED, 1)).toBe(3)
     // b has the first two blocks under other engine hashes.
-    expect(r.exactStore(b!, null, engineHashes(30, 2), t.subarray(0, 32), 16, SEED, 0)).toBe(2)
-    const rows = r.exactMatch(t, SEED)
+    expect(r.exact.store(b!, null, engineHashes(30, 2), t.subarray(0, 32), 16, SEED, 0)).toBe(2)
+    const rows = r.exact.match(t, SEED)
     expect(rows.map((x) => x.instance).sort()).toEqual(ids(4).sort())
     expect(rows.find((x) => x.instance === a)).toMatchObject({ blocks: 6, gpuBlocks: 3, offloadedBlocks: 3, pendingBlocks: 0 })
     expect(rows.find((x) => x.instance === b)).toMatchObject({ blocks: 2, gpuBlocks: 2 })
     // Another adapter's seed is another chain.
-    expect(r.exactMatch(t, exactSeed('lora-1', undefined)).every((x) => x.blocks === 0)).toBe(true)
-    r.exactClear(a!)
-    expect(r.exactMatch(t, SEED).find((x) => x.instance === a)!.blocks).toBe(0)
-    expect(r.exactInstance(a!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 0, pendingBlocks: 0 })
+    expect(r.exact.match(t, exactSeed('lora-1', undefined)).every((x) => x.blocks === 0)).toBe(true)
+    r.exact.clear(a!)
+    expect(r.exact.match(t, SEED).find((x) => x.instance === a)!.blocks).toBe(0)
+    expect(r.exact.instance(a!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 0, pendingBlocks: 0 })
   })
 
   it('drops the view of an instance that leaves; one that comes back starts empty', () => {
     const r = make()
     const [a, b, c] = ids(3)
-    r.exactSetView(a!, 'fresh')
+    r.exact.setView(a!, 'fresh')
     expect(storeAll(r, a!, promptTokens(3, 1, 0, 64), 3)).toBe(4)
     r.setInstances([{ id: b! }, { id: c! }])
-    expect(r.exactInstance(a!)).toBeUndefined()
+    expect(r.exact.instance(a!)).toBeUndefined()
     expect(storeAll(r, a!, promptTokens(3, 1, 0, 64), 3)).toBe(EXACT_NOT_MEMBER)
     r.setInstances([{ id: a! }, { id: b! }, { id: c! }])
-    expect(r.exactInstance(a!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 0, pendingBlocks: 0 })
+    expect(r.exact.instance(a!)).toEqual({ view: 'none', gpuBlocks: 0, offloadedBlocks: 0, pendingBlocks: 0 })
     expect(r.stats().exactEntries).toBe(0)
   })
 
@@ -137,10 +137,10 @@ describe('exact view API', () => {
     const att = Router.attach(r.sharedPath!)
     routers.push(att)
     const [a] = ids(1)
-    expect(att.exactSetView(a!, 'fresh')).toBe(true)
+    expect(att.exact.setView(a!, 'fresh')).toBe(true)
     expect(storeAll(att, a!, promptTokens(4, 1, 0, 32), 4)).toBe(2)
-    expect(att.exactInstance(a!)).toMatchObject({ view: 'fresh', gpuBlocks: 2 })
-    expect(r.exactInstance(a!)).toMatchObject({ view: 'none', gpuBlocks: 0 })
+    expect(att.exact.instance(a!)).toMatchObject({ view: 'fresh', gpuBlocks: 2 })
+    expect(r.exact.instance(a!)).toMatchObject({ view: 'none', gpuBlocks: 0 })
   })
 })
 
@@ -172,7 +172,7 @@ describe('exact view against a model', () => {
             const id = instances[o.i]!
             const m = model[o.i]!
             if (o.kind === 'clear') {
-              expect(r.exactClear(id)).toBe(true)
+              expect(r.exact.clear(id)).toBe(true)
               m[0].clear()
               m[1].clear()
             } else if (o.kind === 'store') {
@@ -180,7 +180,7 @@ describe('exact view against a model', () => {
               const engine = BigUint64Array.from({ length: len }, (_, k) => eh(o.p, o.s, o.from + k, o.v))
               const toks = prompts[o.p]!.subarray(o.from * BS, (o.from + len) * BS)
               const parent = o.from === 0 ? null : eh(o.p, o.s, o.from - 1, o.parentV)
-              const got = r.exactStore(id, parent, engine, toks, BS, seeds[o.s]!, o.tier)
+              const got = r.exact.store(id, parent, engine, toks, BS, seeds[o.s]!, o.tier)
               // The parent must be known in either tier; its router hash seeds the chain.
               const parentHash = parent === null ? seeds[o.s]! : (m[o.tier].get(parent) ?? m[1 - o.tier]!.get(parent))
               if (parentHash === undefined) {
@@ -195,17 +195,17 @@ describe('exact view against a model', () => {
               const engine = BigUint64Array.from({ length: len }, (_, k) => eh(o.p, o.s, o.from + k, o.v))
               let expected = 0
               for (const e of engine) if (m[o.tier].delete(e)) expected++
-              expect(r.exactRemove(id, engine, o.tier)).toBe(expected)
+              expect(r.exact.remove(id, engine, o.tier)).toBe(expected)
             }
             for (let i = 0; i < instances.length; i++) {
-              expect(r.exactInstance(instances[i]!)).toEqual({ view: 'none', gpuBlocks: model[i]![0].size, offloadedBlocks: model[i]![1].size, pendingBlocks: 0 })
+              expect(r.exact.instance(instances[i]!)).toEqual({ view: 'none', gpuBlocks: model[i]![0].size, offloadedBlocks: model[i]![1].size, pendingBlocks: 0 })
             }
           }
           expect(r.stats().exactEntries).toBe(model.reduce((n, m) => n + m[0].size + m[1].size, 0))
           // Every prompt's lead per instance: contiguous blocks held in either tier, GPU first.
           for (let p = 0; p < prompts.length; p++) {
             for (let s = 0; s < seeds.length; s++) {
-              const rows = r.exactMatch(prompts[p]!, seeds[s]!)
+              const rows = r.exact.match(prompts[p]!, seeds[s]!)
               for (let i = 0; i < instances.length; i++) {
                 const gpu = new Set(model[i]![0].values())
                 const off = new Set(model[i]![1].values())
@@ -244,7 +244,7 @@ describe('longest_prefix with the exact view', () => {
   }
   function freshRouter(opts: Partial<RouterOptions> = {}): Router {
     const r = make(opts)
-    for (const id of all) expect(r.exactSetView(id, 'fresh')).toBe(true)
+    for (const id of all) expect(r.exact.setView(id, 'fresh')).toBe(true)
     return r
   }
   const pickWith = (r: Router, now = 0) => {
@@ -273,7 +273,7 @@ describe('longest_prefix with the exact view', () => {
       expect(l.blocks).toBeGreaterThan(0)
       expect(l.heldBlocks).toBe(l.blocks)
       expect(l.heldShare).toBe(1)
-      expect(r.exactInstance(holder)!.pendingBlocks).toBe(0) // it holds every block already
+      expect(r.exact.instance(holder)!.pendingBlocks).toBe(0) // it holds every block already
     }
   })
 
@@ -295,10 +295,10 @@ describe('longest_prefix with the exact view', () => {
     const holder = all.find((id) => id !== home)!
     const r = freshRouter()
     storeAll(r, holder, prompt, 1)
-    expect(r.exactSetView(holder, 'stale')).toBe(true)
-    expect(r.exactInstance(holder)).toMatchObject({ view: 'stale', gpuBlocks: TOKENS / 16 })
+    expect(r.exact.setView(holder, 'stale')).toBe(true)
+    expect(r.exact.instance(holder)).toMatchObject({ view: 'stale', gpuBlocks: TOKENS / 16 })
     expect(pickWith(r).instance).not.toBe(holder)
-    expect(r.exactSetView(holder, 'fresh')).toBe(true)
+    expect(r.exact.setView(holder, 'fresh')).toBe(true)
     expect(pickWith(r).instance).toBe(holder)
   })
 
@@ -308,7 +308,7 @@ describe('longest_prefix with the exact view', () => {
     const r = freshRouter()
     storeAll(r, holder, prompt, 1)
     expect(pickWith(r).instance).toBe(holder)
-    expect(r.exactRemove(holder, engineHashes(1, TOKENS / 16), 0)).toBe(TOKENS / 16)
+    expect(r.exact.remove(holder, engineHashes(1, TOKENS / 16), 0)).toBe(TOKENS / 16)
     // The approximate index now says holder has it (the router sent it there); the engine says not.
     expect(pickWith(r).instance).not.toBe(holder)
   })
@@ -316,11 +316,11 @@ describe('longest_prefix with the exact view', () => {
   it('records pending blocks: a second identical prompt follows the first before any event', () => {
     const r = freshRouter({ pendingMs: 1000 })
     const first = pickWith(r, 0)
-    expect(r.exactInstance(first.instance)!.pendingBlocks).toBe(TOKENS / 16)
+    expect(r.exact.instance(first.instance)!.pendingBlocks).toBe(TOKENS / 16)
     expect(pickWith(r, 10).instance).toBe(first.instance)
     // The engine's events turn pending blocks real, without counting them twice.
     expect(storeAll(r, first.instance, prompt, 9)).toBe(TOKENS / 16)
-    expect(r.exactInstance(first.instance)).toMatchObject({ gpuBlocks: TOKENS / 16, pendingBlocks: 0 })
+    expect(r.exact.instance(first.instance)).toMatchObject({ gpuBlocks: TOKENS / 16, pendingBlocks: 0 })
     expect(r.stats().exactEntries).toBe(TOKENS / 16)
 
     // Without pending (or once it expired), the router's own record of the first pick does
@@ -329,7 +329,7 @@ describe('longest_prefix with the exact view', () => {
       const q = freshRouter(opts)
       const a = pickWith(q, 0)
       expect(pickWith(q, later).instance).not.toBe(a.instance)
-      expect(q.exactInstance(a.instance)!.pendingBlocks).toBe(0)
+      expect(q.exact.instance(a.instance)!.pendingBlocks).toBe(0)
     }
   })
 

@@ -3,13 +3,29 @@
 // and welds the files together, so neither can be read, tested or moved alone. Type-only
 // imports count too: they cost nothing at run time, but a type that both sides need belongs
 // in a file both import, and a circle through types is where a runtime one starts.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { circles, importGraph, specifiers } from '../helpers/import-graph.js'
+import { brokenRules, circles, importEdges, importGraph, importNames, specifiers, tsFiles, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
+import { underscoreImports, underscoreImportsIn, underscoreMembers } from '../helpers/underscore-names.js'
 import { crossings } from '../helpers/forbidden-imports.js'
 
 const src = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'src')
+
+/** The directions the imports of src/ may not take, each with its reason. */
+const LAYERS: readonly LayerRule[] = [
+  {
+    from: '',
+    except: ['cli.ts', 'commands/'],
+    to: 'commands/',
+    why: 'the commands are the top: what they share with the cluster (the CLI errors) lives below them',
+  },
+  { from: 'config/', to: 'fleet/', why: 'the configuration describes the fleet and the fleet reads it: the schemas live in config/' },
+  { from: 'tokens/', to: 'sim/', why: "serve's tokenizers load no simulator code: the simulator imports the builtin tokenizers from tokens/" },
+  { from: 'net/', to: 'config/', names: ['Config'], why: 'net/ takes the numbers it needs as parameters, not the configuration' },
+]
 
 describe('the import graph of src/', () => {
   const graph = importGraph(src)
@@ -25,12 +41,8 @@ describe('the import graph of src/', () => {
     expect(circles(graph)).toEqual([])
   })
 
-  // The commands are the top: what they share with the cluster (the CLI's errors) lives below them.
-  it('only cli.ts and the commands themselves import src/commands', () => {
-    const bad = [...graph].flatMap(([from, to]) =>
-      from === 'cli.ts' || from.startsWith('commands/') ? [] : to.filter((t) => t.startsWith('commands/')).map((t) => `${from} -> ${t}`),
-    )
-    expect(bad).toEqual([])
+  it('imports in no direction the layers forbid', () => {
+    expect(brokenRules(importEdges(src), LAYERS)).toEqual([])
   })
 
   // Two fronts over one runtime: serve's HTTP front (proxy/) and the endpoint picker's ext_proc
@@ -104,5 +116,98 @@ describe('the circle finder', () => {
     expect(circles(g)).toEqual(['a.ts -> b.ts -> a.ts', 'd.ts -> d.ts'])
     expect(circles(new Map([['p.ts', ['q.ts']], ['q.ts', ['r.ts']], ['r.ts', ['p.ts']]]))).toEqual(['p.ts -> q.ts -> r.ts -> p.ts'])
     expect(circles(new Map([['p.ts', ['q.ts']], ['q.ts', []]]))).toEqual([])
+  })
+})
+
+describe('the layer rules', () => {
+  it('read the names each import takes', () => {
+    const source = [
+      "import type { Config, ConfigError as E } from './a.js'",
+      "import d, { b } from './b.js'",
+      "import * as c from './c.js'",
+      "export { e as f } from './e.js'",
+      "export * from './g.js'",
+      "type H = typeof import('./h.js')",
+      "const i = await import('./i.js')",
+      "import './j.js'",
+    ].join('\n')
+    expect(importNames(source)).toEqual([
+      { spec: './a.js', names: ['Config', 'ConfigError'] },
+      { spec: './b.js', names: ['default', 'b'] },
+      { spec: './c.js', names: ['*'] },
+      { spec: './e.js', names: ['e'] },
+      { spec: './g.js', names: ['*'] },
+      { spec: './h.js', names: ['*'] },
+      { spec: './i.js', names: ['*'] },
+      { spec: './j.js', names: [] },
+    ])
+  })
+
+  it('each catches an import that breaks it', () => {
+    for (const rule of LAYERS) {
+      const from = `${rule.from}x.ts`
+      const edges = new Map([[from, [{ to: `${rule.to}y.ts`, names: [...(rule.names ?? ['y'])] }]]])
+      expect(brokenRules(edges, [rule]), rule.why).toHaveLength(1)
+    }
+  })
+
+  it('let through what they allow', () => {
+    const edges = new Map<string, ImportEdge[]>([
+      ['config/config.ts', [{ to: 'fleet/probe.ts', names: ['probe'] }, { to: 'core/options.ts', names: ['LIMITS'] }]],
+      ['fleet/probe.ts', [{ to: 'config/config.ts', names: ['Config'] }]],
+      ['tokens/builtin.ts', [{ to: 'sim/request.ts', names: ['*'] }]],
+      ['sim/request.ts', [{ to: 'tokens/builtin-ids.ts', names: ['promptText'] }]],
+      ['net/a.ts', [{ to: 'config/config.ts', names: ['Config'] }]],
+      ['net/b.ts', [{ to: 'config/config.ts', names: ['*'] }]],
+      ['net/c.ts', [{ to: 'config/config.ts', names: ['ConfigError'] }, { to: 'config/x.ts', names: [] }]],
+      ['proxy/proxy.ts', [{ to: 'commands/serve.ts', names: ['serve'] }]],
+      ['cli.ts', [{ to: 'commands/serve.ts', names: ['*'] }]],
+      ['commands/serve.ts', [{ to: 'commands/flags.ts', names: ['FLAGS'] }]],
+    ])
+    expect(brokenRules(edges, LAYERS).map((l) => l.split(':')[0])).toEqual([
+      'config/config.ts -> fleet/probe.ts (probe)',
+      'net/a.ts -> config/config.ts (Config)',
+      'net/b.ts -> config/config.ts (*)',
+      'proxy/proxy.ts -> commands/serve.ts (serve)',
+      'tokens/builtin.ts -> sim/request.ts (*)',
+    ])
+  })
+})
+
+// A name starting with `_` is its module's own: no other module imports it, re-exports it, or
+// calls it as a member (`router._pickIn(...)`), however it got hold of the object.
+describe('names starting with _', () => {
+  it('are imported by no file of src/ from another module', () => {
+    expect(underscoreImportsIn(src)).toEqual([])
+  })
+
+  it('are reached as members only inside the file that declares them', () => {
+    expect(underscoreMembers(tsFiles(src), src)).toEqual([])
+  })
+
+  it('are found in import and export statements, and on namespace imports, and nowhere else', () => {
+    const source = [
+      "import { _a, b, c as _c, _d as d, type _E } from './m.js'",
+      "import * as ns from './n.js'",
+      "import def from './o.js'",
+      "export { _f } from './p.js'",
+      "export { g as _g } from './q.js'",
+      "// import { _inComment } from './r.js'",
+      "const s = \"import { _inString } from './s.js'\"",
+      'ns._h(); ns.i(); def._notImported()',
+    ].join('\n')
+    // `c as _c` takes c, `_d as d` takes _d: the name the other module exports is what counts.
+    expect(underscoreImports(source)).toEqual([`_a from './m.js'`, `_d from './m.js'`, `_E from './m.js'`, `_f from './p.js'`, '_h from ns.*'])
+  })
+
+  it('are found as members declared in another file, through an instance of an imported class', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pr-underscore-'))
+    try {
+      writeFileSync(join(dir, 'owner.ts'), 'export class Owner {\n  _inner(): number { return 1 }\n  outer(): number { return this._inner() }\n}\n')
+      writeFileSync(join(dir, 'user.ts'), "import { Owner } from './owner.js'\nconst o = new Owner()\nexport const a = o.outer()\nexport const b = o._inner()\n")
+      expect(underscoreMembers([join(dir, 'owner.ts'), join(dir, 'user.ts')], dir)).toEqual(['user.ts:4: o._inner (declared in owner.ts)'])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

@@ -114,9 +114,9 @@ for (const info of STRATEGY_INFO) {
       const r = make(info.name, { placement: 'hash' }, 4)
       const home = pickAndRelease(r, text).instance
       const holder = r.instances().find((i) => i.id !== home)!.id
-      for (const i of r.instances()) r.exactSetView(i.id, 'fresh')
+      for (const i of r.instances()) r.exact.setView(i.id, 'fresh')
       const hashes = BigUint64Array.from({ length: tokens.length / 16 }, (_, i) => 99n * 4096n + BigInt(i))
-      expect(r.exactStore(holder, null, hashes, tokens, 16, seed, 0)).toBe(tokens.length / 16)
+      expect(r.exact.store(holder, null, hashes, tokens, 16, seed, 0)).toBe(tokens.length / 16)
       const withIds = pickAndRelease(r, text, { tokens: { ids: tokens, seed }, now: 0 })
       if (info.targeted) expect(withIds.instance === holder).toBe(info.exactView)
       else expect(info.exactView).toBe(false)

@@ -10,13 +10,13 @@ import type { OpenAIApi } from './openai-key.js'
 interface KeyBinding {
   /**
    * io in: [api (0 chat | 1 completions), span, prefix, maxDepth, outOffset, blockBytes, hash
-   * (0 | 1)]; io out: the results (native/key_addon.cc). Numbers go through io rather than as
+   * (0 | 1)]; io out: the results (native/bind_key.cc). Numbers go through io rather than as
    * arguments: each argument read is a crossing of its own, a typed array's slot next to nothing.
    */
   key_extract(body: Uint8Array, out: Uint8Array, io: Float64Array, tenant?: string): number
 }
 
-/** @internal the bindings of native/key_addon.cc */
+/** @internal the bindings of native/bind_key.cc */
 export const keyBinding = native as unknown as KeyBinding
 
 /**
@@ -91,26 +91,20 @@ export interface KeyHashing {
   blockBytes: number
 }
 
-const API: Partial<Record<OpenAIApi, number>> = { chat: 0, completions: 1 }
+const K = ABI.keyMeta
+const API: Partial<Record<OpenAIApi, number>> = K.apis
 
 /** The APIs the native extraction reads; the others always take the TypeScript path. */
 export const nativeApis = Object.keys(API) as OpenAIApi[]
 
-// key_extract's io: the call's numbers in; ten results out, then the generations of the model
-// and prompt_cache_key tokens (TokenMemo in native/key_addon.cc), so that a token the same as
-// the last one's is not made into a string again.
-const meta = new Float64Array(ABI.keyMeta.words)
 // A KeyHashes record (native/key/bindings.h), and up to 7 bytes of alignment before it.
 const HASHES_BYTES = ABI.keyHashes.align - 1 + ABI.keyHashes.bytes
-
 // Keys are written into slabs and handed out as views, as Buffer hands out small buffers from
 // its pool: a typed array of its own costs an external allocation (measured: 2-3 µs for 4 KiB,
 // as much as the whole scan of an 8 KiB body), a view of a slab next to nothing. A slab lives
 // until the last key in it is collected, so it is kept small: a long-lived request (a stream)
 // holds at most this much beside its own body.
 const SLAB_BYTES = 64 * 1024
-let slab = new Uint8Array(0)
-let used = 0
 
 // A string member's value from its token: most are plain text between the quotes; one with
 // escapes is decoded by JSON.parse itself, so it cannot differ.
@@ -131,37 +125,60 @@ class TokenString {
     return (this.#value = stringAt(body, begin, end, escaped))
   }
 }
-const modelString = new TokenString()
-const cacheKeyString = new TokenString()
+
+/**
+ * The extraction's state, one per thread (the module's `nativeRequest` uses one): the slab keys
+ * are written into, key_extract's io (the call's numbers in; ten results out, then the
+ * generations of the model and prompt_cache_key tokens, TokenMemo in native/bind_key.cc, so
+ * that a token the same as the last one's is not made into a string again), and those strings.
+ */
+export class KeyExtractor {
+  readonly #meta = new Float64Array(K.words)
+  #slab = new Uint8Array(0)
+  #used = 0
+  readonly #model = new TokenString()
+  readonly #cacheKey = new TokenString()
+
+  extract(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): NativeOutcome {
+    const code = API[api]
+    if (code === undefined) return { status: 'unsupported' }
+    const prefix = Math.min(o.prefixLength, o.span)
+    // The text is never longer than the body (see out_capacity in native/key/openai_key.h).
+    const text = Math.min(o.span * 4, body.length)
+    const h = o.hash
+    // The hashes follow the text: the record and the chain, one word per whole block.
+    const room = h === undefined ? text : text + HASHES_BYTES + (h.blockBytes > 0 ? Math.floor(text / h.blockBytes) * 8 : 0)
+    if (this.#slab.length - this.#used < room) {
+      this.#slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
+      this.#used = 0
+    }
+    const meta = this.#meta
+    const slab = this.#slab
+    const used = this.#used
+    meta[K.api] = code
+    meta[K.span] = o.span
+    meta[K.prefix] = prefix
+    meta[K.maxDepth] = o.maxDepth
+    meta[K.outOffset] = used
+    meta[K.blockBytes] = h === undefined ? 0 : h.blockBytes
+    meta[K.hash] = h === undefined ? 0 : 1
+    const status = keyBinding.key_extract(body, slab, meta, h?.tenant)
+    if (status === K.status.invalid) return { status: 'invalid' }
+    if (status !== K.status.ok) return { status: 'unsupported' }
+    const len = meta[K.textBytes]!
+    const hashes = meta[K.hashBytes]!
+    const anchor = meta[K.anchorBytes]!
+    const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[K.keyBytes]!, anchor < 0 ? undefined : anchor, hashes > 0)
+    this.#used = used + ((len + hashes + 7) & ~7)
+    const escapes = meta[K.escapes]!
+    const model = this.#model.get(body, meta[K.modelBegin]!, meta[K.modelEnd]!, (escapes & K.escapedModel) !== 0, meta[K.modelGeneration]!)
+    const promptCacheKey = this.#cacheKey.get(body, meta[K.cacheKeyBegin]!, meta[K.cacheKeyEnd]!, (escapes & K.escapedCacheKey) !== 0, meta[K.cacheKeyGeneration]!)
+    return { status: 'ok', request: { key, model, promptCacheKey, stream: meta[K.stream] === 1 } }
+  }
+}
+
+const extractor = new KeyExtractor()
 
 export function nativeRequest(api: OpenAIApi, body: Uint8Array, o: NativeKeyOptions): NativeOutcome {
-  const code = API[api]
-  if (code === undefined) return { status: 'unsupported' }
-  const prefix = Math.min(o.prefixLength, o.span)
-  // The text is never longer than the body (see out_capacity in native/key/openai_key.h).
-  const text = Math.min(o.span * 4, body.length)
-  const h = o.hash
-  // The hashes follow the text: the record and the chain, one word per whole block.
-  const room = h === undefined ? text : text + HASHES_BYTES + (h.blockBytes > 0 ? Math.floor(text / h.blockBytes) * 8 : 0)
-  if (slab.length - used < room) {
-    slab = new Uint8Array(Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, room)).buffer)
-    used = 0
-  }
-  meta[0] = code
-  meta[1] = o.span
-  meta[2] = prefix
-  meta[3] = o.maxDepth
-  meta[4] = used
-  meta[5] = h === undefined ? 0 : h.blockBytes
-  meta[6] = h === undefined ? 0 : 1
-  const status = keyBinding.key_extract(body, slab, meta, h?.tenant)
-  if (status === 1) return { status: 'invalid' }
-  if (status !== 0) return { status: 'unsupported' }
-  const len = meta[0]!
-  const hashes = meta[9]!
-  const key = new ExtractedKey(slab.buffer, slab.byteOffset + used, len, meta[1]!, meta[2]! < 0 ? undefined : meta[2]!, hashes > 0)
-  used += (len + hashes + 7) & ~7
-  const model = modelString.get(body, meta[3]!, meta[4]!, (meta[8]! & 1) !== 0, meta[10]!)
-  const promptCacheKey = cacheKeyString.get(body, meta[5]!, meta[6]!, (meta[8]! & 2) !== 0, meta[11]!)
-  return { status: 'ok', request: { key, model, promptCacheKey, stream: meta[7] === 1 } }
+  return extractor.extract(api, body, o)
 }

@@ -4,9 +4,11 @@
 // prompt embeddings: the router's tokens do not include them), and blocks of another block
 // size. Leaving a block out only undercounts what an instance holds; a wrong block would
 // attract traffic to an instance that cannot serve it from cache.
+import { ABI } from '../../core/abi.js'
+import { ExactBatch } from '../../core/exact-batch.js'
 import { exactSeed } from '../../core/exact-seed.js'
 import type { Router } from '../../core/router.js'
-import { engineHashKey, engineHashKeys } from './engine-hash.js'
+import { engineHashKey } from './engine-hash.js'
 import { mediumTier, type BlockStoredEvent, type KvEventBatch } from './types.js'
 
 /** Why events or blocks were not applied (the `reason` label of the skipped-events metric). */
@@ -51,7 +53,23 @@ function reproducible(ev: BlockStoredEvent): { salt: string | undefined; blocks:
   return { salt, blocks: n }
 }
 
+// What each op of the native batch was, to count its result: a store's blocks (by its
+// result), or a remove (-1), or a clear (-2).
+const REMOVE = -1
+const CLEAR = -2
+const { orphan: ORPHAN, notMember: NOT_MEMBER, blockSize: BLOCK_SIZE } = ABI.exact
+// One batch in flight at a time (applying is synchronous): its arrays are reused.
+const ops = new ExactBatch()
+let kinds: number[] = []
+
+/**
+ * Applies a batch's events to the exact index in one native call: the events the router can
+ * reproduce go into one ExactBatch, in order, and each op's result is counted as the
+ * per-event calls' results were.
+ */
 export function applyBatch(router: Router, instance: string, batch: KvEventBatch, blockSize: number, counts: ApplyCounts): void {
+  ops.reset(blockSize)
+  kinds.length = 0
   for (const ev of batch.events) {
     switch (ev.type) {
       case 'BlockStored': {
@@ -70,15 +88,10 @@ export function applyBatch(router: Router, instance: string, batch: KvEventBatch
         const { salt, blocks } = reproducible(ev)
         if (blocks < ev.blockHashes.length) skip(counts, 'extra_keys', ev.blockHashes.length - blocks)
         if (blocks === 0) break
-        const tokens = Uint32Array.from(ev.tokenIds.length === blocks * blockSize ? ev.tokenIds : ev.tokenIds.slice(0, blocks * blockSize))
         const parent = ev.parentBlockHash === null ? null : engineHashKey(ev.parentBlockHash)
-        const seed = exactSeed(ev.loraName ?? undefined, salt)
-        const r = router.exactStore(instance, parent, engineHashKeys(ev.blockHashes, blocks), tokens, blockSize, seed, mediumTier(ev.medium))
-        if (r >= 0) counts.stored += r
-        else if (r === -1) skip(counts, 'orphan', blocks)
-        else if (r === -2) skip(counts, 'not_member', blocks)
-        else if (r === -3) skip(counts, 'block_size', blocks)
-        else skip(counts, 'capacity', blocks)
+        ops.store(parent, exactSeed(ev.loraName ?? undefined, salt), mediumTier(ev.medium), blocks, ev.tokenIds)
+        for (let b = 0; b < blocks; b++) ops.hash(engineHashKey(ev.blockHashes[b]!))
+        kinds.push(blocks)
         break
       }
       case 'BlockRemoved': {
@@ -86,13 +99,30 @@ export function applyBatch(router: Router, instance: string, batch: KvEventBatch
           skip(counts, 'group', ev.blockHashes.length)
           break
         }
-        counts.removed += router.exactRemove(instance, engineHashKeys(ev.blockHashes), mediumTier(ev.medium))
+        ops.remove(mediumTier(ev.medium), ev.blockHashes.length)
+        for (const h of ev.blockHashes) ops.hash(engineHashKey(h))
+        kinds.push(REMOVE)
         break
       }
       case 'AllBlocksCleared':
-        router.exactClear(instance)
-        counts.cleared++
+        ops.clear()
+        kinds.push(CLEAR)
         break
     }
   }
+  if (ops.length === 0) return
+  const results = router.exact.apply(instance, ops)
+  for (let i = 0; i < kinds.length; i++) {
+    const kind = kinds[i]!
+    const r = results[i]!
+    if (kind === CLEAR) counts.cleared++
+    else if (kind === REMOVE) counts.removed += Math.max(0, r)
+    else if (r >= 0) counts.stored += r
+    else if (r === ORPHAN) skip(counts, 'orphan', kind)
+    else if (r === NOT_MEMBER) skip(counts, 'not_member', kind)
+    else if (r === BLOCK_SIZE) skip(counts, 'block_size', kind)
+    else skip(counts, 'capacity', kind)
+  }
+  // A hostile batch's list is not kept past it.
+  if (kinds.length > 4096) kinds = []
 }

@@ -10,7 +10,7 @@ import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
 import { foreignBlockSize } from './foreign-block-size.js'
 import { requireFeature } from '../../core/optional-packages.js'
-import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
+import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from '../../config/kv-events.js'
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
 import type { KvEventBatch } from './types.js'
 
@@ -107,7 +107,7 @@ export class ExactView {
       }
       const w: Watched = { url: inst.url, subscribers: [], replayEndpoints: [], counts: newCounts(), seen: new Set(), resync: undefined, staleWhy: WAITING, foreignBlockSize: undefined }
       this.#watched.set(id, w)
-      this.#host.router.exactSetView(id, 'stale')
+      this.#host.router.exact.setView(id, 'stale')
       for (const a of addresses) {
         const s = new KvEventSubscriber({
           instance: id,
@@ -138,7 +138,7 @@ export class ExactView {
         // whole again. Other resets (a gap) are followed by stale(). A rank joining ('connect')
         // after another has filled the view (rebuilt it, say) must not wipe that rank's blocks.
         if (why === 'connect' && w.seen.size > 0 && !w.seen.has(rank)) return
-        this.#host.router.exactClear(instance)
+        this.#host.router.exact.clear(instance)
         if (why === 'restart') {
           w.seen.delete(rank)
           // A new process: maybe started with the router's block size this time.
@@ -156,7 +156,7 @@ export class ExactView {
         w.seen.add(rank)
         // Not a loss (no warning): the view was waiting for its first batch until now.
         w.staleWhy = `rebuilding from the replay buffer (batches from ${from})`
-        this.#host.router.exactSetView(instance, 'stale')
+        this.#host.router.exact.setView(instance, 'stale')
       },
       rebuilt: (instance: string) => this.#setStale(instance, false, 'rebuilt from the replay buffer', false),
     }
@@ -188,7 +188,7 @@ export class ExactView {
     w.foreignBlockSize = observed
     if (w.resync !== undefined) clearTimeout(w.resync)
     w.resync = undefined
-    this.#host.router.exactSetView(instance, 'stale')
+    this.#host.router.exact.setView(instance, 'stale')
     this.#log.warn(
       { instance, observedBlockSize: observed, blockSize },
       `KV-event view distrusted: ${instance} publishes blocks of ${observed} tokens but the router hashes blocks of ${blockSize}, so every block it stores is refused (prefix_router_kv_blocks_skipped_total{reason="block_size"}); the approximate estimate routes for it. Set --kv-block-size ${observed} (routing.exactBlockSize), as vLLM's --block-size`,
@@ -205,11 +205,11 @@ export class ExactView {
     if (w.foreignBlockSize !== undefined) return
     if (!stale) {
       w.staleWhy = undefined
-      this.#host.router.exactSetView(instance, 'fresh')
+      this.#host.router.exact.setView(instance, 'fresh')
       return
     }
     w.staleWhy = why
-    this.#host.router.exactSetView(instance, 'stale')
+    this.#host.router.exact.setView(instance, 'stale')
     this.#log.warn({ instance, why, resyncMs: this.#cfg.resyncMs }, 'KV-event view distrusted: routing on the approximate estimate for this instance meanwhile')
     if (!resync) return
     w.resync = setTimeout(() => {
@@ -217,7 +217,7 @@ export class ExactView {
       if (this.#watched.get(instance) !== w || w.foreignBlockSize !== undefined) return
       this.#log.info({ instance }, 'KV-event view trusted again')
       w.staleWhy = undefined
-      this.#host.router.exactSetView(instance, 'fresh')
+      this.#host.router.exact.setView(instance, 'fresh')
     }, this.#cfg.resyncMs)
     w.resync.unref()
   }
@@ -226,13 +226,13 @@ export class ExactView {
     this.#watched.delete(id)
     if (w.resync !== undefined) clearTimeout(w.resync)
     for (const s of w.subscribers) void s.close()
-    this.#host.router.exactSetView(id, 'none')
+    this.#host.router.exact.setView(id, 'none')
   }
 
   status(id: string): InstanceView | undefined {
     const w = this.#watched.get(id)
     if (w === undefined) return undefined
-    const v = this.#host.router.exactInstance(id)
+    const v = this.#host.router.exact.instance(id)
     return {
       view: v?.view ?? 'none',
       staleReason:

@@ -33,148 +33,20 @@
 //   - a replay keeps at most maxReplayBatches answers and maxReplayBytes of payload, decoded
 //     only when applied; one that fails (times out, overflows, drops) declares its gap lost
 //     at once, and the replay endpoint is not asked again for a backoff (1 s, doubling to 60 s).
-import { createRequire } from 'node:module'
-import type { Dealer, Subscriber } from 'zeromq'
-import { requireFeature } from '../../core/optional-packages.js'
-import { decodeBatch, KvEventDecodeError, type DecodedBatch } from './codec.js'
-import { readReplayAnswer, readSeq, SEQ_BYTES, seqFrame } from './frames.js'
-import { LogLimiter } from './log-limiter.js'
-import { DEFAULT_CONNECT_WARN_MS, PublisherReach } from './publisher-reach.js'
+import { turn, type Pending } from './replay-fetch.js'
 import { splitBatch } from './split-batch.js'
-import type { KvEventBatch } from './types.js'
+import { KvEventConnection } from './subscriber-connection.js'
+import { BYTES_PER_TURN, DEFAULT_MAX_PER_TURN, DEFAULT_REPLAY_BACKOFF_MS, DEFAULT_RESYNC_MS, MAX_REPLAY_BACKOFF_MS } from './subscriber-options.js'
+import type { KvEventSubscriberOptions, KvEventSubscriberStatus } from './subscriber-options.js'
 
-type ZeroMq = typeof import('zeromq')
-let zmq: ZeroMq | undefined
+export { DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_REPLAY_BATCHES, DEFAULT_MAX_REPLAY_BYTES, type KvEventLogger, type KvEventSubscriberOptions, type KvEventSubscriberStatus, type KvEventTarget } from './subscriber-options.js'
 
-/**
- * ZeroMQ (an optional package), loaded when the first socket opens. Its CommonJS build is
- * required rather than imported because start() is synchronous, as the view's sync() is.
- */
-function zeromq(): ZeroMq {
-  if (zmq === undefined) {
-    requireFeature('kvEvents')
-    zmq = createRequire(import.meta.url)('zeromq') as ZeroMq
-  }
-  return zmq
-}
-
-export interface KvEventTarget {
-  /** A batch, in sequence order, each applied once. */
-  batch(instance: string, batch: KvEventBatch, seq: bigint): void
-  /** The view must start over (empty): the engine restarted, events were lost, or this is the first batch seen. */
-  reset(instance: string, why: 'restart' | 'gap' | 'connect'): void
-  /** The view is (or no longer is) to be distrusted: it is refilling after lost events. */
-  stale(instance: string, stale: boolean, why: string): void
-  /**
-   * The view, just reset ('connect'), is being rebuilt from the replay buffer: the batches
-   * from `from` on follow, then rebuilt(). Until then it is half-built.
-   */
-  rebuilding?(instance: string, from: bigint): void
-  /** The rebuild is applied: the view holds what batches `from`..`to` stored (complete when from is 0). */
-  rebuilt?(instance: string, from: bigint, to: bigint): void
-}
-
-export type KvEventLogger = (level: 'info' | 'warn' | 'error', msg: string, fields?: object) => void
-
-export interface KvEventSubscriberOptions {
-  instance: string
-  /** The engine's PUB endpoint, tcp://host:port. */
-  endpoint: string
-  /** Its ROUTER replay endpoint, if it has one. */
-  replayEndpoint?: string
-  /** Topic prefix to subscribe to (default '': everything). */
-  topic?: string
-  target: KvEventTarget
-  log?: KvEventLogger
-  /** How long an instance stays stale after an unrecoverable gap (default 30000 ms). */
-  resyncMs?: number
-  /** Yield to the event loop after this many messages in a row (default 256): a flooding publisher must not starve requests. */
-  maxBatchesPerTurn?: number
-  /** How long a replay may take before the gap counts as lost (default 2000 ms). */
-  replayTimeoutMs?: number
-  /** Not reached (no ZeroMQ handshake) this long after start or a disconnect: one warning naming the endpoint (default 5000 ms). */
-  connectWarnMs?: number
-  /** The largest message ZeroMQ accepts, per frame (default 1 MiB); a larger one is refused unread. */
-  maxMessageBytes?: number
-  /** Answers one replay may send before it counts as failed (default 20,000 batches, 64 MiB of payload). */
-  maxReplayBatches?: number
-  maxReplayBytes?: number
-  /** After a failed replay the endpoint is not asked again for this long, doubling per failure up to 60 s (default 1000 ms). */
-  replayBackoffMs?: number
-  /** Repeated warnings of one kind are summed up once per this interval (default 10000 ms). */
-  logIntervalMs?: number
-}
-
-export interface KvEventSubscriberStatus {
-  endpoint: string
-  /** The SUB socket has a connection to the publisher, its ZeroMQ handshake done (from ZeroMQ's socket events). */
-  connected: boolean
-  /** Why the publisher is not reached, once connectWarnMs have passed without it; null otherwise. */
-  unreachable: string | null
-  /** Sequence number of the last batch applied (or lost), null before the first. */
-  seq: bigint | null
-  stale: boolean
-  /** Batches and events applied. */
-  batches: number
-  events: number
-  /** Messages dropped as unusable: wrong frame count, a sequence frame not 8 bytes or negative, a payload that is not a batch. */
-  undecodable: number
-  /** Connections ZeroMQ dropped for a protocol violation, in practice a message over maxMessageBytes (each such message is lost). */
-  oversized: number
-  /** Replays that failed (timed out, overflowed the bounds, lost their connection): their gaps were lost. */
-  replayFailures: number
-  /** Events inside applied batches left out: unknown types (skipped) and malformed ones (badEvents). */
-  skippedEvents: number
-  badEvents: number
-  /** Sequence jumps seen; of those, filled by a replay; and lost (the view was reset). */
-  gaps: number
-  replays: number
-  lost: number
-  duplicates: number
-  restarts: number
-  /** Views rebuilt from the replay buffer on joining the stream, and of those, partial ones (the buffer no longer reached back to 0). */
-  rebuilds: number
-  partialRebuilds: number
-  /** The sequence the current view was rebuilt from (0: complete); null when it was not rebuilt (followed live, or started over since). */
-  rebuiltFrom: bigint | null
-  /** Date.now() when the last batch was applied. */
-  lastBatchAt: number | null
-}
-
-const DEFAULT_RESYNC_MS = 30_000
-const DEFAULT_MAX_PER_TURN = 256
-const DEFAULT_REPLAY_TIMEOUT_MS = 2_000
-export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
-export const DEFAULT_MAX_REPLAY_BATCHES = 20_000
-export const DEFAULT_MAX_REPLAY_BYTES = 64 * 1024 * 1024
-const DEFAULT_REPLAY_BACKOFF_MS = 1_000
-const MAX_REPLAY_BACKOFF_MS = 60_000
-/** A turn of the event loop handles at most this much payload (and at least one message). */
-const BYTES_PER_TURN = 1024 * 1024
 /** A batch naming more blocks is applied in pieces of this many, a turn each (2-8 ms on 2 shared cores). */
 const BLOCKS_PER_TURN = 4_096
-/** ZeroMQ schedules a reconnect at once after an ordinary disconnect; none within this long means it gave the connection up. */
-const RETRY_WATCH_MS = 1_000
 /** A sequence number this far below the last is a restarted engine, not a late duplicate. */
 const RESTART_DISTANCE = 1024n
 
-interface Pending {
-  seq: bigint
-  /** The payload until it is decoded (a replay's answers wait undecoded: they are smaller so). */
-  payload: Uint8Array | null
-  /** undefined: not decoded yet; null: the payload could not be decoded, so the batch's content is lost. */
-  batch: DecodedBatch | null | undefined
-}
-
-const turn = (): Promise<void> => new Promise((r) => setImmediate(r))
-
-export class KvEventSubscriber {
-  private readonly o: KvEventSubscriberOptions
-  private sub: Subscriber | null = null
-  private dealer: Dealer | null = null
-  private closed = false
-  private connected = false
-  private reach: PublisherReach | undefined
+export class KvEventSubscriber extends KvEventConnection {
   private last: bigint | null = null
   /** ts of the last batch applied; NaN when that one could not be decoded (nothing to compare). */
   private lastTs = NaN
@@ -184,10 +56,6 @@ export class KvEventSubscriber {
   private suspect = false
   private isStale = false
   private staleTimer: NodeJS.Timeout | undefined
-  /** Watches for ZeroMQ's reconnect after a disconnect (none: it gave the connection up). */
-  private retryWatch: NodeJS.Timeout | undefined
-  /** A rebuild in flight (asked at the connect): messages wait for it. */
-  private busy: Promise<void> | null = null
   /**
    * The rebuild from the replay buffer: 'due' until one is tried, 'running', 'done' once it
    * applied something or failed (a buffer that answered empty leaves it due: the engine
@@ -200,127 +68,27 @@ export class KvEventSubscriber {
   /** After a failed replay: the endpoint is not asked before this Date.now(); the current backoff. */
   private backoffUntil = 0
   private backoffMs = 0
-  private readonly limiter: LogLimiter
-  private readonly counts = {
-    batches: 0,
-    events: 0,
-    undecodable: 0,
-    oversized: 0,
-    skippedEvents: 0,
-    badEvents: 0,
-    gaps: 0,
-    replays: 0,
-    replayFailures: 0,
-    lost: 0,
-    duplicates: 0,
-    restarts: 0,
-    rebuilds: 0,
-    partialRebuilds: 0,
-  }
   private lastBatchAt: number | null = null
 
   constructor(o: KvEventSubscriberOptions) {
-    if (typeof o.instance !== 'string' || o.instance.length === 0) throw new TypeError('instance must be a non-empty string')
-    for (const [k, v] of [['endpoint', o.endpoint], ['replayEndpoint', o.replayEndpoint]] as const) {
-      if (v !== undefined && !/^tcp:\/\/.+:\d+$/.test(v)) throw new RangeError(`${k} must be tcp://host:port; got ${JSON.stringify(v)}`)
-    }
-    if (o.endpoint === undefined) throw new RangeError('endpoint must be tcp://host:port; got undefined')
-    for (const [k, v] of [
-      ['resyncMs', o.resyncMs],
-      ['maxBatchesPerTurn', o.maxBatchesPerTurn],
-      ['replayTimeoutMs', o.replayTimeoutMs],
-      ['maxMessageBytes', o.maxMessageBytes],
-      ['maxReplayBatches', o.maxReplayBatches],
-      ['maxReplayBytes', o.maxReplayBytes],
-      ['replayBackoffMs', o.replayBackoffMs],
-      ['logIntervalMs', o.logIntervalMs],
-    ] as const) {
-      if (v !== undefined && !(Number.isInteger(v) && v >= 1)) throw new RangeError(`${k} must be a positive integer; got ${JSON.stringify(v)}`)
-    }
-    // ZeroMQ takes the cap as a signed 64-bit count; beyond 2^31 it is no bound worth having.
-    if (o.maxMessageBytes !== undefined && o.maxMessageBytes > 2 ** 31 - 1) throw new RangeError(`maxMessageBytes must be at most ${2 ** 31 - 1}; got ${o.maxMessageBytes}`)
-    this.o = o
+    super(o)
     this.rebuild = o.replayEndpoint === undefined ? 'done' : 'due'
-    this.limiter = new LogLimiter((level, msg, fields) => this.log(level, msg, fields), `${o.instance} (${o.endpoint})`, o.logIntervalMs)
   }
 
-  private get maxMessageBytes(): number {
-    return this.o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES
+  protected connectedAgain(): void {
+    if (this.dropped) this.suspect = true
+    this.dropped = false
+    // Joining: what the engine cached before is in its replay buffer, not in the live
+    // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
+    if (this.last === null && this.rebuild === 'due' && this.busy === null) this.startRebuild()
   }
 
-  start(): void {
-    if (this.sub !== null || this.closed) return
-    // vLLM's PUB queues up to 100,000 messages per subscriber; queue as many here so a burst
-    // waits in memory rather than being dropped (a gap) while a turn of the event loop runs.
-    // Each is at most maxMessageBytes: ZeroMQ reads a frame's size first and refuses a larger
-    // one without reading it.
-    const sub = new (zeromq().Subscriber)({
-      linger: 0,
-      receiveHighWaterMark: 100_000,
-      maxMessageSize: this.maxMessageBytes,
-      ipv6: /^tcp:\/\/\[/.test(this.o.endpoint),
-    })
-    this.sub = sub
-    // It logs the connection and its loss, and warns when the publisher is not reached.
-    this.reach = new PublisherReach(sub.events, this.o.instance, this.o.endpoint, this.o.connectWarnMs ?? DEFAULT_CONNECT_WARN_MS, {
-      // Through the limiter: a publisher that keeps breaking its connection must not flood the log.
-      warn: (kind, msg, fields) => this.limiter.note(kind, 'warn', msg, fields),
-      info: (kind, msg, fields) => this.limiter.note(kind, 'info', msg, fields),
-    })
-    sub.events.on('connect', () => {
-      this.connected = true
-      if (this.dropped) this.suspect = true
-      this.dropped = false
-      // Joining: what the engine cached before is in its replay buffer, not in the live
-      // stream. Asked now, not at the first batch, so that a quiet engine's view is whole too.
-      if (this.last === null && this.rebuild === 'due' && this.busy === null) this.startRebuild()
-    })
-    sub.events.on('disconnect', () => {
-      this.connected = false
-      if (this.last !== null) this.dropped = true
-      clearTimeout(this.retryWatch)
-      this.retryWatch = setTimeout(() => this.givenUp(sub), RETRY_WATCH_MS)
-      this.retryWatch.unref()
-    })
-    sub.events.on('connect:retry', () => clearTimeout(this.retryWatch))
-    sub.connect(this.o.endpoint) // ZeroMQ reconnects by itself while the engine is down
-    sub.subscribe(this.o.topic ?? '')
-    void this.receiveLoop(sub)
+  protected disconnected(): void {
+    if (this.last !== null) this.dropped = true
   }
 
-  /**
-   * ZeroMQ dropped the connection and schedules no reconnect: it does that on a protocol
-   * error, which from a publisher means a frame over maxMessageBytes (an oversized batch).
-   * That batch is lost (a gap, found when the next one comes); the connection is made again.
-   */
-  private givenUp(sub: Subscriber): void {
-    if (this.closed || this.sub !== sub) return
-    this.counts.oversized++
-    const mib = (this.maxMessageBytes / 1024 / 1024).toFixed(1)
-    this.limiter.note(
-      'oversized',
-      'warn',
-      `kv events: ${this.o.instance}: ZeroMQ dropped the connection to ${this.o.endpoint} for a protocol violation, in practice a message over the ${mib} MiB cap (kvEvents.maxMessageBytes); that batch is lost, connecting again`,
-      { instance: this.o.instance, maxMessageBytes: this.maxMessageBytes },
-    )
-    try {
-      sub.disconnect(this.o.endpoint)
-    } catch {
-      // already forgotten by ZeroMQ
-    }
-    sub.connect(this.o.endpoint)
-  }
-
-  async close(): Promise<void> {
-    if (this.closed) return
-    this.closed = true
+  protected closing(): void {
     clearTimeout(this.staleTimer)
-    this.reach?.stop()
-    clearTimeout(this.retryWatch)
-    this.limiter.close()
-    this.sub?.close()
-    this.dealer?.close()
-    this.connected = false
   }
 
   status(): KvEventSubscriberStatus {
@@ -336,77 +104,6 @@ export class KvEventSubscriber {
     }
   }
 
-  private async receiveLoop(sub: Subscriber): Promise<void> {
-    const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
-    let inTurn = 0
-    let bytes = 0
-    while (!this.closed) {
-      let msg: Buffer[]
-      try {
-        msg = await sub.receive()
-      } catch (err) {
-        if (this.closed) return
-        this.log('error', `kv events: ${this.o.instance} receive failed: ${(err as Error).message}`)
-        await new Promise((r) => setTimeout(r, 100))
-        continue
-      }
-      while (this.busy !== null) await this.busy
-      if (this.closed) return
-      const p = this.parse(msg)
-      // A replay runs inside: later messages wait in ZeroMQ's queue until it is done.
-      if (p !== null) await this.handle(p)
-      for (const f of msg) bytes += f.length
-      // receive() resolves at once while messages are queued, on the microtask queue:
-      // without a macrotask break a flood would starve every request.
-      if (++inTurn >= perTurn || bytes >= BYTES_PER_TURN) {
-        inTurn = 0
-        bytes = 0
-        await turn()
-      }
-    }
-  }
-
-  private parse(msg: Buffer[]): Pending | null {
-    if (msg.length !== 3) {
-      this.bad(`a message of ${msg.length} frames (expected topic, seq, payload)`)
-      return null
-    }
-    const seq = readSeq(msg[1]!)
-    if (seq === null) {
-      this.bad(`a sequence frame of ${msg[1]!.length} bytes (expected ${SEQ_BYTES})`)
-      return null
-    }
-    if (seq < 0n) {
-      this.bad(`a message with the negative sequence number ${seq}`)
-      return null
-    }
-    return { seq, payload: msg[2]!, batch: undefined }
-  }
-
-  /** The batch, decoded on first use (its payload then let go). */
-  private decoded(p: Pending): DecodedBatch | null {
-    if (p.batch === undefined) {
-      p.batch = this.decode(p.payload!, p.seq)
-      p.payload = null
-    }
-    return p.batch
-  }
-
-  private decode(payload: Uint8Array, seq: bigint): DecodedBatch | null {
-    try {
-      return decodeBatch(payload)
-    } catch (err) {
-      const code = err instanceof KvEventDecodeError ? err.code : 'error'
-      this.bad(`batch ${seq} undecodable (${code}): ${(err as Error).message}`)
-      return null
-    }
-  }
-
-  private bad(what: string): void {
-    this.counts.undecodable++
-    this.limiter.note('bad', 'warn', `kv events: ${this.o.instance} dropped ${what}`, { instance: this.o.instance })
-  }
-
   /** A later ts than the last batch applied: a new process's batch, not an old one again. */
   private newer(p: Pending): boolean {
     const b = this.decoded(p)
@@ -414,7 +111,7 @@ export class KvEventSubscriber {
   }
 
   /** One batch, live or replayed, through the sequence rules. */
-  private async handle(p: Pending): Promise<void> {
+  protected async handle(p: Pending): Promise<void> {
     if (this.quietTo !== null) {
       if (p.seq <= this.quietTo && !this.newer(p)) return
       this.quietTo = null
@@ -695,80 +392,4 @@ export class KvEventSubscriber {
     this.call(() => this.o.target.rebuilt?.(this.o.instance, from, to))
   }
 
-  /**
-   * The batches replayed from `from` on, in order, undecoded; answered: the end marker came
-   * (else the replay failed, and `failure` says how: timed out, overflowed its bounds, or
-   * lost its connection; what came before is kept).
-   */
-  private async fetchReplay(from: bigint): Promise<{ batches: Pending[]; answered: boolean; failure: string }> {
-    const timeout = this.o.replayTimeoutMs ?? DEFAULT_REPLAY_TIMEOUT_MS
-    const maxBatches = this.o.maxReplayBatches ?? DEFAULT_MAX_REPLAY_BATCHES
-    const maxBytes = this.o.maxReplayBytes ?? DEFAULT_MAX_REPLAY_BYTES
-    const deadline = Date.now() + timeout
-    const out: Pending[] = []
-    let answered = false
-    let failure = ''
-    let bytes = 0
-    let inTurn = 0
-    let turnBytes = 0
-    const perTurn = this.o.maxBatchesPerTurn ?? DEFAULT_MAX_PER_TURN
-    const dealer = new (zeromq().Dealer)({ linger: 0, maxMessageSize: this.maxMessageBytes, ipv6: /^tcp:\/\/\[/.test(this.o.replayEndpoint!) })
-    this.dealer = dealer
-    let lostConnection = false
-    // The answer cannot survive its connection (a dropped one is an oversized answer, or the
-    // engine gone): fail now rather than at the timeout.
-    dealer.events.on('disconnect', () => {
-      lostConnection = true
-      dealer.close()
-    })
-    try {
-      dealer.connect(this.o.replayEndpoint!)
-      dealer.sendTimeout = timeout
-      await dealer.send(['', seqFrame(from)])
-      for (;;) {
-        const left = deadline - Date.now()
-        if (left <= 0) throw new Error(`no end of replay within ${timeout} ms`)
-        dealer.receiveTimeout = left
-        let msg: Buffer[]
-        try {
-          msg = await dealer.receive()
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === 'EAGAIN') throw new Error(`no end of replay within ${timeout} ms`)
-          throw err
-        }
-        const a = readReplayAnswer(msg)
-        if (a.kind === 'bad') {
-          this.bad(a.what)
-          continue
-        }
-        if (a.kind === 'end') {
-          answered = true
-          break
-        }
-        if (out.length >= maxBatches || bytes + a.payload.length > maxBytes) {
-          throw new Error(`more than ${maxBatches} batches or ${maxBytes / 1024 / 1024} MiB of payload without the end marker`)
-        }
-        out.push({ seq: a.seq, payload: a.payload, batch: undefined })
-        bytes += a.payload.length
-        turnBytes += a.payload.length
-        if (++inTurn >= perTurn || turnBytes >= BYTES_PER_TURN) {
-          inTurn = 0
-          turnBytes = 0
-          await turn()
-        }
-      }
-    } catch (err) {
-      failure = lostConnection ? 'its connection dropped (an answer over the message cap, or the engine went away)' : (err as Error).message
-      if (!this.closed) this.limiter.note('replay', 'warn', `kv events: ${this.o.instance} replay from ${from} failed: ${failure}`, { instance: this.o.instance })
-    } finally {
-      dealer.close()
-      if (this.dealer === dealer) this.dealer = null
-    }
-    out.sort((a, b) => (a.seq < b.seq ? -1 : a.seq > b.seq ? 1 : 0))
-    return { batches: out, answered, failure }
-  }
-
-  private log(level: 'info' | 'warn' | 'error', msg: string, fields?: object): void {
-    this.o.log?.(level, msg, fields)
-  }
 }

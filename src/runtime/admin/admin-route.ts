@@ -48,7 +48,7 @@ export async function adminRoute(p: AdminView, req: http.IncomingMessage): Promi
       tokens: t.ids.length,
       blockSize,
       blocks: Math.floor(t.ids.length / blockSize),
-      instances: ep.router.exactMatch(t.ids, t.seed),
+      instances: ep.router.exact.match(t.ids, t.seed),
     },
   }
 }

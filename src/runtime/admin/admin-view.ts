@@ -5,13 +5,13 @@ import type { Logger } from 'pino'
 import type { Config } from '../../config/config.js'
 import type { Endpoint } from '../../fleet/endpoint.js'
 import type { ShareLoad } from '../../fleet/share/share-load.js'
-import type { ProxyMetrics } from '../../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../../metrics/router-metrics.js'
 import type { RequestKeying } from '../../request/keying.js'
 import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
   readonly config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   readonly replicaId: string
   /** The exact view's tokenizer, and how a request is tokenized (POST /admin/route's dry run). */

@@ -60,7 +60,7 @@ describe('the exact view against the engine it follows', () => {
         router = new Router({ instances: [{ id: ID }], strategy: 'longest_prefix' })
         const r = router
         const blockSize = engine.config.blockSize
-        r.exactSetView(ID, 'fresh')
+        r.exact.setView(ID, 'fresh')
         const counts = newCounts()
         // The channel: batches numbered per engine process; one in ~25 lost. A lost batch is
         // seen as a gap at the next one, as the subscriber sees it: the view starts over, stale.
@@ -77,9 +77,9 @@ describe('the exact view against the engine it follows', () => {
           }
           if (pendingGap || restartedUnseen) {
             // A gap (or a restart: sequence back to 0) found at this batch: start over.
-            r.exactClear(ID)
+            r.exact.clear(ID)
             lostSinceReset = pendingGap
-            r.exactSetView(ID, pendingGap ? 'stale' : 'fresh')
+            r.exact.setView(ID, pendingGap ? 'stale' : 'fresh')
             pendingGap = false
             restartedUnseen = false
           }
@@ -102,7 +102,7 @@ describe('the exact view against the engine it follows', () => {
           // as sequence 0 at the next one (a real restart also drops the connection and fails
           // health checks). The view is checked once the events are in.
           if (restartedUnseen || pendingGap) continue
-          const view = r.exactInstance(ID)!
+          const view = r.exact.instance(ID)!
           seen.checks++
           if (lostSinceReset) seen.staleChecks++
           expect(view.view).toBe(lostSinceReset ? 'stale' : 'fresh')
@@ -110,7 +110,7 @@ describe('the exact view against the engine it follows', () => {
           else expect(view.gpuBlocks).toBeLessThanOrEqual(engine.cache.cachedBlocks)
           for (const { p, prepared } of prompts) {
             engine.cache.lookup(prepared.blockKeys, prepared.blockKeys.length, found)
-            const m = r.exactMatch(prepared.tokenIds!, exactSeed(p.model, p.salt), 0).find((x) => x.instance === ID)!
+            const m = r.exact.match(prepared.tokenIds!, exactSeed(p.model, p.salt), 0).find((x) => x.instance === ID)!
             if (lostSinceReset) expect(m.blocks).toBeLessThanOrEqual(found.hits)
             else expect(m.blocks).toBe(found.hits)
           }

@@ -25,10 +25,10 @@ function stored(first: number, n: number, parent: bigint | null, o: Partial<Bloc
 
 function held(b: KvEventBatch[], probe: number[][]): number[] {
   const r = new Router({ instances: [{ id: 'a' }], strategy: 'longest_prefix', exactBlockSize: BS })
-  r.exactSetView('a', 'fresh')
+  r.exact.setView('a', 'fresh')
   const c = newCounts()
   for (const x of b) applyBatch(r, 'a', x, BS, c)
-  return probe.map((tokens) => r.exactMatch(Uint32Array.from(tokens), exactSeed(undefined, undefined)).find((m) => m.instance === 'a')?.blocks ?? 0)
+  return probe.map((tokens) => r.exact.match(Uint32Array.from(tokens), exactSeed(undefined, undefined)).find((m) => m.instance === 'a')?.blocks ?? 0)
 }
 
 describe('splitBatch', () => {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "bind.h"
 #include "key/bindings.h"
 #include "napi_throw.h"
 #include "key/openai_key.h"
@@ -16,6 +17,7 @@
 namespace {
 
 using pr::Throw;
+namespace io = pr::key_io;
 
 struct View {
   uint8_t* data = nullptr;
@@ -77,7 +79,7 @@ bool TenantSeed(napi_env env, napi_value header, bool header_is_string, const ui
   return true;
 }
 
-// What the pick (addon.cc) computes from the text, computed now: the same function
+// What the pick (bind_pick.cc) computes from the text, computed now: the same function
 // (strategy/request_key.h) on the same bytes. A nonzero `block` is a strategy matching blocks
 // (StrategyTraits::blocks), whose key ends at the anchor. Returns the bytes the record takes
 // after the text, 0 when it is not written.
@@ -159,18 +161,18 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
     return Throw(env, "ERR_INVALID_ARG_TYPE", "io must be a Float64Array of 10", true);
   double* m = reinterpret_cast<double*>(meta.data);
   size_t api = 0, span = 0, prefix = 0, depth = 0;
-  if (!Int(m[0], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
+  if (!Int(m[io::kApi], 0, 1, &api)) return Throw(env, "ERR_OUT_OF_RANGE", "api must be 0 (chat) or 1 (completions)");
   if (!GetView(raw_env, argv[0], napi_uint8_array, &body)) return Throw(env, "ERR_INVALID_ARG_TYPE", "body must be a Uint8Array", true);
-  if (!Int(m[1], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
-  if (!Int(m[2], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
-  if (!Int(m[3], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
+  if (!Int(m[io::kSpan], 1, 1 << 20, &span)) return Throw(env, "ERR_OUT_OF_RANGE", "span must be an integer from 1 to 1048576");
+  if (!Int(m[io::kPrefix], 1, static_cast<double>(span), &prefix)) return Throw(env, "ERR_OUT_OF_RANGE", "prefix must be an integer from 1 to span");
+  if (!Int(m[io::kMaxDepth], 1, 1 << 20, &depth)) return Throw(env, "ERR_OUT_OF_RANGE", "maxDepth must be an integer from 1 to 1048576");
   if (!GetView(raw_env, argv[1], napi_uint8_array, &out)) return Throw(env, "ERR_INVALID_ARG_TYPE", "out must be a Uint8Array", true);
   size_t offset = 0;
-  if (!Int(m[4], 0, static_cast<double>(out.len), &offset)) return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
+  if (!Int(m[io::kOutOffset], 0, static_cast<double>(out.len), &offset)) return Throw(env, "ERR_OUT_OF_RANGE", "outOffset must be an integer within out");
   size_t block = 0, hash_flag = 0;
-  if (!Int(m[6], 0, 1, &hash_flag)) return Throw(env, "ERR_OUT_OF_RANGE", "hash must be 0 or 1");
+  if (!Int(m[io::kHash], 0, 1, &hash_flag)) return Throw(env, "ERR_OUT_OF_RANGE", "hash must be 0 or 1");
   const bool hash = hash_flag == 1;
-  if (hash && !Int(m[5], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
+  if (hash && !Int(m[io::kBlockBytes], 0, 1 << 20, &block)) return Throw(env, "ERR_OUT_OF_RANGE", "blockBytes must be an integer from 0 to 1048576");
   const napi_valuetype tenant_type = TypeOf(raw_env, argv[3]);
   if (tenant_type != napi_undefined && tenant_type != napi_string) return Throw(env, "ERR_INVALID_ARG_TYPE", "tenant must be a string", true);
   if (out.len - offset < pr::key::out_capacity(span, body.len))
@@ -192,26 +194,26 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
   p.prefix = prefix;
   p.scan.max_depth = depth;
   const pr::key::KeyResult r = pr::key::extract(static_cast<pr::key::Api>(api), body.data, body.len, p, out.data);
-  m[0] = static_cast<double>(r.len);
-  m[1] = static_cast<double>(r.key_bytes);
-  m[2] = r.has_anchor ? static_cast<double>(r.anchor_bytes) : -1;
-  m[3] = static_cast<double>(r.model.begin);
-  m[4] = static_cast<double>(r.model.end);
-  m[5] = static_cast<double>(r.prompt_cache_key.begin);
-  m[6] = static_cast<double>(r.prompt_cache_key.end);
-  m[7] = r.stream ? 1 : 0;
-  m[8] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? 1 : 0) +
-         (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? 2 : 0);
+  m[io::kTextBytes] = static_cast<double>(r.len);
+  m[io::kKeyBytes] = static_cast<double>(r.key_bytes);
+  m[io::kAnchorBytes] = r.has_anchor ? static_cast<double>(r.anchor_bytes) : -1;
+  m[io::kModelBegin] = static_cast<double>(r.model.begin);
+  m[io::kModelEnd] = static_cast<double>(r.model.end);
+  m[io::kCacheKeyBegin] = static_cast<double>(r.prompt_cache_key.begin);
+  m[io::kCacheKeyEnd] = static_cast<double>(r.prompt_cache_key.end);
+  m[io::kStream] = r.stream ? 1 : 0;
+  m[io::kEscapes] = (r.model.present() && pr::key::string_has_escape(body.data, r.model) ? io::kEscapedModel : 0) +
+         (r.prompt_cache_key.present() && pr::key::string_has_escape(body.data, r.prompt_cache_key) ? io::kEscapedCacheKey : 0);
   uint64_t seed = 0;
-  m[9] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[3], tenant_type == napi_string, body.data, r, &seed)
+  m[io::kHashBytes] = hash && r.status == pr::key::Scan::Ok && TenantSeed(raw_env, argv[3], tenant_type == napi_string, body.data, r, &seed)
              ? static_cast<double>(WriteHashes(out.data, r, prefix, span, block, seed, out.data + out.len))
              : 0;
   if (meta.len >= pr::kKeyMetaWords * sizeof(double)) {
     // A reference: in a shared library each access to a thread_local may be a call.
     thread_local TokenMemo tls_memo[2];
     TokenMemo* memo = tls_memo;
-    m[10] = memo[0].note(body.data, r.model);
-    m[11] = memo[1].note(body.data, r.prompt_cache_key);
+    m[io::kModelGeneration] = memo[0].note(body.data, r.model);
+    m[io::kCacheKeyGeneration] = memo[1].note(body.data, r.prompt_cache_key);
   }
   napi_value status = nullptr;
   napi_create_uint32(raw_env, static_cast<uint32_t>(r.status), &status);
@@ -220,7 +222,7 @@ napi_value KeyExtract(napi_env raw_env, napi_callback_info cb) {
 
 }  // namespace
 
-namespace pr {
+namespace pr::bind {
 
 void RegisterKey(Napi::Env env, Napi::Object exports) {
   napi_value extract = nullptr;
@@ -228,4 +230,4 @@ void RegisterKey(Napi::Env env, Napi::Object exports) {
   exports.Set("key_extract", extract);
 }
 
-}  // namespace pr
+}  // namespace pr::bind
