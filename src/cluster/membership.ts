@@ -6,6 +6,7 @@
 import type { Config } from '../config/config.js'
 import { closeWhenDrained } from '../fleet/drain.js'
 import type { Endpoint } from '../fleet/endpoint.js'
+import type { HostView } from '../fleet/endpoint-events.js'
 import { Instance } from '../fleet/instance.js'
 import type { Role } from '../config/disaggregation.js'
 
@@ -37,7 +38,7 @@ export interface Membership {
   instances: InstanceState[]
 }
 
-export function membershipOf(ep: Endpoint): Membership {
+export function membershipOf(ep: HostView): Membership {
   return {
     endpoint: ep.name,
     instances: [...ep.instances.values()].map((i) => ({
@@ -67,7 +68,7 @@ export function membershipOf(ep: Endpoint): Membership {
  * (Endpoint.sync calls onSync first), so a ring that lists an instance is never read before
  * a record that has it. `last` is the text this router was last given, to skip a rewrite.
  */
-export function publishMembership(ep: Endpoint, last: string | undefined): string {
+export function publishMembership(ep: HostView, last: string | undefined): string {
   const text = JSON.stringify(membershipOf(ep))
   if (text !== last) ep.router._publishFleet(text)
   return text

@@ -12,7 +12,7 @@ import type { Config } from '../config/config.js'
 import { RouterClosedError } from '../core/errors.js'
 import type { RouterOptions } from '../core/options.js'
 import { Router } from '../core/router.js'
-import type { Endpoint } from '../fleet/endpoint.js'
+import type { HostView } from '../fleet/endpoint-events.js'
 import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
 import { RestartBackoff } from './backoff.js'
 import { publishMembership } from './membership.js'
@@ -137,7 +137,7 @@ export class ClusterPrimary {
   }
 
   /** Called as the endpoint syncs, before its shared router takes the new membership. */
-  #publish(ep: Endpoint): void {
+  #publish(ep: HostView): void {
     this.#published.set(ep.router, publishMembership(ep, this.#published.get(ep.router)))
   }
 

@@ -2,13 +2,15 @@
 // routing state, applied to the worker's endpoints, and the passive signals the worker's
 // traffic gives (a failed try, a refused connection) sent back to the primary, which alone
 // decides ejections.
-import type { Config } from '../config/config.js'
+import type { Config, EndpointConfig } from '../config/config.js'
 import { Router } from '../core/router.js'
-import type { Endpoint, EndpointEvents, RemoteFleet } from '../fleet/endpoint.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { EndpointEvents } from '../fleet/endpoint-events.js'
 import type { Instance } from '../fleet/instance.js'
 import type { TryResult } from '../fleet/outlier.js'
 import { applyMembership, readMembership, type HeldDown, type Membership } from './membership.js'
 import type { SharedRouters, ToPrimary } from './messages.js'
+import { WorkerEndpoint, type PrimaryLink } from './worker-endpoint.js'
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
@@ -19,7 +21,7 @@ const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance
  */
 const REFRESH_EVERY_MS = 200
 
-export class WorkerFleet implements RemoteFleet {
+export class WorkerFleet implements PrimaryLink {
   #routers: SharedRouters
   #endpoints = new Map<string, Endpoint>()
   /** The record each endpoint was last brought to, and its version (a reload's new endpoint starts over). */
@@ -44,12 +46,11 @@ export class WorkerFleet implements RemoteFleet {
     this.#timer.unref()
   }
 
-  events(): Pick<EndpointEvents, 'router' | 'remote'> {
-    return { router: (name: string) => this.#attach(name), remote: this }
-  }
+  /** The worker's endpoints: each a view of the primary's, reading the shared region. */
+  readonly build = (config: Config, ep: EndpointConfig, events: EndpointEvents): Endpoint => new WorkerEndpoint(config, ep, events, this)
 
   /** The primary's shared state for the endpoint: it publishes membership and parameters there. */
-  #attach(name: string): Router {
+  routerFor(name: string): Router {
     const path = this.#routers[name]
     if (path === undefined) throw new Error(`the primary sent no shared routing state for endpoint '${name}'`)
     return Router.attach(path)

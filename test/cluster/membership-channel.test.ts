@@ -10,7 +10,8 @@ import { Router } from '../../src/core/router.js'
 import { publishMembership } from '../../src/cluster/membership.js'
 import type { ToPrimary } from '../../src/cluster/messages.js'
 import { WorkerFleet } from '../../src/cluster/worker-fleet.js'
-import { Endpoint } from '../../src/fleet/endpoint.js'
+import type { Endpoint } from '../../src/fleet/endpoint.js'
+import { LocalEndpoint } from '../../src/fleet/local-endpoint.js'
 
 const A = 'http://127.0.0.1:9'
 const B = 'http://127.0.0.2:9'
@@ -44,13 +45,13 @@ function pair(urls: string[], extra: Record<string, Record<string, unknown>> = {
   const c = config(urls, extra)
   // As ClusterPrimary does: the record published as the endpoint syncs, before its ring.
   let last: string | undefined
-  const primary = new Endpoint(c, c.endpoints[0]!, { router: (_name, options) => new Router({ ...options, shared: true }), onSync: (ep) => void (last = publishMembership(ep, last)) })
+  const primary = new LocalEndpoint(c, c.endpoints[0]!, { router: (_name, options) => new Router({ ...options, shared: true }), onSync: (ep) => void (last = publishMembership(ep, last)) })
   open.push(primary)
   primary.sync()
   const toPrimary: ToPrimary[] = []
   const fleet = new WorkerFleet(c, { default: primary.router.sharedPath! }, (m) => void toPrimary.push(m))
   fleets.push(fleet)
-  const worker = new Endpoint(c, c.endpoints[0]!, fleet.events())
+  const worker = fleet.build(c, c.endpoints[0]!, {})
   open.push(worker)
   return { primary, worker, toPrimary }
 }
