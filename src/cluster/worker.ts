@@ -68,7 +68,7 @@ export async function runWorker(): Promise<void> {
   const inbox = new Inbox()
   send({ prefixRouter: 'hello' })
   const start = await inbox.start()
-  const fleet = new WorkerFleet(start.config, start.routers, send)
+  const fleet = new WorkerFleet(start.routers, send)
   let proxy: ProxyServer | undefined
   let pending: ToWorker[] = []
   const apply = (m: ToWorker) => {
