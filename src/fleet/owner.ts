@@ -5,7 +5,7 @@
 // engines' load, and publishes each change to the host set, the router and the other processes.
 import type { Logger } from 'pino'
 import { endpointRouting, type Config, type EndpointConfig, type RoutingConfig } from '../config/config.js'
-import { Router } from '../core/router.js'
+import type { Router } from '../core/router.js'
 import { defaultThreshold, type RouterOptions, type RoutingParams } from '../core/options.js'
 import { closeWhenDrained } from './drain.js'
 import type { EndpointEvents } from './endpoint-events.js'
