@@ -176,10 +176,10 @@ export class ProxyServer implements ProxyCore {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
     for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
     const p = new ProxyServer(config, opts, await tokenizerFromConfig(config))
-    const probes = opts.role !== 'worker'
     try {
-      if (probes && opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.owner?.probe()))
-      if (probes) for (const ep of p.#endpoints.values()) ep.owner?.startProbes()
+      // Only an endpoint's owner probes (a worker's come from its primary).
+      if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.owner?.probe()))
+      for (const ep of p.#endpoints.values()) ep.owner?.startProbes()
       // Never waits for Redis: its connections are made in the background, and made again.
       if (p.#shares()) p.#share = await p.#startShare(config)
       // Discovered instances are there before the first request, unless a source is slow to answer.
@@ -316,10 +316,8 @@ export class ProxyServer implements ProxyCore {
       } else {
         const ep = this.#newEndpoint(config, epc)
         this.#endpoints.set(epc.name, ep)
-        if (this.#opts.role !== 'worker') {
-          ep.owner?.startProbes()
-          void ep.owner?.probe()
-        }
+        ep.owner?.startProbes()
+        void ep.owner?.probe()
       }
     }
     this.config = {
@@ -347,8 +345,8 @@ export class ProxyServer implements ProxyCore {
     const started: Promise<void>[] = []
     for (const epc of config.endpoints) {
       const ep = this.#endpoints.get(epc.name)
-      // A worker's discovered instances come from its primary.
-      if (ep?.owner === undefined || this.#closing || this.#opts.role === 'worker') continue
+      // Discovery feeds the owner: a worker's discovered instances come from its primary.
+      if (ep?.owner === undefined || this.#closing) continue
       let d = this.#discovery.get(epc.name)
       if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
       if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep.owner, this.log)))
