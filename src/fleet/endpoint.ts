@@ -58,6 +58,8 @@ export abstract class Endpoint {
   readonly #tokenizer: RequestTokenizer | undefined
   /** Next instance asked for a remote tokenization, in rotation. */
   #tokenizeNext = 0
+  /** How the host set names a group to the router: made once, not on every pick. */
+  readonly #groupId = (name: string): number => this.router._groupId(name)
 
   /** The writer of membership and health, when this process owns the fleet (undefined in a `--workers` worker). */
   abstract readonly owner: FleetOwner | undefined
@@ -228,7 +230,7 @@ export abstract class Endpoint {
     if (on !== undefined && this.healthyFor(on).length === 0) throw noLegInstance(this.name, on, model, retryAfter)
     let group: RouterGroup | undefined
     if (model !== undefined) {
-      const g = this.hosts.groupOf(model, on, (name) => this.router._groupId(name))
+      const g = this.hosts.groupOf(model, on, this.#groupId)
       if (g === MODEL_DOWN) throw on === undefined ? noHealthyInstance(this.name, retryAfter) : noLegInstance(this.name, on, model, retryAfter)
       if (g === MODEL_UNKNOWN) throw new RequestError('model_not_found', `The model '${echo(model)}' does not exist on endpoint '${this.name}'.`, 404)
       if (g === LEG_MISSING) throw legMissing(this.name, on!, model)
