@@ -8,7 +8,9 @@ import { ConfigError, type Config } from '../config/config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { requireSourcePackages } from '../fleet/discovery/create.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
+import type { BuildEndpoint, Endpoint, EndpointEvents } from '../fleet/endpoint.js'
+import { localEndpoint } from '../fleet/local-endpoint.js'
+import { probeToken } from '../fleet/owner.js'
 import { RouterMetrics } from '../metrics/router-metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
@@ -45,11 +47,13 @@ export interface ProxyOptions {
   /**
    * Its part when several processes serve one front port (node:cluster). 'primary': probes,
    * discovery and the admin port, no front port. 'worker': the front port only, its fleet
-   * given by the primary through `endpointEvents.remote`. Unset: one process does it all.
+   * given by the primary through the endpoints `buildEndpoint` makes. Unset: one process does it all.
    */
   role?: 'primary' | 'worker'
   /** Added to every endpoint's events: how its router is made, who publishes its membership. */
-  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync' | 'remote'>
+  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync'>
+  /** Builds each endpoint's view (default: its owner and its view in this process; a worker's reads the primary's). */
+  buildEndpoint?: BuildEndpoint
   /** After a reload has taken effect here (a primary passes it on to its workers). */
   onReload?(config: Config): void
   /** What GET /metrics answers (default: this process's registry). */
@@ -132,7 +136,7 @@ export class ProxyServer implements ProxyCore {
       registerTokenizerMetrics(tokenizer, [this.metrics.registry])
       this.#stopFallbackLog = logFallbacks(tokenizer, this.log)
     }
-    for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
+    for (const ep of config.endpoints) this.#endpoints.set(ep.name, this.#newEndpoint(config, ep))
     if (config.sidecar.enabled) {
       this.prefillPods = new PrefillPods(config.sidecar.allow, config.upstream)
       if (this.prefillPods.allow.any && opts.role !== 'worker') {
@@ -155,6 +159,10 @@ export class ProxyServer implements ProxyCore {
     return this.#share
   }
 
+  #newEndpoint(config: Config, ep: Config['endpoints'][number]): Endpoint {
+    return (this.#opts.buildEndpoint ?? localEndpoint)(config, ep, this.#endpointEvents())
+  }
+
   #endpointEvents() {
     return {
       log: this.log,
@@ -168,10 +176,10 @@ export class ProxyServer implements ProxyCore {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
     for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
     const p = new ProxyServer(config, opts, await tokenizerFromConfig(config))
-    const probes = opts.role !== 'worker'
     try {
-      if (probes && opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.probe()))
-      if (probes) for (const ep of p.#endpoints.values()) ep.startProbes()
+      // Only an endpoint's owner probes (a worker's come from its primary).
+      if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.owner?.probe()))
+      for (const ep of p.#endpoints.values()) ep.owner?.startProbes()
       // Never waits for Redis: its connections are made in the background, and made again.
       if (p.#shares()) p.#share = await p.#startShare(config)
       // Discovered instances are there before the first request, unless a source is slow to answer.
@@ -203,7 +211,7 @@ export class ProxyServer implements ProxyCore {
       endpoints: () => this.#endpoints.values(),
       log: this.log,
       // Into each endpoint's router, with the engines' load (LoadBeyondOwn keeps the two apart).
-      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.setSharedPrefill(instance, blocks) },
+      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.owner?.setSharedPrefill(instance, blocks) },
     })
   }
 
@@ -306,12 +314,10 @@ export class ProxyServer implements ProxyCore {
       if (cur) {
         for (const inst of cur.update(config, epc)) retired.push(closeWhenDrained(cur, inst))
       } else {
-        const ep = new Endpoint(config, epc, this.#endpointEvents())
+        const ep = this.#newEndpoint(config, epc)
         this.#endpoints.set(epc.name, ep)
-        if (this.#opts.role !== 'worker') {
-          ep.startProbes()
-          void ep.probe()
-        }
+        ep.owner?.startProbes()
+        void ep.owner?.probe()
       }
     }
     this.config = {
@@ -339,11 +345,11 @@ export class ProxyServer implements ProxyCore {
     const started: Promise<void>[] = []
     for (const epc of config.endpoints) {
       const ep = this.#endpoints.get(epc.name)
-      // A worker's discovered instances come from its primary.
-      if (ep === undefined || this.#closing || this.#opts.role === 'worker') continue
+      // Discovery feeds the owner: a worker's discovered instances come from its primary.
+      if (ep?.owner === undefined || this.#closing) continue
       let d = this.#discovery.get(epc.name)
       if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
-      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep, this.log)))
+      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep.owner, this.log)))
       started.push(d.apply(epc.discovery ?? []))
     }
     return Promise.all(started).then(() => undefined)
