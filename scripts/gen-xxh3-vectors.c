@@ -2,7 +2,7 @@
  * (Debian's libxxhash-dev) over deterministic inputs, for the seeded cases xxhsum cannot do.
  * Build and run: cc -O2 scripts/gen-xxh3-vectors.c -o /tmp/gen && /tmp/gen > test/vectors/xxh3-seeded.json
  * Input bytes: a 32-bit LCG, x = x * 1664525 + 1013904223 from x = 0x12345678, byte = x >> 24
- * (test/hash.test.ts regenerates the same bytes). */
+ * (test/core/hash.test.ts regenerates the same bytes). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <stdio.h>

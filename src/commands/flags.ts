@@ -23,7 +23,7 @@ export interface FlagSpec {
 }
 
 export const FLAGS: readonly FlagSpec[] = [
-  { name: 'config', env: 'PREFIX_ROUTER_CONFIG', kind: 'string', arg: 'FILE', help: 'YAML or JSON configuration (see README: Configuration); flags override it' },
+  { name: 'config', env: 'PREFIX_ROUTER_CONFIG', kind: 'string', arg: 'FILE', help: 'YAML or JSON configuration (see docs/configuration.md); flags override it' },
   { name: 'upstream', env: 'PREFIX_ROUTER_UPSTREAMS', kind: 'list', arg: 'URL', help: 'an instance, e.g. http://10.0.0.5:8000 (repeat for each; the variable takes a comma- or space-separated list)' },
   {
     name: 'prefill',

@@ -35,7 +35,7 @@ function help(): string {
   return `usage: prefix-router replay [--workload NAME | --trace FILE] [options]
 
 Replays requests through the simulator's virtual-time fleet once per strategy and prints
-a Markdown table; writes replay.json and SVG charts to --out. See the README, section "Replay".
+a Markdown table; writes replay.json and SVG charts to --out. See docs/replay.md.
 
   --workload NAME              ${Object.keys(WORKLOADS).join(' | ')} (default long-context)
   --trace FILE                 a JSONL trace, one request a line, timestamps not decreasing (ties allowed)

@@ -1,5 +1,5 @@
 // The flag table is the one source of serve's flags, variables and --help; these check that
-// what is derived from it, and what the README says about it, agree with it.
+// what is derived from it, and what docs/configuration.md says about it, agree with it.
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -8,7 +8,7 @@ import { ENV_PREFIX, FLAGS, parseArgsOptions } from '../../src/commands/flags.js
 import { suggest } from '../../src/config/suggest.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
-const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8')
+const reference = readFileSync(fileURLToPath(new URL('../../docs/configuration.md', import.meta.url)), 'utf8')
 
 describe('the flag table', () => {
   it('has one flag and one variable per row, each variable with the common prefix', () => {
@@ -26,8 +26,10 @@ describe('the flag table', () => {
     for (const f of FLAGS) expect(out).toMatch(new RegExp(`\\n {2}--${f.name}\\b[^]*?\\[${f.env}\\]`))
   })
 
-  it("the README's flags table is the table: the same flags, each with its variable", () => {
-    const section = readme.slice(readme.indexOf('### Flags\n'), readme.indexOf('**Errors at start.**'))
+  it("docs/configuration.md's flags table is the table: the same flags, each with its variable", () => {
+    const start = reference.indexOf('## Flags\n')
+    expect(start).toBeGreaterThan(-1)
+    const section = reference.slice(start, reference.indexOf('**Errors at start.**', start))
     const rows = section.split('\n').filter((l) => l.startsWith('| `-'))
     const documented = new Map(rows.map((r) => [/`--([a-z-]+)/.exec(r)![1]!, /PREFIX_ROUTER_[A-Z_]+/.exec(r)?.[0]]))
     expect([...documented.keys()].sort()).toEqual([...FLAGS.map((f) => f.name), 'help', 'version'].sort())

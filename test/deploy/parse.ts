@@ -1,4 +1,4 @@
-// Just enough of the Dockerfile and PromQL grammars for test/deploy.test.ts to read what the
+// Just enough of the Dockerfile and PromQL grammars for test/deploy/deploy.test.ts to read what the
 // deployment kit refers to: the files an image copies, the command it runs, the metrics a
 // dashboard queries.
 

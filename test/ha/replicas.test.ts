@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { freePort } from '../helpers/ports.js'
 import { builtCli, Client, haproxyBinary, metricSum, startHaproxy, startReplica, stopReplica, until, type Haproxy, type Replica, type Sent } from './helpers.js'
-import { startRedis, type RedisServer } from '../share/redis-server.js'
+import { startRedis, type RedisServer } from '../fleet/share/redis-server.js'
 
 const MODEL = 'sim-tiny'
 const DOCS = 40

@@ -17,7 +17,7 @@ import type { instancesReport } from '../../src/proxy/admin.js'
 import type { StatusReport } from '../../src/proxy/status-view.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { Browser, type Page } from '../helpers/chromium.js'
-import { startRedis, type RedisServer } from '../share/redis-server.js'
+import { startRedis, type RedisServer } from '../fleet/share/redis-server.js'
 import { chat, closeRouter, post, startRouter, until } from './helpers.js'
 
 const MODEL = 'sim-tiny'

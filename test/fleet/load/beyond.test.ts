@@ -6,12 +6,12 @@ import { LoadBeyondOwn } from '../../../src/fleet/load/beyond.js'
 import type { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { startRouter, until } from '../../proxy/helpers.js'
-import { direct } from './helpers.js'
+import { direct, type Held } from './helpers.js'
 
 const routers: Router[] = []
 let fleet: SimFleet | undefined
 let proxy: ProxyServer | undefined
-const held: AbortController[] = []
+const held: Held[] = []
 afterEach(async () => {
   for (const a of held.splice(0)) a.abort()
   routers.splice(0).forEach((r) => r.close())

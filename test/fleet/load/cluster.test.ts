@@ -7,13 +7,13 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { until } from '../../proxy/helpers.js'
 import { metrics, metricSum, serve, stop, type Served } from '../../cluster/helpers.js'
-import { direct, homedAt, metricsServer, route, type MetricsServer } from './helpers.js'
+import { direct, homedAt, metricsServer, route, type MetricsServer, type Held } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let counted: MetricsServer | undefined
 let served: Served | undefined
 let dir: string | undefined
-const held: AbortController[] = []
+const held: Held[] = []
 
 afterEach(async () => {
   for (const a of held.splice(0)) a.abort()

@@ -29,14 +29,24 @@ export function homedAt(urls: string[], home: string, n: number, strategy: strin
 /**
  * Opens `n` streaming chats straight to a simulated worker, past any router (as another
  * replica's or client's would be), that do not end by themselves; `held` gets their aborts.
+ * Each answer is kept referenced in its entry: undici cancels the unread body of a Response
+ * that is garbage collected, which would end that request in the engine mid-test.
  */
-export async function direct(url: string, n: number, held: AbortController[]): Promise<void> {
+export async function direct(url: string, n: number, held: Held[]): Promise<void> {
   for (let i = 0; i < n; i++) {
     const ac = new AbortController()
-    held.push(ac)
+    const entry: Held = { abort: () => ac.abort() }
+    held.push(entry)
     const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: chatBody(`another client's request ${i}`, 20_000, true) })
+    entry.answer = res
     if (res.status !== 200) throw new Error(`the worker answered ${res.status}`)
   }
+}
+
+/** A request held open, and its answer while it streams (kept so that it is not collected). */
+export interface Held {
+  abort(): void
+  answer?: Response
 }
 
 /** Sends each prompt to `base`, one after another; the instances that answered (debug headers). */

@@ -6,13 +6,13 @@ import { Agent } from 'undici'
 import { EngineLoadScraper, type ScrapeResult } from '../../../src/fleet/load/index.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { until } from '../../proxy/helpers.js'
-import { activeTimers, FakeSink, metricsServer, withRefTimers, type MetricsServer } from './helpers.js'
+import { activeTimers, FakeSink, metricsServer, withRefTimers, type Held, type MetricsServer } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let servers: MetricsServer[] = []
 let scraper: EngineLoadScraper | undefined
 let agent: Agent | undefined
-const held: AbortController[] = []
+const held: Held[] = []
 
 afterEach(async () => {
   for (const a of held.splice(0)) a.abort()
@@ -52,13 +52,15 @@ function start(targets: { id: string; url: string }[], opts: { intervalMs?: numb
 /** Opens a streaming chat straight to a worker, past any router, that will not end by itself. */
 async function direct(url: string): Promise<void> {
   const ac = new AbortController()
-  held.push(ac)
+  const entry: Held = { abort: () => ac.abort() }
+  held.push(entry)
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     signal: ac.signal,
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-tiny', stream: true, max_tokens: 20_000, messages: [{ role: 'user', content: `hello ${held.length}` }] }),
   })
+  entry.answer = res // kept referenced: a collected Response has its body cancelled
   expect(res.status).toBe(200)
 }
 

@@ -6,12 +6,12 @@ import type { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { closeRouter, startRouter, startStub, testConfig, until, type Stub } from '../../proxy/helpers.js'
 import { metricSum } from '../../cluster/helpers.js'
-import { direct as directTo, homedAt, route as routeTo } from './helpers.js'
+import { direct as directTo, homedAt, route as routeTo, type Held } from './helpers.js'
 
 let fleet: SimFleet | undefined
 let router: ProxyServer | undefined
 let stubs: Stub[] = []
-const held: AbortController[] = []
+const held: Held[] = []
 const direct = (url: string, n: number) => directTo(url, n, held)
 const route = (contents: string[]) => routeTo(router!.url, contents)
 

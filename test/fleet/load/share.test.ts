@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ProxyServer } from '../../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
 import { chat, post, testConfig, until } from '../../proxy/helpers.js'
-import { startRedis, type RedisServer } from '../../share/redis-server.js'
+import { startRedis, type RedisServer } from '../share/redis-server.js'
 
 let redis: RedisServer
 let fleet: SimFleet
