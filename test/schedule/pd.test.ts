@@ -245,4 +245,21 @@ describe('the pd profile with the exact view', () => {
     expect(third.uncachedTokens).toBeLessThan(256)
     releaseSchedule(third)
   })
+
+  it('leaves the approximate match alone on a decode instance whose events it does not follow', () => {
+    const r = new Router({ strategy: 'longest_prefix', instances: [{ id: 'placeholder' }] })
+    routers.push(r)
+    const p = new RouterLegPicker(r, [{ id: P[0]!, role: 'prefill' }, { id: D[0]!, role: 'decode' }], r.params.blockSize, () => 0)
+    // Only the prefill instance's events are followed: the decode instance has no exact view.
+    r.exactSetView(P[0]!, 'fresh')
+    const ids = Uint32Array.from({ length: 2000 }, (_, i) => 5000 + i)
+    const v: RequestView = { ...view(doc(8)), exact: { ids, seed: exactSeed(undefined, undefined) }, promptTokens: ids.length }
+    releaseSchedule(schedule(p, v, DEFAULTS))
+    const again = schedule(p, v, DEFAULTS)
+    expect(again.profile).toBe('single')
+    if (again.profile !== 'single') return
+    expect(again.target.lease.exact).toBe(false)
+    expect(again.reason).toBe('short_uncached')
+    releaseSchedule(again)
+  })
 })

@@ -95,7 +95,9 @@ export function runsWhole<I>(picker: LegPicker<I>, decode: Chosen<I>, uncached: 
  */
 export function lackingTokens<I>(picker: LegPicker<I>, decode: Chosen<I>, view: RequestView, reported: ((instance: I) => number) | undefined): number {
   const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
-  if (reported === undefined) return uncached
+  // Only where the pick matched on the exact view: an instance whose events are not followed
+  // (none yet, or lost) reports nothing, and its approximate match is all there is.
+  if (reported === undefined || !decode.lease.exact) return uncached
   return Math.max(uncached, view.promptTokens - Math.min(view.promptTokens, reported(decode.instance)))
 }
 
