@@ -5,7 +5,7 @@
 // in NODE_OPTIONS, hence the shebang; `npm start` and the benchmarks pass it too.
 // `prefix-router <command>`: each command is a module in src/commands/ loaded on demand,
 // so `prefix-router hash` does not pay for the proxy's imports.
-import { CliError } from './cli/cli-error.js'
+import { CliError } from './command-line/cli-error.js'
 import { MissingPackageError } from './core/optional-packages.js'
 
 // A command whose modules need optional packages loads them itself once it has looked for

@@ -168,7 +168,7 @@ async function routing() {
   }
 }
 
-/** The per-request series serve keeps (src/metrics/proxy-metrics.ts), in a registry of their own. */
+/** The per-request series serve keeps (src/metrics/router-metrics.ts), in a registry of their own. */
 async function metrics() {
   const { Registry, Counter, Histogram } = await import('prom-client')
   const registers = [new Registry()]

@@ -1,7 +1,7 @@
 // GET /metrics in the primary: every worker's registry and the primary's own, merged by
 // prom-client's AggregatorRegistry. Request counters, histograms and connection gauges sum
 // over the workers; the fleet's gauges (health, ejection, in flight) come from the primary
-// alone, because workers do not register them (ProxyMetrics' scope).
+// alone, because workers do not register them (RouterMetrics' scope).
 import type { Worker } from 'node:cluster'
 import { AggregatorRegistry, Counter, Gauge, type Registry } from 'prom-client'
 import type { WorkerMetrics } from './messages.js'

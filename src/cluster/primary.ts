@@ -7,7 +7,7 @@
 import cluster, { type Worker } from 'node:cluster'
 import { fileURLToPath } from 'node:url'
 import type { Logger } from 'pino'
-import { CliError } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
 import type { Config } from '../config/config.js'
 import { RouterClosedError } from '../core/errors.js'
 import type { RouterOptions } from '../core/options.js'

@@ -1,5 +1,5 @@
 // The program node:cluster runs in each worker (the primary sets it with setupPrimary).
-import { outliveClosedPipes } from '../cli/closed-pipes.js'
+import { outliveClosedPipes } from '../command-line/closed-pipes.js'
 import { runWorker } from './worker.js'
 
 // The primary's stdout and stderr are the worker's too.

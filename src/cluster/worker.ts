@@ -2,7 +2,7 @@
 // health come from the primary; it listens only once ProxyServer.start has done everything
 // it does before listening, and says so, so the primary counts it ready.
 import cluster from 'node:cluster'
-import { listenError } from '../cli/listen-error.js'
+import { listenError } from '../command-line/listen-error.js'
 import type { Config } from '../config/config.js'
 import { ProxyServer } from '../proxy/proxy.js'
 import { isMessage, type RequestCounts, type ToPrimary, type ToWorker } from './messages.js'

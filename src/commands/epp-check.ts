@@ -3,7 +3,8 @@
 // and passes the answer back through the stream: what a gateway's set-up needs to work, tried
 // without the gateway. When the picker does not answer it says why, TLS against plaintext
 // and the reverse included.
-import { CliError, parseFlags } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
+import { parseFlags } from '../command-line/parse-flags.js'
 import { requireFeatures } from '../core/optional-packages.js'
 
 const HELP = `usage: prefix-router epp-check HOST:PORT [options]

@@ -2,7 +2,7 @@
 // sets and its help line. The parseArgs options, the environment mapping, the configuration
 // built from them (serve-config.ts) and `--help` all come from here, so they cannot disagree.
 import { MAX_WORKERS } from '../config/config.js'
-import { ENGINE_LOAD_INTERVAL, ENGINE_LOAD_INTERVAL_MS, STALE_INTERVALS } from '../fleet/load/config.js'
+import { ENGINE_LOAD_INTERVAL, ENGINE_LOAD_INTERVAL_MS, STALE_INTERVALS } from '../config/engine-load.js'
 
 /** `entries`: repeatable, each value one entry that may hold a space (`URL PORT`); the variable separates entries by commas only. */
 export type FlagKind = 'string' | 'int' | 'number' | 'boolean' | 'list' | 'entries'

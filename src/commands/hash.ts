@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { xxh3 } from '../core/hash.js'
-import { CliError, parseFlags } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
+import { parseFlags } from '../command-line/parse-flags.js'
 
 const HELP = `usage: prefix-router hash [--seed N] [FILE ...]
 

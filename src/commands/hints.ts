@@ -2,7 +2,7 @@
 // the instance URLs and from why the first health probe failed, and said as what to do.
 import type { Config } from '../config/config.js'
 import { readsKvEvents } from '../config/tokenizer-default.js'
-import { v1Suffix } from '../fleet/upstream-url.js'
+import { v1Suffix } from '../config/upstream-url.js'
 
 /**
  * Instance URLs ending in /v1 (an OpenAI client's base URL): the router puts /v1/... after an

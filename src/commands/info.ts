@@ -1,5 +1,5 @@
 import { buildInfo } from '../core/build-info.js'
-import { parseFlags } from '../cli/cli-error.js'
+import { parseFlags } from '../command-line/parse-flags.js'
 
 const HELP = `usage: prefix-router info
 

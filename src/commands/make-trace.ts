@@ -8,7 +8,8 @@ import { MIN_BLOCK_TOKENS } from '../replay/block-text.js'
 import { formatDuration, parseDuration } from '../replay/duration.js'
 import { SHAPES, traceLine, traceWindow } from '../replay/traces/index.js'
 import { describeParam, type WorkloadParam } from '../replay/types.js'
-import { CliError, parseFlags } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
+import { parseFlags } from '../command-line/parse-flags.js'
 
 const MAX_BLOCK_TOKENS = 65_536
 

@@ -1,6 +1,6 @@
 // The replay command's flag readers, shared by its aggregated and disaggregated runs: each
 // names the flag and the value it refused.
-import { CliError } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
 import { parseDuration } from '../replay/duration.js'
 
 export function intFlag(flag: string, raw: string, min: number, max: number): number {

@@ -19,7 +19,7 @@ import { DEFAULT_SLO } from '../replay/pd/stats.js'
 import { Progress } from '../replay/progress.js'
 import { checkTrace, readTrace, TraceError, type TraceFormat } from '../replay/trace.js'
 import { resolveParams, type TimedRequest, type Workload } from '../replay/types.js'
-import { CliError } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
 import { formatDuration } from '../replay/duration.js'
 import { durationFlag, intFlag } from './replay-flags.js'
 

@@ -2,8 +2,8 @@
 // `--prefill URL [BOOTSTRAP_PORT]` (repeatable, the port optional and positional) and
 // `--decode URL`; their variables hold comma-separated entries, each `URL` or `URL PORT`.
 import { ConfigError } from '../config/config.js'
-import { upstreamUrlProblem } from '../fleet/upstream-url.js'
-import { CliError } from '../cli/cli-error.js'
+import { upstreamUrlProblem } from '../config/upstream-url.js'
+import { CliError } from '../command-line/cli-error.js'
 
 /** A flag's value and what the user typed to give it. */
 interface Given {

@@ -2,10 +2,10 @@
 // each setting read as the table in flags.ts says. Errors name what the user typed: the flag,
 // the environment variable, or (from config.ts) the file's key.
 import { ConfigError, parseConfig, readConfigFile, type Config } from '../config/config.js'
-import { dnsServer, dnsUrl } from '../fleet/discovery/schema.js'
+import { dnsServer, dnsUrl } from '../config/discovery.js'
 import { didYouMean } from '../config/suggest.js'
-import { upstreamUrlProblem } from '../fleet/upstream-url.js'
-import { CliError } from '../cli/cli-error.js'
+import { upstreamUrlProblem } from '../config/upstream-url.js'
+import { CliError } from '../command-line/cli-error.js'
 import { EPP_OWN_FLAGS } from './epp-flags.js'
 import { ENV_PREFIX, FLAGS, type FlagSpec } from './flags.js'
 import { entriesFromEnv, roleInstances } from './role-flags.js'

@@ -2,7 +2,7 @@ import { OutOfRangeError } from '../core/errors.js'
 import { ROLES, type Role } from '../config/disaggregation.js'
 import { requireFeatures } from '../core/optional-packages.js'
 import { KvBindError } from '../sim/kv-bind-error.js'
-import { outliveClosedPipes } from '../cli/closed-pipes.js'
+import { outliveClosedPipes } from '../command-line/closed-pipes.js'
 import { SGLANG_BOOTSTRAP_PORT } from '../sim/bootstrap.js'
 import { checkLimit, describeLimit, type LimitName } from '../sim/config.js'
 import { KV_LOAD_FAILURE_POLICIES, type KvLoadFailurePolicy } from '../sim/kv-transfer.js'
@@ -11,7 +11,8 @@ import type { SimKvEventsOptions } from '../sim/http-worker.js'
 import { ApiError } from '../sim/openai-shapes.js'
 import { PROFILES, DEFAULT_PROFILE } from '../sim/profiles.js'
 import { DEFAULT_TOKENIZER, isTokenizerName, TOKENIZERS } from '../sim/tokenizers/index.js'
-import { CliError, parseFlags } from '../cli/cli-error.js'
+import { CliError } from '../command-line/cli-error.js'
+import { parseFlags } from '../command-line/parse-flags.js'
 
 const HELP = `usage: prefix-router sim [options]
 

@@ -13,7 +13,7 @@ import { echo } from '../core/echo.js'
 import { decisionOf } from '../core/strategies.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import { tenantHash } from '../proxy/access-log.js'
 import { chatKey, openAILimits } from '../proxy/chat-key.js'
 import { bodyTimeout, methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../proxy/errors.js'
@@ -52,7 +52,7 @@ export type BodyMode = 'streamed' | 'buffered'
 export interface PickerCore {
   readonly config: Config
   readonly log: Logger
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly eppMetrics: EppMetrics
   readonly bodyMode: BodyMode
   endpoint(name: string | undefined): Endpoint | undefined

@@ -1,4 +1,4 @@
-// The endpoint picker's own metrics, beside serve's (the ProxyMetrics registry it reuses for
+// The endpoint picker's own metrics, beside serve's (the RouterMetrics registry it reuses for
 // requests, decisions, overflow, time to first byte and the in-flight gauges).
 import { Counter, Gauge, type Registry } from 'prom-client'
 

@@ -148,7 +148,7 @@ export class EppServer implements PickerCore {
   get log(): Logger {
     return this.proxy.log
   }
-  get metrics(): ProxyMetrics {
+  get metrics(): RouterMetrics {
     return this.proxy.metrics
   }
   get draining(): boolean {
@@ -252,4 +252,4 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-type ProxyMetrics = ProxyServer['metrics']
+type RouterMetrics = ProxyServer['metrics']

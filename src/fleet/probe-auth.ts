@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { ConfigError } from '../config/config.js'
-import type { ProbeAuthConfig } from './probe-auth-config.js'
+import type { ProbeAuthConfig } from '../config/probe-auth.js'
 
 export class ProbeToken {
   /** Where the token comes from, as an error may name it ("file /run/key", "$VLLM_API_KEY"). */

@@ -6,7 +6,7 @@ import { CacheMetricsReader, METRICS_PROBE_MAX_BYTES } from './cache-metrics.js'
 import { Family, sumSamples } from './load/samples.js'
 import { authRefused } from './probe-auth.js'
 import { schemeSpoken } from './scheme-probe.js'
-import { errorTag, schemeAdvice } from './upstream-url.js'
+import { errorTag, schemeAdvice } from './wrong-scheme.js'
 import { PrefixRouterError } from '../core/errors.js'
 
 /** Bytes of an answer read before the probe lets other work run between its chunks. */

@@ -2,7 +2,7 @@
 // (schemeShownBy); an http:// instance that closed the connection without a byte might be
 // a TLS server (Node's and OpenSSL's close on a plain request), so a TLS handshake is tried.
 import tls from 'node:tls'
-import { schemeShownBy, type Scheme } from './upstream-url.js'
+import { schemeShownBy, type Scheme } from './wrong-scheme.js'
 
 const CLOSED = new Set(['UND_ERR_SOCKET', 'ECONNRESET'])
 

@@ -2,7 +2,6 @@
 // when the process runs out of them accept() fails for everyone: the admin port and the
 // connections to the instances as well. The front gets what is left after those.
 import { readFileSync } from 'node:fs'
-import type { Config } from '../config/config.js'
 
 /** Assumed where /proc/self/limits cannot be read (not Linux): Linux's usual default soft limit. */
 export const FALLBACK_FD_LIMIT = 1024
@@ -31,10 +30,20 @@ export function softFdLimit(read: () => string = () => readFileSync('/proc/self/
   }
 }
 
+/**
+ * What the front's share depends on, in numbers (config/fd-needs.ts reads them from the
+ * configuration): the instances of every endpoint, the connection pool to each, and
+ * limits.maxConnections when set.
+ */
+export interface DescriptorNeeds {
+  instances: number
+  connectionsPerInstance: number
+  maxConnections?: number | undefined
+}
+
 /** Descriptors the router needs besides front connections: instances, probes, admin, files. */
-export function reservedFds(config: Pick<Config, 'endpoints' | 'upstream'>): number {
-  const instances = config.endpoints.reduce((n, ep) => n + ep.instances.length, 0)
-  return instances * (config.upstream.connections + PROBE_FDS_PER_INSTANCE) + ADMIN_MAX_CONNECTIONS + RESERVED_FDS
+export function reservedFds(needs: Pick<DescriptorNeeds, 'instances' | 'connectionsPerInstance'>): number {
+  return needs.instances * (needs.connectionsPerInstance + PROBE_FDS_PER_INSTANCE) + ADMIN_MAX_CONNECTIONS + RESERVED_FDS
 }
 
 /**
@@ -42,8 +51,8 @@ export function reservedFds(config: Pick<Config, 'endpoints' | 'upstream'>): num
  * less what reservedFds needs. When the instances alone could use up the limit the front still
  * gets a quarter of it: the pools are sized for peak fan-out and rarely all open at once.
  */
-export function frontMaxConnections(config: Pick<Config, 'endpoints' | 'upstream' | 'limits'>, fdLimit: number = softFdLimit()): number {
-  if (config.limits.maxConnections !== undefined) return config.limits.maxConnections
-  const left = fdLimit - reservedFds(config)
+export function frontMaxConnections(needs: DescriptorNeeds, fdLimit: number = softFdLimit()): number {
+  if (needs.maxConnections !== undefined) return needs.maxConnections
+  const left = fdLimit - reservedFds(needs)
   return Math.min(1 << 20, Math.max(1, Math.floor(fdLimit / 4), left))
 }

@@ -5,12 +5,12 @@ import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
   readonly config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   readonly replicaId: string
   readonly shareLoad: ShareLoad | undefined

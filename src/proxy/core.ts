@@ -3,14 +3,14 @@
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
-import type { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { ClientState } from './forward.js'
 import type { DecisionRing } from './decisions.js'
 import type { PrefillPods } from './pd/prefill-pods.js'
 
 export interface ProxyCore {
   readonly config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   endpoint(name: string | undefined): Endpoint | undefined
   endpoints(): Iterable<Endpoint>

@@ -2,7 +2,7 @@
 // One class per failure with a stable code, as undici does, so tests and metrics can key on it.
 // The routing code throws RequestError (no HTTP in it); toProxyError gives it this shape.
 import { noHealthyInstance as noHealthy, RequestError, requestTooLarge } from '../core/errors.js'
-import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/upstream-url.js'
+import { errorTag, schemeAdvice, schemeShownBy } from '../fleet/wrong-scheme.js'
 
 export class ProxyError extends RequestError {
   constructor(

@@ -146,20 +146,45 @@ export const CLIENT_GONE = new PrefixRouterError('PR_CLIENT_GONE', 'client close
 export const SHUTDOWN = new PrefixRouterError('PR_SHUTDOWN', 'the router is shutting down')
 
 /**
- * undici's handler interface in its original form: the only one that reports when the request
- * has been written (onRequestSent), which decides whether a reset may be retried. One object
- * per try, its callbacks methods rather than closures.
+ * The request went out whole. undici's handler API does not report it (onRequestSent belongs
+ * to its legacy API, which UnwrapHandler does not pass on), and it decides whether a reset may
+ * be retried. undici writes a buffer body in the same turn as it starts the request
+ * (onRequestStart) and fails it in that turn if the write throws, so a try that has not
+ * failed by the next tick has been written; a streamed body, when its last chunk was read
+ * (it is never retried, so the mark is only what the error says).
  */
-class Upstream {
+function markSent(u: Upstream): void {
+  if (!u.failed) u.sent = true
+}
+
+/**
+ * The answer's headers as undici read them (name, value, ... as Buffers, over HTTP/1.1 and
+ * HTTP/2 alike), so that they pass in the instance's order; from the parsed object otherwise.
+ */
+function rawHeaders(c: Dispatcher.DispatchController, parsed: IncomingHttpHeaders): readonly (Buffer | string)[] {
+  const raw = c.rawHeaders
+  if (Array.isArray(raw)) return raw
+  const out: string[] = []
+  for (const name in parsed) {
+    const v = parsed[name]
+    if (typeof v === 'string') out.push(name, v)
+    else if (v !== undefined) for (const one of v) out.push(name, one)
+  }
+  return out
+}
+
+/** One object per try, its callbacks methods rather than closures. */
+class Upstream implements Dispatcher.DispatchHandler {
   status = 0
   started = false
   first = true
   sse = false
   sent = false
+  failed = false
   /** Any answer came, a 1xx included: the instance read the request. */
   answered = false
   retryWith = 0
-  resume: (() => void) | undefined = undefined
+  controller: Dispatcher.DispatchController | undefined = undefined
   #onDrain: (() => void) | undefined = undefined
 
   constructor(
@@ -169,45 +194,43 @@ class Upstream {
     readonly reject: (err: unknown) => void,
   ) {}
 
-  onConnect(abort: (err?: Error) => void): void {
+  onRequestStart(controller: Dispatcher.DispatchController): void {
     const { client } = this.f
-    if (client.gone) abort(CLIENT_GONE)
-    else if (client.shutdown) abort(SHUTDOWN)
+    this.controller = controller
+    if (client.gone) controller.abort(CLIENT_GONE)
+    else if (client.shutdown) controller.abort(SHUTDOWN)
     else if (client.abortNext !== undefined) {
       const err = client.abortNext
       client.abortNext = undefined
-      abort(err)
-    } else client.abort = abort
+      controller.abort(err)
+    } else {
+      client.abort = controller.abort.bind(controller)
+      if (Buffer.isBuffer(this.f.body)) process.nextTick(markSent, this)
+    }
   }
 
-  onRequestSent(): void {
-    this.sent = true
-  }
-
-  onHeaders(statusCode: number, raw: Buffer[], resume: () => void): boolean {
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, parsed: IncomingHttpHeaders): void {
     const { f, res } = this
     this.answered = true
-    if (statusCode < 200) return true // 1xx: informational, the real answer follows
+    if (statusCode < 200) return // 1xx: informational, the real answer follows
     if ((statusCode === 502 || statusCode === 503 || statusCode === 504 || (statusCode >= 400 && statusCode < 500 && f.refusable)) && f.retryStatus(statusCode)) {
       // Read to its end and dropped (error bodies are small): aborting would close a
       // keep-alive connection for every retried answer.
       this.retryWith = statusCode
-      return true
+      return
     }
     this.status = statusCode
     this.started = true
     f.onResponse(statusCode)
-    this.resume = resume
     // Ours win over the instance's: the request id it may echo, and the debug headers.
-    const headers = endToEndRaw(raw, f.responseHeaders)
+    const headers = endToEndRaw(rawHeaders(controller, parsed), f.responseHeaders)
     const type = valueOf(headers, 'content-type')
     this.sse = type !== undefined && type.startsWith('text/event-stream')
     res.writeHead(statusCode, headers)
-    return true
   }
 
-  onData(chunk: Buffer): boolean {
-    if (this.retryWith !== 0) return true
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.retryWith !== 0) return
     let more: boolean
     if (this.first) {
       // Passed on before it is counted: the client's first byte waits for none of our bookkeeping.
@@ -216,12 +239,12 @@ class Upstream {
       more = this.res.write(chunk)
       this.f.onFirstByte(at)
     } else more = this.res.write(chunk)
-    if (more) return true
-    this.res.once('drain', (this.#onDrain ??= () => this.resume?.()))
-    return false
+    if (more) return
+    controller.pause()
+    this.res.once('drain', (this.#onDrain ??= () => this.controller?.resume()))
   }
 
-  onComplete(): void {
+  onResponseEnd(): void {
     const { f } = this
     f.client.abort = undefined
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
@@ -230,8 +253,10 @@ class Upstream {
     this.resolve(this.status)
   }
 
-  onError(err: Error): void {
+  /** `controller` is undefined when the dispatcher refused the request before starting it. */
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
     const { f, res } = this
+    this.failed = true
     f.client.abort = undefined
     if (f.client.gone) return this.resolve(499)
     if (this.retryWith !== 0) return this.reject(Object.assign(new UpstreamStatusError(this.retryWith), { requestSent: true }))
@@ -264,7 +289,9 @@ export function forward(f: ForwardRequest, res: Res, dispatcher: Dispatcher = f.
       body: Buffer.isBuffer(f.body) ? f.body : Readable.from(f.body, { objectMode: false }),
     }
     if (f.headersTimeoutMs !== undefined) options.headersTimeout = f.headersTimeoutMs
-    dispatcher.dispatch(options, new Upstream(f, res, resolve, reject) as unknown as Dispatcher.DispatchHandler)
+    const upstream = new Upstream(f, res, resolve, reject)
+    if (options.body instanceof Readable) options.body.once('end', () => process.nextTick(markSent, upstream))
+    dispatcher.dispatch(options, upstream)
   })
 }
 

@@ -51,7 +51,7 @@ export function isConnectionHeader(name: string, named: ReadonlySet<string>): bo
  * pairs (Node writes them as separate lines, as an array value would be), hop-by-hop ones
  * dropped, and the instance's own of the names in `ours` dropped for ours, appended last.
  */
-export function endToEndRaw(raw: readonly Buffer[], ours: Readonly<Record<string, string>>): HeaderList {
+export function endToEndRaw(raw: readonly (Buffer | string)[], ours: Readonly<Record<string, string>>): HeaderList {
   const out: HeaderList = []
   let connection: string[] | undefined
   for (let i = 0; i < raw.length; i += 2) {

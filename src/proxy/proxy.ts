@@ -9,7 +9,7 @@ import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { requireSourcePackages } from '../fleet/discovery/create.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
 import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
-import { ProxyMetrics } from '../metrics/proxy-metrics.js'
+import { RouterMetrics } from '../metrics/router-metrics.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
 import { registerTokenizerMetrics } from '../tokens/metrics.js'
@@ -86,7 +86,7 @@ export interface ReloadResult {
 
 export class ProxyServer implements ProxyCore {
   config: Config
-  readonly metrics: ProxyMetrics
+  readonly metrics: RouterMetrics
   readonly log: Logger
   readonly traffic = { active: 0, retrying: 0 }
   readonly requests = new Set<ClientState>()
@@ -121,7 +121,7 @@ export class ProxyServer implements ProxyCore {
     this.#tokenizer = tokenizer
     this.log = opts.logger ?? routerLogger(config.log)
     // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
-    this.metrics = new ProxyMetrics(
+    this.metrics = new RouterMetrics(
       () => this.#endpoints.values(),
       () => this.#front,
       { processMetrics: opts.processMetrics, fleet: opts.role !== 'worker' },

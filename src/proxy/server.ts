@@ -6,6 +6,7 @@ import http2 from 'node:http2'
 import type net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type { Config } from '../config/config.js'
+import { descriptorNeeds } from '../config/fd-needs.js'
 import { frontMaxConnections } from '../net/fd-limit.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
 import { checkingIntervalMs, FrontConnections } from './connections.js'
@@ -55,7 +56,7 @@ export async function listenFront(config: Config, handler: Handler, exclusive = 
   const front = config.tls ? tlsFront(config, conns, handler) : h2cFront(config, conns, handler)
   const server = front.server
   // Beyond it Node closes each new connection at once: refused, not queued behind the others.
-  server.maxConnections = frontMaxConnections(config)
+  server.maxConnections = frontMaxConnections(descriptorNeeds(config))
   let refused = 0
   server.on('drop', () => refused++)
   await new Promise<void>((res, rej) => server.once('error', rej).listen({ port, host, exclusive }, res))

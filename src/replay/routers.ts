@@ -85,7 +85,7 @@ export function nativeStrategies(): string[] {
 }
 
 /**
- * Our Router (src/router.ts) with the given strategy (`name` or `name:placement`), routing
+ * Our Router (src/core/router.ts) with the given strategy (`name` or `name:placement`), routing
  * exactly as `serve` does; `params` overrides routing parameters (and `label` the lane's name).
  */
 export function nativeFactory(spec: string, params: RoutingParams = {}, label?: string): RouterFactory {

@@ -1,5 +1,5 @@
 // Strategy names a replay accepts: every native strategy the core lists (STRATEGIES in
-// src/router-options.ts, read at run time) and the peers' re-implementations.
+// src/core/options.ts, read at run time) and the peers' re-implementations.
 import { longestPrefixEvents, longestPrefixShared } from './events-lane.js'
 import { dynamoKv, dynamoKvSync } from './peers/dynamo-kv.js'
 import { llmdDefault } from './peers/llmd-default.js'

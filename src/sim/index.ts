@@ -35,7 +35,7 @@ export { PROFILES, DEFAULT_PROFILE, LLAMA_3_1_70B_P5, TINY, type Profile, type C
 export { resolveSim, SIM_LIMITS, type SimOptions, type ResolvedSim } from './config.js'
 export { NO_FAULTS, parseFaults, type FaultConfig } from './faults.js'
 export { renderMetrics } from './metrics.js'
-export { renderChat, type ChatMessage } from './chat-template.js'
+export { renderChat, type ChatMessage } from '../tokens/chatml.js'
 export { cacheSeed, hashBlocks, blockKey, preparePrompt, type PreparedPrompt } from './block-hash.js'
 export { BYTES_PER_TOKEN, tokenCount, tokenIdsOf, encodeTokenIds, fillerText } from './tokenizer.js'
 export { TOKENIZERS, DEFAULT_TOKENIZER, getTokenizer, type Tokenizer, type TokenizerName } from './tokenizers/index.js'

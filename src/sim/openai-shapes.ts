@@ -2,7 +2,7 @@
 // error shape) and the response, chunk and usage bodies. Builders return strings: the
 // streaming path builds one chunk per token, so chunks are concatenated from a prefix
 // computed once per request rather than serialized from objects.
-import type { ChatMessage } from './chat-template.js'
+import { chatMessages, ChatMessagesError, type ChatMessage } from '../tokens/chatml.js'
 
 /** An error answered as {"error":{"message","type","param","code"}}; code is the HTTP status, as in vLLM. */
 export class ApiError extends Error {
@@ -86,49 +86,14 @@ function common(body: Json, kind: ApiKind): Omit<GenerationRequest, 'text' | 'to
   }
 }
 
-const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function'])
-
-function messageContent(m: Json, i: number): string | null {
-  const c = m.content
-  if (c === undefined || c === null) {
-    if (m.role === 'assistant') return null
-    throw bad(`messages[${i}].content is required for role '${String(m.role)}'`, 'messages')
-  }
-  if (typeof c === 'string') return c
-  if (!Array.isArray(c)) throw bad(`messages[${i}].content must be a string or an array of parts`, 'messages')
-  const parts: string[] = []
-  for (const [j, p] of c.entries()) {
-    if (!isObject(p) || typeof p.type !== 'string') {
-      throw bad(`messages[${i}].content[${j}] must be an object with a 'type'`, 'messages')
-    }
-    if (p.type === 'text') {
-      if (typeof p.text !== 'string') throw bad(`messages[${i}].content[${j}].text must be a string`, 'messages')
-      parts.push(p.text)
-    } else {
-      // Non-text parts (images, audio) are rendered as their JSON so that they still
-      // occupy and key prompt blocks deterministically.
-      parts.push(JSON.stringify(p))
-    }
-  }
-  return parts.join('\n')
-}
-
 export function parseChatRequest(body: unknown): GenerationRequest & { messages: ChatMessage[]; addGenerationPrompt: boolean } {
   if (!isObject(body)) throw bad('The request body must be a JSON object.')
-  const raw = body.messages
-  if (raw === undefined) throw bad("Field required: 'messages'", 'messages')
-  if (!Array.isArray(raw)) throw bad("'messages' must be an array", 'messages')
-  if (raw.length === 0) throw bad("'messages' must contain at least one message", 'messages')
-  const messages: ChatMessage[] = raw.map((m: unknown, i) => {
-    if (!isObject(m)) throw bad(`messages[${i}] must be an object`, 'messages')
-    if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
-      throw bad(`messages[${i}].role must be one of ${[...ROLES].join(', ')}; got ${JSON.stringify(m.role)}`, 'messages')
-    }
-    const msg: ChatMessage = { role: m.role, content: messageContent(m, i) }
-    if (typeof m.name === 'string') msg.name = m.name
-    if (m.tool_calls !== undefined && m.tool_calls !== null) msg.toolCalls = JSON.stringify(m.tool_calls)
-    return msg
-  })
+  let messages: ChatMessage[]
+  try {
+    messages = chatMessages(body.messages)
+  } catch (err) {
+    throw err instanceof ChatMessagesError ? bad(err.message, 'messages') : err
+  }
   const agp = body.add_generation_prompt ?? true
   if (typeof agp !== 'boolean') throw bad('add_generation_prompt must be a boolean', 'add_generation_prompt')
   return { ...common(body, 'chat'), text: undefined, tokenIds: undefined, messages, addGenerationPrompt: agp }

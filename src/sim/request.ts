@@ -4,7 +4,7 @@
 // workers and the virtual fleet both go through here, so a prompt keys the same blocks in
 // either.
 import { preparePrompt, cacheSeed, type PreparedPrompt } from './block-hash.js'
-import { renderChat, type ChatMessage } from './chat-template.js'
+import { promptText, type PromptSource } from '../tokens/builtin-ids.js'
 import type { ResolvedSim } from './config.js'
 import { ApiError, type GenerationRequest } from './openai-shapes.js'
 import { encodeTokenIds } from './tokenizer.js'
@@ -16,13 +16,6 @@ export interface PlannedRequest {
   cacheSalt: string | undefined
   maxTokens: number
   finishReason: 'stop' | 'length'
-}
-
-export interface PromptSource {
-  messages?: readonly ChatMessage[]
-  addGenerationPrompt?: boolean
-  text?: string | undefined
-  tokenIds?: readonly number[] | undefined
 }
 
 /**
@@ -39,17 +32,6 @@ export function preparePromptSource(
   const text = promptText(src)
   if (text === undefined) return preparePrompt(encodeTokenIds(src.tokenIds!), blockSize, seed, withTokens)
   return tokenizer.prepareText(text, blockSize, seed, withTokens)
-}
-
-/**
- * The text a prompt is tokenized from: a chat's rendered template or the completion's
- * text; undefined for token ids, which are the tokens themselves. /tokenize renders through
- * here too, so it answers the tokens the engine prefills.
- */
-export function promptText(src: PromptSource): string | undefined {
-  if (src.messages !== undefined) return renderChat(src.messages, src.addGenerationPrompt ?? true)
-  if (src.tokenIds !== undefined) return undefined
-  return src.text ?? ''
 }
 
 /**

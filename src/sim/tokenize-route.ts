@@ -1,14 +1,14 @@
 // POST /tokenize and /detokenize on a live worker, as vLLM's serve/tokenize answers them:
 // a chat body ({messages, add_generation_prompt = true, add_special_tokens = false, tools})
 // is rendered with the simulator's template, a completion body ({prompt: string,
-// add_special_tokens = true}) is its text, and either goes through prompt-tokens.ts, the
+// add_special_tokens = true}) is its text, and either goes through tokens/builtin-ids.ts, the
 // path the engine's prompts take, so the ids are exactly those the engine prefills. The
 // simulator's tokenizers have no special tokens: add_special_tokens is checked and adds
 // nothing. cache_salt and tenants key the cache, not the tokens, so they change nothing.
 import type { ResolvedSim } from './config.js'
 import type { ModelRegistry } from './models.js'
 import { ApiError, parseChatRequest } from './openai-shapes.js'
-import { detokenize, promptTokenIds } from './prompt-tokens.js'
+import { detokenize, promptTokenIds } from '../tokens/builtin-ids.js'
 
 type Json = Record<string, unknown>
 

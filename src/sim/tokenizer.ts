@@ -8,7 +8,9 @@
 // Token-id prompts (completions with `prompt: number[]`) are encoded as 4 little-endian
 // bytes per id, so they map one id to one token exactly.
 
-export const BYTES_PER_TOKEN = 4
+import { BYTES_PER_TOKEN } from '../tokens/builtin-ids.js'
+
+export { BYTES_PER_TOKEN }
 
 /** Tokens in a prompt of `byteLength` UTF-8 bytes. */
 export function tokenCount(byteLength: number): number {

@@ -1,20 +1,18 @@
 // The simulator's own tokenizers, so that a router runs the exact view against simulated
 // workers with no model files: `bytes` (4 UTF-8 bytes a token) and `o200k` (gpt-tokenizer's
-// BPE). Chats are validated and rendered by the simulator's own code (its ChatML template,
-// tool calls, multi-part content) and encoded by the same function as its /tokenize, so the
+// BPE). Chats are validated and rendered as the simulator does (its ChatML template, tool
+// calls, multi-part content: chatml.ts) and encoded by the same function as its /tokenize, so the
 // ids are the ones its engine prefills. The simulator renders no tool definitions, so
 // `tools` changes nothing here either.
 //
 // Caching: `bytes` needs none (its ids are the text's bytes, one copy); `o200k` goes through
-// the simulator's segment cache, which cuts a prompt where its BPE cannot join across and
+// the segment cache, which cuts a prompt where its BPE cannot join across and
 // keeps each segment's ids, so a resent history is not re-encoded.
 import { OutOfRangeError } from '../core/errors.js'
-import { ApiError, parseChatRequest } from '../sim/openai-shapes.js'
-import { promptTokenIds, textTokenIds } from '../sim/prompt-tokens.js'
-import { o200kCache } from '../sim/tokenizers/o200k.js'
+import { promptTokenIds, textTokenIds, type BuiltinName } from './builtin-ids.js'
+import { chatMessages, ChatMessagesError } from './chatml.js'
+import { o200kCache } from './o200k.js'
 import { checkInput, Counters, idsOf, type RequestTokenizer, type TokenizeInput, type TokenizerStats } from './types.js'
-
-export type BuiltinName = 'bytes' | 'o200k'
 
 export function builtinTokenizer(name: BuiltinName): RequestTokenizer {
   if (name !== 'bytes' && name !== 'o200k') throw new OutOfRangeError('builtin', "'bytes' or 'o200k'", name)
@@ -45,14 +43,13 @@ class Builtin implements RequestTokenizer {
     try {
       if (input.kind === 'completion') ids = textTokenIds(input.prompt as string, this.name)
       else {
-        const chat = parseChatRequest({ messages: input.messages, add_generation_prompt: input.addGenerationPrompt ?? true })
-        ids = promptTokenIds(chat, this.name)
+        ids = promptTokenIds({ messages: chatMessages(input.messages), addGenerationPrompt: input.addGenerationPrompt ?? true }, this.name)
       }
     } catch (err) {
-      if (err instanceof ApiError) return c.fail(err.message)
+      if (err instanceof ChatMessagesError) return c.fail(err.message)
       throw err
     }
-    // The segment cache is the simulator's, shared in-process; encoding is synchronous, so
+    // The segment cache is shared in-process (the simulator's workers in this process use it too); encoding is synchronous, so
     // the change across this call is this call's.
     if (cache !== undefined) {
       c.cacheHits += cache.hits - hits

@@ -2,7 +2,8 @@
 // remote (ask an instance's /tokenize) or local (the model's tokenizer files, or the
 // simulator's builtin tokenizers).
 import { hfLocalTokenizer, type HfLocalOptions } from './hf-local.js'
-import { builtinTokenizer, type BuiltinName } from './builtin.js'
+import { builtinTokenizer } from './builtin.js'
+import type { BuiltinName } from './builtin-ids.js'
 import type { RequestTokenizer } from './types.js'
 
 export type { RequestTokenizer, TokenizeInput, TokenizerStats } from './types.js'

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { parseArgsOptions, FLAGS } from '../../src/commands/flags.js'
 import { joinBootstrapPorts } from '../../src/commands/role-flags.js'
 import { buildConfig, type ServeFlags } from '../../src/commands/serve-config.js'
-import { parseFlags } from '../../src/cli/cli-error.js'
+import { parseFlags } from '../../src/command-line/parse-flags.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
 

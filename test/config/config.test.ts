@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { ConfigError, endpointRouting, parseConfig } from '../../src/config/config.js'
 import { buildConfig } from '../../src/commands/serve-config.js'
-import { CliError } from '../../src/cli/cli-error.js'
+import { CliError } from '../../src/command-line/cli-error.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'pr-config-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

@@ -14,7 +14,7 @@ import {
   RouterClosedError,
   xxh3,
 } from '../../src/index.js'
-import { CliError } from '../../src/cli/cli-error.js'
+import { CliError } from '../../src/command-line/cli-error.js'
 import { ConfigError, parseConfig } from '../../src/config/config.js'
 import { DiscoveryError } from '../../src/fleet/discovery/source.js'
 import { openAIRequest } from '../../src/core/key/openai-key.js'

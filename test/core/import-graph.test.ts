@@ -6,9 +6,22 @@
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { circles, importGraph, specifiers } from '../helpers/import-graph.js'
+import { brokenRules, circles, importEdges, importGraph, importNames, specifiers, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
 
 const src = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'src')
+
+/** The directions the imports of src/ may not take, each with its reason. */
+const LAYERS: readonly LayerRule[] = [
+  {
+    from: '',
+    except: ['cli.ts', 'commands/'],
+    to: 'commands/',
+    why: 'the commands are the top: what they share with the cluster (the CLI errors) lives below them',
+  },
+  { from: 'config/', to: 'fleet/', why: 'the configuration describes the fleet and the fleet reads it: the schemas live in config/' },
+  { from: 'tokens/', to: 'sim/', why: "serve's tokenizers load no simulator code: the simulator imports the builtin tokenizers from tokens/" },
+  { from: 'net/', to: 'config/', names: ['Config'], why: 'net/ takes the numbers it needs as parameters, not the configuration' },
+]
 
 describe('the import graph of src/', () => {
   const graph = importGraph(src)
@@ -24,12 +37,8 @@ describe('the import graph of src/', () => {
     expect(circles(graph)).toEqual([])
   })
 
-  // The commands are the top: what they share with the cluster (the CLI's errors) lives below them.
-  it('only cli.ts and the commands themselves import src/commands', () => {
-    const bad = [...graph].flatMap(([from, to]) =>
-      from === 'cli.ts' || from.startsWith('commands/') ? [] : to.filter((t) => t.startsWith('commands/')).map((t) => `${from} -> ${t}`),
-    )
-    expect(bad).toEqual([])
+  it('imports in no direction the layers forbid', () => {
+    expect(brokenRules(importEdges(src), LAYERS)).toEqual([])
   })
 })
 
@@ -61,5 +70,60 @@ describe('the circle finder', () => {
     expect(circles(g)).toEqual(['a.ts -> b.ts -> a.ts', 'd.ts -> d.ts'])
     expect(circles(new Map([['p.ts', ['q.ts']], ['q.ts', ['r.ts']], ['r.ts', ['p.ts']]]))).toEqual(['p.ts -> q.ts -> r.ts -> p.ts'])
     expect(circles(new Map([['p.ts', ['q.ts']], ['q.ts', []]]))).toEqual([])
+  })
+})
+
+describe('the layer rules', () => {
+  it('read the names each import takes', () => {
+    const source = [
+      "import type { Config, ConfigError as E } from './a.js'",
+      "import d, { b } from './b.js'",
+      "import * as c from './c.js'",
+      "export { e as f } from './e.js'",
+      "export * from './g.js'",
+      "type H = typeof import('./h.js')",
+      "const i = await import('./i.js')",
+      "import './j.js'",
+    ].join('\n')
+    expect(importNames(source)).toEqual([
+      { spec: './a.js', names: ['Config', 'ConfigError'] },
+      { spec: './b.js', names: ['default', 'b'] },
+      { spec: './c.js', names: ['*'] },
+      { spec: './e.js', names: ['e'] },
+      { spec: './g.js', names: ['*'] },
+      { spec: './h.js', names: ['*'] },
+      { spec: './i.js', names: ['*'] },
+      { spec: './j.js', names: [] },
+    ])
+  })
+
+  it('each catches an import that breaks it', () => {
+    for (const rule of LAYERS) {
+      const from = `${rule.from}x.ts`
+      const edges = new Map([[from, [{ to: `${rule.to}y.ts`, names: [...(rule.names ?? ['y'])] }]]])
+      expect(brokenRules(edges, [rule]), rule.why).toHaveLength(1)
+    }
+  })
+
+  it('let through what they allow', () => {
+    const edges = new Map<string, ImportEdge[]>([
+      ['config/config.ts', [{ to: 'fleet/probe.ts', names: ['probe'] }, { to: 'core/options.ts', names: ['LIMITS'] }]],
+      ['fleet/probe.ts', [{ to: 'config/config.ts', names: ['Config'] }]],
+      ['tokens/builtin.ts', [{ to: 'sim/request.ts', names: ['*'] }]],
+      ['sim/request.ts', [{ to: 'tokens/builtin-ids.ts', names: ['promptText'] }]],
+      ['net/a.ts', [{ to: 'config/config.ts', names: ['Config'] }]],
+      ['net/b.ts', [{ to: 'config/config.ts', names: ['*'] }]],
+      ['net/c.ts', [{ to: 'config/config.ts', names: ['ConfigError'] }, { to: 'config/x.ts', names: [] }]],
+      ['proxy/proxy.ts', [{ to: 'commands/serve.ts', names: ['serve'] }]],
+      ['cli.ts', [{ to: 'commands/serve.ts', names: ['*'] }]],
+      ['commands/serve.ts', [{ to: 'commands/flags.ts', names: ['FLAGS'] }]],
+    ])
+    expect(brokenRules(edges, LAYERS).map((l) => l.split(':')[0])).toEqual([
+      'config/config.ts -> fleet/probe.ts (probe)',
+      'net/a.ts -> config/config.ts (Config)',
+      'net/b.ts -> config/config.ts (*)',
+      'proxy/proxy.ts -> commands/serve.ts (serve)',
+      'tokens/builtin.ts -> sim/request.ts (*)',
+    ])
   })
 })

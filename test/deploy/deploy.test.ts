@@ -7,7 +7,6 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseAllDocuments } from 'yaml'
-import { z } from 'zod'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ConfigSchema, parseConfig, type Config } from '../../src/config/config.js'
 import { ProxyServer } from '../../src/proxy/proxy.js'
@@ -73,20 +72,6 @@ async function knownEnv(): Promise<Set<string>> {
   }
   return names
 }
-
-/**
- * Whether the schema knows discovery sources yet. Until it does, the overlays that use them
- * cannot be validated as written; once it does, they are (an unreadable schema counts as
- * knowing, so that this never hides a check).
- */
-function schemaHasDiscoverySources(): boolean {
-  try {
-    return JSON.stringify(z.toJSONSchema(ConfigSchema, { io: 'input', unrepresentable: 'any' })).includes('"kubernetes"')
-  } catch {
-    return true
-  }
-}
-const discoveryLanded = schemaHasDiscoverySources()
 
 /** The configuration with its endpoints pointed at `url` and its ports on loopback, for a live run. */
 function onLoopback(raw: Record<string, any>, url: string): Config {
@@ -213,12 +198,9 @@ describe('deploy/kubernetes overlays', () => {
   describe.each(serveOverlays)('%s', (overlay) => {
     const r = () => rendered.get(overlay)!
 
-    it.skipIf(!discoveryLanded && overlay !== 'static')(
-      `its ConfigMap's configuration is valid for the program${!discoveryLanded && overlay !== 'static' ? ' (skipped: the configuration schema has no discovery sources yet; this runs, and must pass, once it has)' : ''}`,
-      () => {
-        expect(() => parseConfig(r().raw, `deploy/kubernetes/overlays/${overlay}`)).not.toThrow()
-      },
-    )
+    it("its ConfigMap's configuration is valid for the program", () => {
+      expect(() => parseConfig(r().raw, `deploy/kubernetes/overlays/${overlay}`)).not.toThrow()
+    })
 
     it('uses discovery exactly when the overlay is not static', () => {
       expect(usesDiscovery(r().raw)).toBe(overlay !== 'static')

@@ -40,6 +40,92 @@ export function importGraph(dir: string): Map<string, string[]> {
 }
 
 /**
+ * Each import `source` makes, with the names it takes: `{ spec, names }`, names as the
+ * exporting module spells them (`import { A as B }` takes A), `default` for a default import,
+ * `*` for what takes the module whole (a namespace import, `export *`, import(),
+ * `typeof import()`), and none for a side-effect import.
+ */
+export function importNames(source: string): { spec: string; names: string[] }[] {
+  const file = ts.createSourceFile('x.ts', source, ts.ScriptTarget.Latest, true)
+  const out: { spec: string; names: string[] }[] = []
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
+      const c = node.importClause
+      const names: string[] = []
+      if (c?.name !== undefined) names.push('default')
+      const b = c?.namedBindings
+      if (b !== undefined && ts.isNamespaceImport(b)) names.push('*')
+      if (b !== undefined && ts.isNamedImports(b)) for (const e of b.elements) names.push((e.propertyName ?? e.name).text)
+      out.push({ spec: node.moduleSpecifier.text, names })
+    } else if (ts.isExportDeclaration(node) && node.moduleSpecifier !== undefined && ts.isStringLiteral(node.moduleSpecifier)) {
+      const c = node.exportClause
+      const names = c === undefined || ts.isNamespaceExport(c) ? ['*'] : c.elements.map((e) => (e.propertyName ?? e.name).text)
+      out.push({ spec: node.moduleSpecifier.text, names })
+    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword && node.arguments[0] !== undefined && ts.isStringLiteral(node.arguments[0])) {
+      out.push({ spec: node.arguments[0].text, names: ['*'] })
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+      out.push({ spec: node.argument.literal.text, names: ['*'] })
+    }
+    ts.forEachChild(node, visit)
+  }
+  visit(file)
+  return out
+}
+
+export interface ImportEdge {
+  to: string
+  names: string[]
+}
+
+/** Each file of `dir` to its imports of files of `dir`, with the names each takes (paths as importGraph's). */
+export function importEdges(dir: string): Map<string, ImportEdge[]> {
+  const name = (f: string) => relative(dir, f).split(sep).join('/')
+  const edges = new Map<string, ImportEdge[]>()
+  for (const f of tsFiles(dir)) {
+    const to: ImportEdge[] = []
+    for (const { spec, names } of importNames(readFileSync(f, 'utf8'))) {
+      const t = resolveSpecifier(f, spec)
+      if (t !== undefined && !relative(dir, t).startsWith('..')) to.push({ to: name(t), names })
+    }
+    edges.set(name(f), to)
+  }
+  return edges
+}
+
+/**
+ * A direction the imports may not take: no file under `from` (a folder with its `/`, a
+ * file, or '' for every file) imports a file under `to`, or with `names`, takes any of those names from one (a
+ * whole-module import takes them all). Files under `except` may.
+ */
+export interface LayerRule {
+  from: string
+  to: string
+  names?: readonly string[]
+  except?: readonly string[]
+  why: string
+}
+
+/** `place` '' is every file. */
+const under = (file: string, place: string) => place === '' || (place.endsWith('/') ? file.startsWith(place) : file === place)
+
+/** Each import that breaks a rule, as `from -> to (names): why`. */
+export function brokenRules(edges: ReadonlyMap<string, readonly ImportEdge[]>, rules: readonly LayerRule[]): string[] {
+  const bad: string[] = []
+  for (const [from, imports] of edges) {
+    for (const rule of rules) {
+      if (!under(from, rule.from) || rule.except?.some((e) => under(from, e))) continue
+      for (const edge of imports) {
+        if (!under(edge.to, rule.to)) continue
+        const names = rule.names === undefined ? edge.names : edge.names.filter((n) => n === '*' || rule.names!.includes(n))
+        if (rule.names !== undefined && names.length === 0) continue
+        bad.push(`${from} -> ${edge.to}${names.length > 0 ? ` (${names.join(', ')})` : ''}: ${rule.why}`)
+      }
+    }
+  }
+  return bad.sort()
+}
+
+/**
  * The circles of `graph`: one per strongly connected component of more than one file (or a
  * file importing itself), each written as the shortest way round from the component's first
  * file, e.g. `a.ts -> b.ts -> a.ts`.

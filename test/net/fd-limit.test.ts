@@ -1,6 +1,5 @@
 // The front's connection cap, from the descriptor limit less what the rest of the router needs.
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../src/config/config.js'
 import { ADMIN_MAX_CONNECTIONS, FALLBACK_FD_LIMIT, frontMaxConnections, parseSoftFdLimit, PROBE_FDS_PER_INSTANCE, RESERVED_FDS, reservedFds, softFdLimit } from '../../src/net/fd-limit.js'
 
 const LIMITS = `Limit                     Soft Limit           Hard Limit           Units
@@ -9,8 +8,8 @@ Max open files            1024                 1048576              files
 Max locked memory         8388608              8388608              bytes
 `
 
-const config = (instances: number, extra: Record<string, unknown> = {}) =>
-  parseConfig({ endpoints: [{ name: 'a', instances: Array.from({ length: instances }, (_, i) => `http://10.0.0.${i + 1}:8000`) }], ...extra })
+/** `instances` instances with a pool of 128 connections each (upstream.connections' default). */
+const needs = (instances: number, extra: { connectionsPerInstance?: number; maxConnections?: number } = {}) => ({ instances, connectionsPerInstance: 128, ...extra })
 
 describe('descriptor limit', () => {
   it('reads the soft limit, not the hard one', () => {
@@ -36,28 +35,23 @@ describe('descriptor limit', () => {
 
 describe('front maxConnections', () => {
   it('leaves room for every instance pool, the probes, the admin port and files', () => {
-    const c = config(3, { upstream: { connections: 16 } })
+    const c = needs(3, { connectionsPerInstance: 16 })
     const reserved = 3 * (16 + PROBE_FDS_PER_INSTANCE) + ADMIN_MAX_CONNECTIONS + RESERVED_FDS
     expect(reservedFds(c)).toBe(reserved)
     expect(frontMaxConnections(c, 4096)).toBe(4096 - reserved)
   })
 
-  it('counts the instances of every endpoint', () => {
-    const c = parseConfig({ upstream: { connections: 10 }, endpoints: [{ name: 'a', instances: ['http://a:1'] }, { name: 'b', instances: ['http://b:1', 'http://c:1'] }] })
-    expect(reservedFds(c)).toBe(3 * (10 + PROBE_FDS_PER_INSTANCE) + ADMIN_MAX_CONNECTIONS + RESERVED_FDS)
-  })
-
   it('still gives the front a quarter when the pools alone could use up the limit', () => {
     // 3 instances x 128 connections is more than 256 descriptors.
-    expect(frontMaxConnections(config(3), 256)).toBe(64)
-    expect(frontMaxConnections(config(1), 2)).toBe(1)
+    expect(frontMaxConnections(needs(3), 256)).toBe(64)
+    expect(frontMaxConnections(needs(1), 2)).toBe(1)
   })
 
   it('an explicit limits.maxConnections wins', () => {
-    expect(frontMaxConnections(config(3, { limits: { maxConnections: 7 } }), 256)).toBe(7)
+    expect(frontMaxConnections(needs(3, { maxConnections: 7 }), 256)).toBe(7)
   })
 
   it('is capped when the limit is unlimited', () => {
-    expect(frontMaxConnections(config(1), Number.MAX_SAFE_INTEGER)).toBe(1 << 20)
+    expect(frontMaxConnections(needs(1), Number.MAX_SAFE_INTEGER)).toBe(1 << 20)
   })
 })

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest'
 import type { BlockStoredEvent, KvEvent } from '../../src/fleet/events/types.js'
 import { xxh3Blocks } from '../../src/core/hash.js'
 import { blockKey, cacheSeed, encodeTokenIds, tokenIdsOf, VirtualFleet } from '../../src/sim/index.js'
-import { o200kCache } from '../../src/sim/tokenizers/o200k.js'
+import { o200kCache } from '../../src/tokens/o200k.js'
 import { promptOf } from './helpers.js'
 
 function collect(fleet: VirtualFleet, i = 0): { batches: { events: KvEvent[]; at: number }[]; all: () => KvEvent[] } {

@@ -2,7 +2,6 @@
 // prefill leg sent to one and the decode leg (with the returned kv_transfer_params) to the
 // other, the KV read across processes over the prefill's side channel.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
 import net from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -10,7 +9,6 @@ import { endChildren } from '../helpers/children.js'
 import { get, post, promptOf } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
-const built = existsSync(cli) // `npm test` builds dist/ first
 
 const children: ChildProcess[] = []
 afterEach(async () => {
@@ -37,7 +35,7 @@ async function sim(args: string[], instances: number): Promise<{ urls: string[];
   return { urls, stderr: () => err }
 }
 
-describe.skipIf(!built)('prefix-router sim --role', () => {
+describe('prefix-router sim --role', () => {
   it('a prefill process and a decode process serve the two legs of one request', async () => {
     const p = await sim(['--role', 'prefill', '--bootstrap-port', '0'], 2)
     const d = await sim(['--role', 'decode'], 2)

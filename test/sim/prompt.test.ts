@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { xxh3 } from '../../src/core/hash.js'
 import { blockKey, cacheSeed, hashBlocks, preparePrompt } from '../../src/sim/block-hash.js'
 import { preparePromptText } from '../../src/sim/block-hash.js'
-import { GENERATION_PROMPT, renderChat } from '../../src/sim/chat-template.js'
+import { GENERATION_PROMPT, renderChat } from '../../src/tokens/chatml.js'
 import { encodeTokenIds, fillerText, tokenCount } from '../../src/sim/tokenizer.js'
 
 describe('tokenizer', () => {

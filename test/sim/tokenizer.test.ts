@@ -1,22 +1,20 @@
 // The o200k tokenizer: segment-cached tokens equal a direct encode of the whole text, and
 // a prompt's count and block keys are those of its token ids.
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import fc from 'fast-check'
 import { encode } from 'gpt-tokenizer/encoding/o200k_base'
 import { describe, expect, it } from 'vitest'
 import { cacheSeed, preparePrompt } from '../../src/sim/block-hash.js'
-import { renderChat } from '../../src/sim/chat-template.js'
+import { renderChat } from '../../src/tokens/chatml.js'
 import { resolveSim } from '../../src/sim/config.js'
 import { getTokenizer } from '../../src/sim/tokenizers/index.js'
-import { SegmentCache, segments } from '../../src/sim/tokenizers/segment-cache.js'
+import { SegmentCache, segments } from '../../src/tokens/segment-cache.js'
 import { encodeTokenIds, fillerText } from '../../src/sim/tokenizer.js'
 import { VirtualFleet, type VirtualRequest } from '../../src/sim/virtual-fleet.js'
 import { fleet, metric, parsePrometheus, post, scrape } from './helpers.js'
 
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))
-const built = existsSync(cli) // `npm test` builds dist/ first
 
 const plain = { disallowedSpecial: new Set<string>() }
 const direct = (text: string): number[] => encode(text, plain)
@@ -179,7 +177,7 @@ describe('live workers under o200k', () => {
   })
 })
 
-describe.skipIf(!built)('--tokenizer on the command line', () => {
+describe('--tokenizer on the command line', () => {
   it('refuses a bad value in one line naming the flag, exit 2', () => {
     const r = spawnSync(process.execPath, [cli, 'sim', '--tokenizer', 'cl100k'], { encoding: 'utf8' })
     expect(r.status).toBe(2)

@@ -4,7 +4,7 @@ import { FileSource } from './file.js'
 import { InferencePoolSource } from './inference-pool.js'
 import { KubernetesSource } from './kubernetes.js'
 import { requireFeature } from '../../core/optional-packages.js'
-import type { DiscoverySourceConfig } from './schema.js'
+import type { DiscoverySourceConfig } from '../../config/discovery.js'
 import type { DiscoverySource } from './source.js'
 
 export function createSource(cfg: DiscoverySourceConfig): DiscoverySource {

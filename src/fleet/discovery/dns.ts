@@ -4,7 +4,7 @@
 // going away; so does a failed query of one family (A or AAAA) for that family's addresses.
 import { lookup } from 'node:dns/promises'
 import { Resolver } from 'node:dns/promises'
-import type { DnsSourceConfig } from './schema.js'
+import type { DnsSourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, entry, hostPort, withRole, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** Timeout of one query to the resolver (c-ares retries once more before failing). */

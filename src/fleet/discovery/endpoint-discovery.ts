@@ -3,7 +3,7 @@
 import type { Logger } from 'pino'
 import type { Endpoint } from '../endpoint.js'
 import { createSource } from './create.js'
-import { describeSource, type DiscoverySourceConfig } from './schema.js'
+import { describeSource, type DiscoverySourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /** How long start and reload wait for a new source's first answer before going on without it. */

@@ -7,7 +7,7 @@ import { dirname, resolve } from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import { Instance } from '../../config/config.js'
 import type { Role } from '../../config/disaggregation.js'
-import type { FileSourceConfig } from './schema.js'
+import type { FileSourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
 
 /**

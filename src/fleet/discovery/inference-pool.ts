@@ -11,7 +11,7 @@ import { loadKubeConfig, SERVICE_ACCOUNT } from './kube-client.js'
 import { Watched } from './watched.js'
 import type { Role } from '../../config/disaggregation.js'
 import { roleFromLabels, unknownRoleNote } from './role-label.js'
-import type { InferencePoolSourceConfig } from './schema.js'
+import type { InferencePoolSourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 
 export const POOL_GROUP = 'inference.networking.k8s.io'

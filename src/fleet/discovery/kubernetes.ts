@@ -13,7 +13,7 @@ import type { Role } from '../../config/disaggregation.js'
 import { requireFeature } from '../../core/optional-packages.js'
 import { describeError, loadKubeConfig, RETRY_MS } from './kube-client.js'
 import { roleFromLabels, unknownRoleNote } from './role-label.js'
-import type { KubernetesSourceConfig } from './schema.js'
+import type { KubernetesSourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, entry, hostPort, type DiscoverySource, type InstanceEntry } from './source.js'
 import { Watched } from './watched.js'
 

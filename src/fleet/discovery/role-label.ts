@@ -2,9 +2,6 @@
 // label `llm-d.ai/role`).
 import type { Role } from '../../config/disaggregation.js'
 
-/** The label llm-d's deployments put on their model-server pods. */
-export const LLMD_ROLE_LABEL = 'llm-d.ai/role'
-
 /**
  * llm-d's values and what each plays here. An encode stage is not ours to route (an encode-only
  * pod takes no text request), so the stages beside it decide: `encode-prefill` prefills,

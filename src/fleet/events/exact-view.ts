@@ -10,7 +10,7 @@ import type { Router } from '../../core/router.js'
 import { applyBatch, newCounts, type ApplyCounts } from './apply.js'
 import { foreignBlockSize } from './foreign-block-size.js'
 import { requireFeature } from '../../core/optional-packages.js'
-import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from './config.js'
+import { publisherAddresses, type InstanceKvEvents, type KvEventsConfig } from '../../config/kv-events.js'
 import { KvEventSubscriber, type KvEventTarget } from './subscriber.js'
 import type { KvEventBatch } from './types.js'
 

@@ -14,7 +14,7 @@
 // share the event loop's wake-ups.
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
-import { NOT_VLLM_INTERVAL_MS } from './config.js'
+import { NOT_VLLM_INTERVAL_MS } from '../../config/engine-load.js'
 import type { GaugeRead } from './gauges.js'
 import { MAX_HEAD, MAX_TAIL, MetricsRead, type ReadEnd, type ReadOwner } from './read.js'
 import type { EngineLoadSink, ScrapeResult } from './sink.js'

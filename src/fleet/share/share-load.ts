@@ -9,11 +9,11 @@
 import { pino, type Logger } from 'pino'
 import type { Router } from '../../core/router.js'
 import { requireFeature } from '../../core/optional-packages.js'
-import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from './config.js'
+import { replicaIdSchema, SHARE_EXPIRE, SHARE_INTERVAL, SHARE_PREFIX_DEFAULT } from '../../config/share-load.js'
 import type { RedisLink } from './link.js'
 import { decodeLoad, encodeBye, encodeLoad, leadingReplica, type Figures } from './message.js'
 import { MAX_PEERS, PeerTable, type PeerReport } from './peers.js'
-import { redactRedisUrl } from './redis-url.js'
+import { redactRedisUrl } from '../../config/redis-url.js'
 import { NO_SINK, type SharedLoadSink } from './sink.js'
 
 /** An endpoint as the publisher reads it: its name and its router's own counters. */

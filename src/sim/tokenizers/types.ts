@@ -2,8 +2,11 @@
 // that each tokenizer can name what it implements without importing the file that imports it.
 import type { PreparedPrompt } from '../block-hash.js'
 
-export const TOKENIZERS = ['bytes', 'o200k'] as const
-export type TokenizerName = (typeof TOKENIZERS)[number]
+import { BUILTIN_TOKENIZERS, type BuiltinName } from '../../tokens/builtin-ids.js'
+
+/** The simulator's tokenizers are the router's builtin ones, so a router tokenizes as its workers do. */
+export const TOKENIZERS = BUILTIN_TOKENIZERS
+export type TokenizerName = BuiltinName
 
 export interface Tokenizer {
   readonly name: TokenizerName

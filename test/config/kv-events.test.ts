@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
-import { parseConfig } from '../../../src/config/config.js'
-import { buildConfig } from '../../../src/commands/serve-config.js'
-import { publisherAddresses, KvEventsSchema } from '../../../src/fleet/events/config.js'
+import { parseConfig } from '../../src/config/config.js'
+import { buildConfig } from '../../src/commands/serve-config.js'
+import { publisherAddresses, KvEventsSchema } from '../../src/config/kv-events.js'
 
 const kv = (o: object) => KvEventsSchema.parse(o)
 

@@ -2,8 +2,10 @@
 // `instances`. Validated with the rest of the configuration.
 import { isIP } from 'node:net'
 import { z } from 'zod'
-import { RoleSchema } from '../../config/disaggregation.js'
-import { LLMD_ROLE_LABEL } from './role-label.js'
+import { RoleSchema } from './disaggregation.js'
+
+/** The label llm-d's deployments put on their model-server pods: a pod's role, unless `roleLabel` names another. */
+export const LLMD_ROLE_LABEL = 'llm-d.ai/role'
 
 function parsedUrl(s: string): URL | undefined {
   try {

@@ -8,7 +8,7 @@ import { registerEngineLoadMetrics } from '../fleet/load/metrics.js'
 import { PdMetrics } from './pd-metrics.js'
 import { registerRoleMetrics } from './role-metrics.js'
 
-export class ProxyMetrics {
+export class RouterMetrics {
   readonly registry = new Registry()
   // Updated by every request: label values in labelNames order (see bound-metrics.ts).
   readonly requests: BoundCounter<'endpoint' | 'instance' | 'strategy' | 'status'>

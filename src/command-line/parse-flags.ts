@@ -1,21 +1,8 @@
+// Every command's flags go through one strict parser, so that a typo is one line naming the
+// flag (with the nearest known one) and exit status 2, the same in every command.
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { didYouMean } from '../config/suggest.js'
-import { PrefixRouterError } from '../core/errors.js'
-
-/**
- * An error the user can act on: printed as one line (no stack trace). Exit status 2 for a
- * usage error (a bad flag, value or file), 1 for a failure to run (a port already in use).
- */
-export class CliError extends PrefixRouterError {
-  declare readonly code: 'ERR_CLI_USAGE' | 'ERR_CLI_FAILED'
-  constructor(
-    message: string,
-    readonly exitCode = 2,
-  ) {
-    super(exitCode === 2 ? 'ERR_CLI_USAGE' : 'ERR_CLI_FAILED', message)
-    this.name = 'CliError'
-  }
-}
+import { CliError } from './cli-error.js'
 
 type Options = NonNullable<ParseArgsConfig['options']>
 

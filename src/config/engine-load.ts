@@ -2,7 +2,7 @@
 // constant holds the interval's default, which the flag's help, the schema and the README
 // all say.
 import { z } from 'zod'
-import { strategyInfo } from '../../core/strategies.js'
+import { strategyInfo } from '../core/strategies.js'
 
 /** Default time between two reads of an instance's /metrics. */
 export const ENGINE_LOAD_INTERVAL_MS = 100

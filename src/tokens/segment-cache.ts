@@ -23,7 +23,7 @@
 // tokens, of the whole are those of the segments one after another. Whitespace after a
 // newline that follows a letter is not a point: in "a\n  \nb", `\s*[\r\n]+` takes
 // "\n  \n" as one piece. test/sim/tokenizer.test.ts checks all this against encode().
-import { xxh3 } from '../../core/hash.js'
+import { xxh3 } from '../core/hash.js'
 
 // Newlines are found with indexOf (a vectorized search) and the checks around them done
 // by hand: a regex scan of every character costs as much as a cache hit.
