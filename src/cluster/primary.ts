@@ -12,10 +12,11 @@ import type { Config } from '../config/config.js'
 import { RouterClosedError } from '../core/errors.js'
 import type { RouterOptions } from '../core/options.js'
 import { Router } from '../core/router.js'
-import type { Endpoint } from '../fleet/endpoint.js'
+import type { HostView } from '../fleet/endpoint-events.js'
 import { Runtime, type ReloadResult } from '../runtime/runtime.js'
 import { RestartBackoff } from './backoff.js'
-import { publishMembership } from './membership.js'
+import { HostLogWriter } from './host-log.js'
+import { publishHosts } from './membership.js'
 import { isMessage, type SharedRouters, type ToPrimary, type ToWorker } from './messages.js'
 import { ClusterMetrics } from './metrics.js'
 import { WorkerRequestCounts } from './request-counts.js'
@@ -41,8 +42,8 @@ export class ClusterPrimary {
   #routers = new Set<Router>()
   /** Workers that said they are listening. */
   #ready = new Set<Worker>()
-  /** The membership record each shared router was last given. */
-  #published = new WeakMap<Router, string>()
+  /** Each shared router's host-set changes, as published to it. */
+  #published = new WeakMap<Router, HostLogWriter>()
   /** Instances in a failure run, as workers were last told. */
   #failing = new Set<string>()
   #backoff = new RestartBackoff()
@@ -136,8 +137,10 @@ export class ClusterPrimary {
   }
 
   /** Called as the endpoint syncs, before its shared router takes the new membership. */
-  #publish(ep: Endpoint): void {
-    this.#published.set(ep.router, publishMembership(ep, this.#published.get(ep.router)))
+  #publish(ep: HostView): void {
+    let w = this.#published.get(ep.router)
+    if (w === undefined) this.#published.set(ep.router, (w = new HostLogWriter()))
+    publishHosts(ep, w)
   }
 
   /** Every endpoint's record, before a worker is told of its router: one not synced yet has none. */

@@ -2,13 +2,14 @@
 // routing state, applied to the worker's endpoints, and the passive signals the worker's
 // traffic gives (a failed try, a refused connection) sent back to the primary, which alone
 // decides ejections.
-import type { Config } from '../config/config.js'
+import type { Config, EndpointConfig } from '../config/config.js'
 import { Router } from '../core/router.js'
-import type { Endpoint, EndpointEvents, RemoteFleet } from '../fleet/endpoint.js'
+import type { Endpoint } from '../fleet/endpoint.js'
+import type { EndpointEvents } from '../fleet/endpoint-events.js'
 import type { Instance } from '../fleet/instance.js'
 import type { TryResult } from '../fleet/outlier.js'
-import { applyMembership, readMembership, type HeldDown, type Membership } from './membership.js'
 import type { SharedRouters, ToPrimary } from './messages.js'
+import { WorkerEndpoint, type PrimaryLink } from './worker-endpoint.js'
 
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
@@ -19,45 +20,36 @@ const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance
  */
 const REFRESH_EVERY_MS = 200
 
-export class WorkerFleet implements RemoteFleet {
+export class WorkerFleet implements PrimaryLink {
   #routers: SharedRouters
-  #endpoints = new Map<string, Endpoint>()
-  /** The record each endpoint was last brought to, and its version (a reload's new endpoint starts over). */
-  #applied = new WeakMap<Endpoint, { version: number; membership: Membership }>()
-  /** Instances this worker marked down, by endpoint, until the primary's record shows them down. */
-  #heldDown = new WeakMap<Endpoint, Map<string, HeldDown>>()
+  #endpoints = new Map<string, WorkerEndpoint>()
   /** Instances the primary counts a failure run for: a success here breaks it, so it is sent. */
   #failing = new Set<string>()
-  readonly #upstream: Config['upstream']
   readonly #timer: NodeJS.Timeout
 
   constructor(
-    config: Config,
     routers: SharedRouters,
     private readonly send: (m: ToPrimary) => void,
   ) {
-    this.#upstream = config.upstream
     this.#routers = routers
     this.#timer = setInterval(() => {
-      for (const ep of this.#endpoints.values()) this.refresh(ep)
+      for (const ep of this.#endpoints.values()) ep.follow()
     }, REFRESH_EVERY_MS)
     this.#timer.unref()
   }
 
-  events(): Pick<EndpointEvents, 'router' | 'remote'> {
-    return { router: (name: string) => this.#attach(name), remote: this }
-  }
+  /** The worker's endpoints: each a view of the primary's, following the shared region. */
+  readonly build = (config: Config, ep: EndpointConfig, events: EndpointEvents): WorkerEndpoint => new WorkerEndpoint(config, ep, events, this)
 
   /** The primary's shared state for the endpoint: it publishes membership and parameters there. */
-  #attach(name: string): Router {
+  routerFor(name: string): Router {
     const path = this.#routers[name]
     if (path === undefined) throw new Error(`the primary sent no shared routing state for endpoint '${name}'`)
     return Router.attach(path)
   }
 
-  attached(ep: Endpoint): void {
+  attached(ep: WorkerEndpoint): void {
     this.#endpoints.set(ep.name, ep)
-    this.refresh(ep)
   }
 
   /** A reload: endpoints that left are forgotten; new ones find their router here. */
@@ -65,22 +57,6 @@ export class WorkerFleet implements RemoteFleet {
     this.#routers = routers
     const names = new Set(config.endpoints.map((e) => e.name))
     for (const name of this.#endpoints.keys()) if (!names.has(name)) this.#endpoints.delete(name)
-  }
-
-  /** Reads the endpoint's record if the primary has published since; true when it applied a new one. */
-  refresh(ep: Endpoint): boolean {
-    if (ep.closed) return false
-    const got = readMembership(ep, this.#applied.get(ep)?.version ?? 0)
-    if (got === undefined) return false
-    this.#applied.set(ep, got)
-    applyMembership(ep, got.membership, this.#upstream, this.#held(ep))
-    return true
-  }
-
-  #held(ep: Endpoint): Map<string, HeldDown> {
-    let m = this.#heldDown.get(ep)
-    if (m === undefined) this.#heldDown.set(ep, (m = new Map()))
-    return m
   }
 
   close(): void {
@@ -100,16 +76,7 @@ export class WorkerFleet implements RemoteFleet {
     this.send({ prefixRouter: 'try', endpoint: ep.name, instance: inst.id, result })
   }
 
-  markDown(ep: Endpoint, inst: Instance, reason: string): void {
-    // Kept down here through the records the primary writes before it takes this report: the
-    // latest one read first, for the count of reports it had taken until now.
-    this.refresh(ep)
-    const current = ep.instances.get(inst.id)
-    const recorded = this.#applied.get(ep)?.membership.instances.find((s) => s.id === inst.id)
-    if (current === undefined || recorded === undefined) return // gone from the primary's record: no pick names it
-    this.#held(ep).set(inst.id, { reason, seen: recorded.failReports })
-    current.health.healthy = false
-    current.health.lastError = reason
+  down(ep: Endpoint, inst: Instance, reason: string): void {
     this.send({ prefixRouter: 'down', endpoint: ep.name, instance: inst.id, reason })
   }
 }

@@ -68,7 +68,7 @@ export async function runWorker(): Promise<void> {
   const inbox = new Inbox()
   send({ prefixRouter: 'hello' })
   const start = await inbox.start()
-  const fleet = new WorkerFleet(start.config, start.routers, send)
+  const fleet = new WorkerFleet(start.routers, send)
   let proxy: ProxyServer | undefined
   let pending: ToWorker[] = []
   const apply = (m: ToWorker) => {
@@ -109,7 +109,7 @@ export async function runWorker(): Promise<void> {
 
   try {
     // Its log lines carry its pid, as the primary's line about a worker's exit does.
-    proxy = await ProxyServer.start(start.config, { fleet: 'mirror', endpointEvents: fleet.events(), holdRequests: true })
+    proxy = await ProxyServer.start(start.config, { fleet: 'mirror', buildEndpoint: fleet.build, holdRequests: true })
   } catch (err) {
     send({ prefixRouter: 'failed', ...startError(err, start.config) })
     process.exit(1)

@@ -2,7 +2,7 @@
 // which instance it would go to and why, from the configuration alone: nothing is sent, no
 // instance is probed (models are those declared in the config; all instances count as up).
 import { ConfigError } from '../config/config.js'
-import { Endpoint } from '../fleet/endpoint.js'
+import { LocalEndpoint } from '../fleet/local-endpoint.js'
 import { xxh3 } from '../core/hash.js'
 import { RequestError } from '../core/errors.js'
 import { routingKey, textSpan } from '../core/key/index.js'
@@ -95,7 +95,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const epc = epName === undefined ? config.endpoints[0]! : config.endpoints.find((e) => e.name === epName)
   if (epc === undefined) throw new CliError(`--endpoint '${epName}' is not in the configuration (${config.endpoints.map((e) => e.name).join(', ')})`)
-  const ep = new Endpoint(config, epc)
+  const ep = new LocalEndpoint(config, epc)
   try {
     const body = await readStdin()
     const { api, from: apiFrom } = apiOf(apiFlag, completions === true, body)

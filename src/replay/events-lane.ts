@@ -6,7 +6,8 @@
 // and lets the blocks it routed count as pending until their events arrive.
 import { exactSeed } from '../core/exact-seed.js'
 import { xxh3 } from '../core/hash.js'
-import type { ExactInstanceInfo, PickOptions } from '../core/router.js'
+import type { ExactInstanceInfo, ExactTokens, PickOptions, Router } from '../core/router.js'
+import { EXACT_BLOCK_SIZE, EXACT_CAPACITY, EXACT_NOT_MEMBER, EXACT_ORPHAN } from '../core/exact-index.js'
 import { mediumTier, type BlockStoredEvent, type EngineBlockHash, type KvEvent } from '../fleet/events/types.js'
 import type { PreparedRequest } from './prepare.js'
 import { NativeRouter, type RouterContext, type RouterFactory } from './routers.js'
@@ -33,7 +34,7 @@ export const longestPrefixShared: RouterFactory = {
   create: (ctx) => new EventsRouter(ctx, true),
 }
 
-/** What the exact view refused, by reason (exact.store's negative results). */
+/** What the exact view refused, by reason (exactStore's negative results). */
 export interface ExactRefusals {
   /** Tokens that do not fill the event's blocks: a malformed event, dropped. */
   malformed: number
@@ -57,37 +58,7 @@ export class EventsRouter extends NativeRouter {
   }
 
   readonly kvEvents = (instance: number, events: readonly KvEvent[]): void => {
-    const id = this.ctx.ids[instance]!
-    for (const ev of events) {
-      if (ev.type === 'BlockStored') this.stored(id, ev)
-      else if (ev.type === 'BlockRemoved') this.router.exact.remove(id, uint64s(ev.blockHashes), mediumTier(ev.medium))
-      else this.router.exact.clear(id)
-    }
-  }
-
-  private stored(id: string, ev: BlockStoredEvent): void {
-    // A malformed event is dropped, as a subscriber drops a bad frame, rather than stopping the run.
-    if (!Number.isInteger(ev.blockSize) || ev.blockSize < 1 || ev.tokenIds.length !== ev.blockHashes.length * ev.blockSize) {
-      this.refused.malformed++
-      return
-    }
-    // Block 0's extra keys carry the adapter's name and then cache_salt (see the engine's
-    // KV event log); the router seeds its chain with the same two names.
-    const extra = ev.parentBlockHash === null ? (ev.extraKeys?.[0] ?? null) : null
-    const salt = extra?.find((k) => typeof k === 'string' && k !== ev.loraName) as string | undefined
-    const n = this.router.exact.store(
-      id,
-      ev.parentBlockHash === null ? null : uint64(ev.parentBlockHash),
-      uint64s(ev.blockHashes),
-      Uint32Array.from(ev.tokenIds),
-      ev.blockSize,
-      exactSeed(ev.loraName ?? undefined, salt),
-      mediumTier(ev.medium),
-    )
-    if (n === -1) this.refused.orphan++
-    else if (n === -2) this.refused.notMember++
-    else if (n === -3) this.refused.blockSize++
-    else if (n === -4) this.refused.capacity++
+    applyKvEvents(this.router, this.ctx.ids[instance]!, events, this.refused)
   }
 
   /** What the router's exact view holds for engine `instance`. */
@@ -96,10 +67,7 @@ export class EventsRouter extends NativeRouter {
   }
 
   protected override pickExtras(req: PreparedRequest, now: number): PickOptions {
-    const ids = req.prompt.tokenIds
-    if (ids === undefined) throw new Error(`${EVENTS_LANE} needs the prompts' token ids (prepare with tokens)`)
-    // The replay serves every request as the base model: no adapter, the body's cache_salt.
-    return { tokens: { ids, seed: exactSeed(undefined, req.cacheSalt) }, now }
+    return { tokens: exactTokensOf(req, EVENTS_LANE), now }
   }
 
   override setInstances(members: readonly number[]): void {
@@ -109,6 +77,50 @@ export class EventsRouter extends NativeRouter {
     for (const m of members) if (!before.has(m)) this.router.exact.setView(this.ctx.ids[m]!, 'fresh')
     this.members = [...members]
   }
+}
+
+/**
+ * One engine's batch of KV events into the router's exact view of `id`, as serve's subscriber
+ * applies a publisher's: what the view refused counted in `refused`.
+ */
+export function applyKvEvents(router: Router, id: string, events: readonly KvEvent[], refused: ExactRefusals): void {
+  for (const ev of events) {
+    if (ev.type === 'BlockStored') stored(router, id, ev, refused)
+    else if (ev.type === 'BlockRemoved') router.exact.remove(id, uint64s(ev.blockHashes), mediumTier(ev.medium))
+    else router.exact.clear(id)
+  }
+}
+
+function stored(router: Router, id: string, ev: BlockStoredEvent, refused: ExactRefusals): void {
+  // A malformed event is dropped, as a subscriber drops a bad frame, rather than stopping the run.
+  if (!Number.isInteger(ev.blockSize) || ev.blockSize < 1 || ev.tokenIds.length !== ev.blockHashes.length * ev.blockSize) {
+    refused.malformed++
+    return
+  }
+  // Block 0's extra keys carry the adapter's name and then cache_salt (see the engine's
+  // KV event log); the router seeds its chain with the same two names.
+  const extra = ev.parentBlockHash === null ? (ev.extraKeys?.[0] ?? null) : null
+  const salt = extra?.find((k) => typeof k === 'string' && k !== ev.loraName) as string | undefined
+  const n = router.exact.store(
+    id,
+    ev.parentBlockHash === null ? null : uint64(ev.parentBlockHash),
+    uint64s(ev.blockHashes),
+    Uint32Array.from(ev.tokenIds),
+    ev.blockSize,
+    exactSeed(ev.loraName ?? undefined, salt),
+    mediumTier(ev.medium),
+  )
+  if (n === EXACT_ORPHAN) refused.orphan++
+  else if (n === EXACT_NOT_MEMBER) refused.notMember++
+  else if (n === EXACT_BLOCK_SIZE) refused.blockSize++
+  else if (n === EXACT_CAPACITY) refused.capacity++
+}
+
+/** The prompt's token ids and their chain's seed, as the exact view is asked (the base model, the body's cache_salt). */
+export function exactTokensOf(req: PreparedRequest, lane: string): ExactTokens {
+  const ids = req.prompt.tokenIds
+  if (ids === undefined) throw new Error(`${lane} needs the prompts' token ids (prepare with tokens)`)
+  return { ids, seed: exactSeed(undefined, req.cacheSalt) }
 }
 
 /** An engine hash as the router keys it: an integer's low 64 bits, or the XXH3 of a byte hash. */

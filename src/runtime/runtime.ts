@@ -9,7 +9,9 @@ import { ConfigError, type Config } from '../config/config.js'
 import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
 import { requireSourcePackages } from '../fleet/discovery/create.js'
 import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import { Endpoint, probeToken, type EndpointEvents } from '../fleet/endpoint.js'
+import type { BuildEndpoint, Endpoint, EndpointEvents } from '../fleet/endpoint.js'
+import { localEndpoint } from '../fleet/local-endpoint.js'
+import { probeToken } from '../fleet/owner.js'
 import { defaultReplicaId } from '../fleet/share/replica-id.js'
 import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
@@ -41,11 +43,14 @@ export interface RuntimeOptions {
   /**
    * Who decides the fleet. 'own' (the default): this process probes, discovers, shares queued
    * prefill and opens the admin port. 'mirror': another process does (a --workers worker's
-   * fleet comes from its primary through `endpointEvents.remote`), and none of that runs here.
+   * fleet comes from its primary through the endpoints `buildEndpoint` makes), and none of that
+   * runs here.
    */
   fleet?: 'own' | 'mirror'
   /** Added to every endpoint's events: how its router is made, who publishes its membership. */
-  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync' | 'remote'>
+  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync'>
+  /** Builds each endpoint's view (default: its owner and its view in this process; a worker's reads the primary's). */
+  buildEndpoint?: BuildEndpoint
   /** After a reload has taken effect here (a primary passes it on to its workers). */
   onReload?(config: Config): void
   /** What GET /metrics answers (default: this process's registry). */
@@ -105,7 +110,7 @@ export class Runtime implements AdminView {
       registerTokenizerMetrics(tokenizer, [this.metrics.registry])
       this.#stopFallbackLog = logFallbacks(tokenizer, this.log)
     }
-    for (const ep of config.endpoints) this.#endpoints.set(ep.name, new Endpoint(config, ep, this.#endpointEvents()))
+    for (const ep of config.endpoints) this.#endpoints.set(ep.name, this.#newEndpoint(config, ep))
   }
 
   /** This process probes, discovers and opens the admin port (not a --workers worker). */
@@ -132,6 +137,10 @@ export class Runtime implements AdminView {
     return this.#opts.routesRequests === true
   }
 
+  #newEndpoint(config: Config, ep: Config['endpoints'][number]): Endpoint {
+    return (this.#opts.buildEndpoint ?? localEndpoint)(config, ep, this.#endpointEvents())
+  }
+
   #endpointEvents() {
     return {
       log: this.log,
@@ -144,17 +153,17 @@ export class Runtime implements AdminView {
     if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
     for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
     const r = new Runtime(config, opts, await tokenizerFromConfig(config))
-    const owns = r.ownsFleet
     try {
-      if (owns && opts.probeFirst !== false) await Promise.all([...r.#endpoints.values()].map((e) => e.probe()))
-      if (owns) for (const ep of r.#endpoints.values()) ep.startProbes()
+      // Only an endpoint's owner probes (a worker's come from its primary).
+      if (opts.probeFirst !== false) await Promise.all([...r.#endpoints.values()].map((e) => e.owner?.probe()))
+      for (const ep of r.#endpoints.values()) ep.owner?.startProbes()
       // Never waits for Redis: its connections are made in the background, and made again.
       if (r.#shares()) r.#share = await r.#startShare(config)
       // Discovered instances are there before the first request, unless a source is slow to answer.
       const discovered = r.#applyDiscovery(config)
       if (opts.probeFirst !== false) await discovered
       await opts.beforeAdmin?.(r)
-      if (owns) r.#admin = await listenAdmin(r, config.admin, opts.exclusive)
+      if (r.ownsFleet) r.#admin = await listenAdmin(r, config.admin, opts.exclusive)
     } catch (err) {
       await r.close()
       throw err
@@ -174,7 +183,7 @@ export class Runtime implements AdminView {
       endpoints: () => this.#endpoints.values(),
       log: this.log,
       // Into each endpoint's router, with the engines' load (LoadBeyondOwn keeps the two apart).
-      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.setSharedPrefill(instance, blocks) },
+      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.owner?.setSharedPrefill(instance, blocks) },
     })
   }
 
@@ -230,12 +239,10 @@ export class Runtime implements AdminView {
       if (cur) {
         for (const inst of cur.update(config, epc)) retired.push(closeWhenDrained(cur, inst))
       } else {
-        const ep = new Endpoint(config, epc, this.#endpointEvents())
+        const ep = this.#newEndpoint(config, epc)
         this.#endpoints.set(epc.name, ep)
-        if (this.ownsFleet) {
-          ep.startProbes()
-          void ep.probe()
-        }
+        ep.owner?.startProbes()
+        void ep.owner?.probe()
       }
     }
     this.config = {
@@ -263,11 +270,11 @@ export class Runtime implements AdminView {
     const started: Promise<void>[] = []
     for (const epc of config.endpoints) {
       const ep = this.#endpoints.get(epc.name)
-      // A mirror's discovered instances come from the process that owns the fleet.
-      if (ep === undefined || this.#closing || !this.ownsFleet) continue
+      // Discovery feeds the owner: a mirror's discovered instances come from the process that owns the fleet.
+      if (ep?.owner === undefined || this.#closing) continue
       let d = this.#discovery.get(epc.name)
       if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
-      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep, this.log)))
+      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep.owner, this.log)))
       started.push(d.apply(epc.discovery ?? []))
     }
     return Promise.all(started).then(() => undefined)

@@ -5,7 +5,7 @@ import type { Endpoint } from '../fleet/endpoint.js'
 import type { Leg } from '../fleet/groups.js'
 import type { Instance } from '../fleet/instance.js'
 import type { Chosen, LegPicker, RequestView } from './types.js'
-import { APPROX_BYTES_PER_TOKEN } from './uncached.js'
+import { APPROX_BYTES_PER_TOKEN, reportedLeadTokens } from './uncached.js'
 
 class EndpointPicker implements LegPicker<Instance> {
   constructor(readonly ep: Endpoint) {}
@@ -35,6 +35,11 @@ class EndpointPicker implements LegPicker<Instance> {
       if (playing.has(row.id)) least = Math.min(least, (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens)
     }
     return least
+  }
+
+  reportedTokens(view: RequestView): ((instance: Instance) => number) | undefined {
+    const held = reportedLeadTokens(this.ep.router, view, undefined)
+    return held === undefined ? undefined : (i) => held(i.id)
   }
 
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<Instance> {

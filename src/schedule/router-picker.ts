@@ -7,7 +7,7 @@ import { plays, type Role } from '../config/disaggregation.js'
 import { ANY_MODEL, groupName, groupsOf, legGroup, type Leg } from '../fleet/groups.js'
 import type { InstanceSpec } from '../core/options.js'
 import type { Chosen, LegPicker, RequestView } from './types.js'
-import { APPROX_BYTES_PER_TOKEN } from './uncached.js'
+import { APPROX_BYTES_PER_TOKEN, reportedLeadTokens } from './uncached.js'
 
 export interface RoleMember {
   id: string
@@ -75,6 +75,10 @@ export class RouterLegPicker implements LegPicker<string> {
       least = Math.min(least, (row.queuedPrefillBlocks + row.engineQueuedPrefillBlocks) * this.blockTokens)
     }
     return least
+  }
+
+  reportedTokens(view: RequestView): ((instance: string) => number) | undefined {
+    return reportedLeadTokens(this.router, view, this.now?.())
   }
 
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<string> {

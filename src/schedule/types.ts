@@ -44,6 +44,13 @@ export interface LegPicker<I> {
   leastQueuedPrefillTokens(leg: Leg): number
   /** Requests in flight on the instance: this router's leases and what its engine reports beyond them. */
   inFlight(instance: I): number
+  /**
+   * With the exact view (the request tokenized, the instances' KV events followed): how many of
+   * the prompt's leading tokens each instance's engine has reported holding, blocks only pending
+   * there (routed to it, not reported yet) left out; undefined without the exact view. A dry
+   * run, asked before the pick, whose lease adds the prompt's blocks as pending where it lands.
+   */
+  reportedTokens?(view: RequestView): ((instance: I) => number) | undefined
   /** `leg` undefined: a whole request (on an instance that decodes, in a disaggregated fleet). */
   pick(view: RequestView, leg: Leg | undefined, avoid?: readonly Lease[], alternates?: number): Chosen<I>
 }

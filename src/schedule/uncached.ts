@@ -1,6 +1,6 @@
 // How much of the prompt an instance lacks, by what its pick saw: the decision whether a
 // request is worth a prefill leg of its own reads it.
-import type { Lease } from '../core/router.js'
+import type { Lease, Router } from '../core/router.js'
 import type { RequestView } from './types.js'
 
 /**
@@ -20,4 +20,19 @@ export function uncachedTokens(lease: Lease, view: RequestView, blockTokens: num
   if (lease.blocks === 0) return view.promptTokens
   if (lease.exact) return Math.round(view.promptTokens * (1 - lease.heldShare))
   return Math.max(0, view.promptTokens - Math.round(lease.heldBlocks * blockTokens))
+}
+
+/**
+ * What exactMatch says each instance's engine reported holding of the prompt's lead, in tokens:
+ * its GPU and offloaded blocks, not the pending ones. (A lead whose pending blocks come before
+ * reported ones counts the latter too; a prompt's chain is reported from its start.)
+ */
+export function reportedLeadTokens(router: Router, view: RequestView, now: number | undefined): ((id: string) => number) | undefined {
+  if (view.exact === undefined) return undefined
+  const bs = router.params.exactBlockSize
+  const held = new Map<string, number>()
+  for (const m of router.exact.match(view.exact.ids, view.exact.seed, now)) {
+    if (m.view === 'fresh') held.set(m.instance, (m.gpuBlocks + m.offloadedBlocks) * bs)
+  }
+  return (id) => held.get(id) ?? 0
 }

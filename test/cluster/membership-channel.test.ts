@@ -7,10 +7,13 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { parseConfig, type Config } from '../../src/config/config.js'
 import { RequestError } from '../../src/core/errors.js'
 import { Router } from '../../src/core/router.js'
-import { publishMembership } from '../../src/cluster/membership.js'
+import { HostLogWriter } from '../../src/cluster/host-log.js'
+import { publishHosts } from '../../src/cluster/membership.js'
 import type { ToPrimary } from '../../src/cluster/messages.js'
 import { WorkerFleet } from '../../src/cluster/worker-fleet.js'
-import { Endpoint } from '../../src/fleet/endpoint.js'
+import type { WorkerEndpoint } from '../../src/cluster/worker-endpoint.js'
+import type { Endpoint } from '../../src/fleet/endpoint.js'
+import { LocalEndpoint } from '../../src/fleet/local-endpoint.js'
 
 const A = 'http://127.0.0.1:9'
 const B = 'http://127.0.0.2:9'
@@ -35,7 +38,7 @@ afterEach(async () => {
 
 interface Pair {
   primary: Endpoint
-  worker: Endpoint
+  worker: WorkerEndpoint
   /** What the worker sent the primary, not delivered (the IPC channel held back). */
   toPrimary: ToPrimary[]
 }
@@ -43,14 +46,14 @@ interface Pair {
 function pair(urls: string[], extra: Record<string, Record<string, unknown>> = {}): Pair {
   const c = config(urls, extra)
   // As ClusterPrimary does: the record published as the endpoint syncs, before its ring.
-  let last: string | undefined
-  const primary = new Endpoint(c, c.endpoints[0]!, { router: (_name, options) => new Router({ ...options, shared: true }), onSync: (ep) => void (last = publishMembership(ep, last)) })
+  const writer = new HostLogWriter()
+  const primary = new LocalEndpoint(c, c.endpoints[0]!, { router: (_name, options) => new Router({ ...options, shared: true }), onSync: (ep) => publishHosts(ep, writer) })
   open.push(primary)
   primary.sync()
   const toPrimary: ToPrimary[] = []
-  const fleet = new WorkerFleet(c, { default: primary.router.sharedPath! }, (m) => void toPrimary.push(m))
+  const fleet = new WorkerFleet({ default: primary.router.sharedPath! }, (m) => void toPrimary.push(m))
   fleets.push(fleet)
-  const worker = new Endpoint(c, c.endpoints[0]!, fleet.events())
+  const worker = fleet.build(c, c.endpoints[0]!, {})
   open.push(worker)
   return { primary, worker, toPrimary }
 }
@@ -108,7 +111,7 @@ describe('--workers: the membership a worker picks from', () => {
     expect(roles(worker)).toEqual([`${A} prefill 8998`, `${B} decode -`, `${C} both -`])
     const next = config([A, B, C], { [A]: { role: 'prefill' }, [C]: { role: 'decode' } })
     primary.update(next, next.endpoints[0]!)
-    expect(fleets.at(-1)!.refresh(worker)).toBe(true)
+    expect(worker.follow()).toBe(true)
     expect(roles(worker)).toEqual([`${A} prefill -`, `${B} both -`, `${C} decode -`])
     expect(roles(worker)).toEqual(roles(primary))
   })

@@ -8,9 +8,9 @@ import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { brokenRules, circles, importEdges, importGraph, importNames, specifiers, tsFiles, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
+import { brokenRules, circles, crossings, importEdges, importGraph, importNames, specifiers, tsFiles, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
 import { underscoreImports, underscoreImportsIn, underscoreMembers } from '../helpers/underscore-names.js'
-import { crossings } from '../helpers/forbidden-imports.js'
+import { folderCrossings } from '../helpers/forbidden-imports.js'
 
 const src = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'src')
 
@@ -48,17 +48,17 @@ describe('the import graph of src/', () => {
   // Two fronts over one runtime: serve's HTTP front (proxy/) and the endpoint picker's ext_proc
   // front (epp/) each own their protocol, and what both use lives below them (request/, runtime/).
   it('no front imports the other front', () => {
-    expect(crossings(graph, ['proxy'], ['epp'])).toEqual([])
-    expect(crossings(graph, ['epp'], ['proxy'])).toEqual([])
+    expect(folderCrossings(graph, ['proxy'], ['epp'])).toEqual([])
+    expect(folderCrossings(graph, ['epp'], ['proxy'])).toEqual([])
   })
 
   it('the runtime, and what both fronts share below it, import neither front', () => {
-    expect(crossings(graph, ['runtime', 'request', 'log'], ['proxy', 'epp'])).toEqual([])
+    expect(folderCrossings(graph, ['runtime', 'request', 'log'], ['proxy', 'epp'])).toEqual([])
   })
 
   // Turning a request into tokens is request/keying.ts's: the fleet knows instances and models.
   it('fleet/ imports nothing from tokens/', () => {
-    expect(crossings(graph, ['fleet'], ['tokens'])).toEqual([])
+    expect(folderCrossings(graph, ['fleet'], ['tokens'])).toEqual([])
   })
 })
 
@@ -73,18 +73,18 @@ describe('the layering rules', () => {
   ])
 
   it('find a front importing the other, in either direction', () => {
-    expect(crossings(g, ['proxy'], ['epp'])).toEqual(['proxy/handler.ts -> epp/subset.ts'])
-    expect(crossings(g, ['epp'], ['proxy'])).toEqual(['epp/exchange.ts -> proxy/errors.ts'])
+    expect(folderCrossings(g, ['proxy'], ['epp'])).toEqual(['proxy/handler.ts -> epp/subset.ts'])
+    expect(folderCrossings(g, ['epp'], ['proxy'])).toEqual(['epp/exchange.ts -> proxy/errors.ts'])
   })
 
   it('find the runtime importing a front', () => {
-    expect(crossings(g, ['runtime', 'request'], ['proxy', 'epp'])).toEqual(['runtime/runtime.ts -> proxy/proxy.ts'])
+    expect(folderCrossings(g, ['runtime', 'request'], ['proxy', 'epp'])).toEqual(['runtime/runtime.ts -> proxy/proxy.ts'])
   })
 
   it('find fleet/ importing tokens/, and name folders whole (proxyish/ is not proxy/)', () => {
-    expect(crossings(g, ['fleet'], ['tokens'])).toEqual(['fleet/endpoint.ts -> tokens/index.ts'])
-    expect(crossings(new Map([['proxyish/x.ts', ['epp/y.ts']]]), ['proxy'], ['epp'])).toEqual([])
-    expect(crossings(new Map([['request/a.ts', ['request/b.ts']]]), ['request'], ['proxy', 'epp'])).toEqual([])
+    expect(folderCrossings(g, ['fleet'], ['tokens'])).toEqual(['fleet/endpoint.ts -> tokens/index.ts'])
+    expect(folderCrossings(new Map([['proxyish/x.ts', ['epp/y.ts']]]), ['proxy'], ['epp'])).toEqual([])
+    expect(folderCrossings(new Map([['request/a.ts', ['request/b.ts']]]), ['request'], ['proxy', 'epp'])).toEqual([])
   })
 })
 
@@ -175,7 +175,7 @@ describe('the layer rules', () => {
 })
 
 // A name starting with `_` is its module's own: no other module imports it, re-exports it, or
-// calls it as a member (`router._pickIn(...)`), however it got hold of the object.
+// calls it as a member (`router.pickWith(...)`), however it got hold of the object.
 describe('names starting with _', () => {
   it('are imported by no file of src/ from another module', () => {
     expect(underscoreImportsIn(src)).toEqual([])
@@ -209,5 +209,39 @@ describe('names starting with _', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
+  })
+})
+
+// An endpoint's owner writes membership and health, its views pick; what lies below them in
+// fleet/ (the exact view's events, the engines' load, share-load, discovery) is used by them
+// and reads them, when it must, through a narrow interface defined beside itself.
+const ENDPOINT = new Set(['fleet/endpoint.ts', 'fleet/local-endpoint.ts', 'fleet/owner.ts'])
+/** A file in a folder of fleet/, not fleet/ itself. */
+const belowFleet = (f: string) => f.startsWith('fleet/') && f.split('/').length > 2
+/** A file of fleet/ itself: the endpoint's owner, its views and what they share. */
+const inFleet = (f: string) => f.startsWith('fleet/') && f.split('/').length === 2
+
+describe("the fleet's layers", () => {
+  const graph = importGraph(src)
+
+  it("the folders of fleet/ import neither the endpoint's owner nor its views (their metrics read an interface of their own)", () => {
+    expect(crossings(graph, belowFleet, (t) => ENDPOINT.has(t))).toEqual([])
+  })
+
+  it("the endpoint's owner and views import nothing of discovery: a source feeds the owner through the owner's own interface", () => {
+    expect(crossings(graph, inFleet, (t) => t.startsWith('fleet/discovery/'))).toEqual([])
+  })
+
+  it('the layer checker names each forbidden import, and only those', () => {
+    const g = new Map([
+      ['fleet/endpoint.ts', ['fleet/discovery/source.ts', 'fleet/instance.ts']],
+      ['fleet/owner.ts', ['fleet/host-entry.ts']],
+      ['fleet/load/metrics.ts', ['fleet/endpoint.ts', 'fleet/load/scraper.ts']],
+      ['fleet/events/metrics.ts', ['fleet/events/exact-view.ts']],
+      ['fleet/discovery/source.ts', ['fleet/host-entry.ts']],
+    ])
+    expect(crossings(g, belowFleet, (t) => ENDPOINT.has(t))).toEqual(['fleet/load/metrics.ts -> fleet/endpoint.ts'])
+    expect(crossings(g, inFleet, (t) => t.startsWith('fleet/discovery/'))).toEqual(['fleet/endpoint.ts -> fleet/discovery/source.ts'])
+    expect(crossings(new Map([['fleet/owner.ts', ['fleet/host-entry.ts']]]), inFleet, (t) => t.startsWith('fleet/discovery/'))).toEqual([])
   })
 })

@@ -5,12 +5,12 @@
 import type http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config/config.js'
-import { Endpoint } from '../../src/fleet/endpoint.js'
+import { LocalEndpoint } from '../../src/fleet/local-endpoint.js'
 import { entry } from '../../src/fleet/discovery/source.js'
 import { startStub, until, type Stub } from '../proxy/helpers.js'
 
 let stub: Stub | undefined
-let ep: Endpoint | undefined
+let ep: LocalEndpoint | undefined
 afterEach(async () => {
   await ep?.close()
   await stub?.close()
@@ -24,12 +24,12 @@ describe('a discovered instance joining', () => {
       res.writeHead(404).end()
     })
     const c = parseConfig({ listen: { host: '127.0.0.1', port: 0 }, health: { intervalMs: 0 }, endpoints: [{ name: 'default', discovery: [{ type: 'file', path: 'unused.yaml' }] }] })
-    ep = new Endpoint(c, c.endpoints[0]!)
+    ep = new LocalEndpoint(c, c.endpoints[0]!)
     const list = [entry(stub.url)]
     const joined: string[] = []
-    void ep.setDiscovered('src', list).joined.then(() => joined.push('first'))
+    void ep.owner.setDiscovered('src', list).joined.then(() => joined.push('first'))
     await until(() => held.length === 1, 10_000, 'the first probe sent')
-    void ep.setDiscovered('src', list).joined.then(() => joined.push('again'))
+    void ep.owner.setDiscovered('src', list).joined.then(() => joined.push('again'))
     // Both wait on the one probe: the instance is not in yet, neither has joined.
     await new Promise((r) => setImmediate(r))
     expect(joined).toEqual([])

@@ -4,7 +4,8 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config/config.js'
 import { RequestError } from '../../src/core/errors.js'
-import { Endpoint } from '../../src/fleet/endpoint.js'
+import type { Endpoint } from '../../src/fleet/endpoint.js'
+import { LocalEndpoint } from '../../src/fleet/local-endpoint.js'
 
 const A = 'http://127.0.0.1:9'
 const B = 'http://127.0.0.2:9'
@@ -28,7 +29,7 @@ afterEach(async () => {
 
 function make(aModels: string[], bModels: string[]): Endpoint {
   const c = config(aModels, bModels)
-  const ep = new Endpoint(c, c.endpoints[0]!)
+  const ep = new LocalEndpoint(c, c.endpoints[0]!)
   endpoints.push(ep)
   return ep
 }

@@ -53,7 +53,7 @@ describe('probes of instances behind an API key', () => {
   it('without probeAuth: the 401 on /v1/models is the instance’s error, naming the setting, and logged once', async () => {
     sim = await startSimFleet({ instances: 1, apiKey: KEY })
     const { router, lines } = await routerFor(sim.urls)
-    await router.endpoint('default')!.probe()
+    await router.endpoint('default')!.owner!.probe()
     const [inst] = (await instances(router)).list
     // /health is open (as vLLM's is): the instance takes traffic, only its models are unknown.
     expect(inst!.healthy).toBe(true)
@@ -114,8 +114,8 @@ describe('probes of instances behind an API key', () => {
     expect(before.lastError).not.toContain('sk-wrong')
     writeFileSync(file, KEY)
     // The next probe is refused with the old key and reads the file again; the one after uses the new key.
-    await router.endpoint('default')!.probe()
-    await router.endpoint('default')!.probe()
+    await router.endpoint('default')!.owner!.probe()
+    await router.endpoint('default')!.owner!.probe()
     const after = (await instances(router)).list[0]!
     expect(after.lastError).toBeNull()
     expect(after.models.length).toBeGreaterThan(0)
@@ -133,7 +133,7 @@ describe('probes of instances behind an API key', () => {
     expect(() => router.reload(next({ tokenEnv: 'PROBE_AUTH_TEST_UNSET' }))).toThrow(new ConfigError('endpoints[second].probeAuth.tokenEnv: the environment variable PROBE_AUTH_TEST_UNSET is not set (or empty)'))
     expect([...router.endpoints()].map((e) => e.name)).toEqual(['default'])
     expect(router.endpoint('default')!.routing.strategy).toBe(running)
-    await router.endpoint('default')!.probe()
+    await router.endpoint('default')!.owner!.probe()
     expect((await instances(router)).list[0]!.lastError).toBeNull()
   })
 

@@ -201,3 +201,8 @@ function shortestWayRound(graph: ReadonlyMap<string, readonly string[]>, from: s
   }
   return [from, from]
 }
+
+/** Every import of a file `from` accepts into a file `to` accepts, as `a.ts -> b.ts`: the edges a layering rule forbids. */
+export function crossings(graph: ReadonlyMap<string, readonly string[]>, from: (file: string) => boolean, to: (file: string) => boolean): string[] {
+  return [...graph].flatMap(([f, targets]) => (from(f) ? targets.filter(to).map((t) => `${f} -> ${t}`) : [])).sort()
+}

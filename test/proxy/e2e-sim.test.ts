@@ -125,7 +125,7 @@ describe('through the router to simulated vLLM workers', () => {
       const r = await post(`${url}/v1/load_lora_adapter`, JSON.stringify({ lora_name: 'sql-lora', lora_path: '/adapters/sql' }))
       expect(r.status).toBe(200)
     }
-    for (const ep of router.endpoints()) await ep.probe() // what the periodic model refresh does
+    for (const ep of router.endpoints()) await ep.owner!.probe() // what the periodic model refresh does
     const models = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: { id: string; parent: string | null }[] }
     expect(models.data).toContainEqual(expect.objectContaining({ id: 'sql-lora', parent: MODEL }))
     const allowed = new Set(fleet.urls.slice(0, 2))

@@ -73,6 +73,40 @@ describe('disaggregated replay lanes', () => {
     lane.close()
   })
 
+  it("our exact lanes follow the engines' KV events: a decode instance's view is what its engine stored", () => {
+    const durationMs = 20_000
+    const lane = new PdLane(ourPd(256, 2048, 'pd', 'exact'), { prefill: 2, decode: 2, sim, prefixLength: 4096, seed: 1, durationMs, slo: DEFAULT_SLO, kvEventsDelayMs: 5 })
+    expect(lane.factory.name).toBe('pd:events')
+    expect(lane.wantsKvEvents).toBe(true)
+    const r = resolveSim(sim)
+    const prep = { model: r.model, blockSize: r.engine.blockSize, tokenizer: r.tokenizer, withTokens: true }
+    let i = 0
+    for (const req of requests(durationMs)) lane.arrive(prepareRequest(req, i++, prep))
+    lane.drain()
+    const ours = lane.router as SchedulerLane
+    expect(ours.refused).toEqual({ malformed: 0, orphan: 0, notMember: 0, blockSize: 0, capacity: 0 })
+    // Every engine computed prompts (the prefill legs, the whole runs): each one's view is fresh and holds blocks.
+    for (const e of lane.fleet.engines) {
+      const v = ours.router.exact.instance(e.id)!
+      expect(v.view, e.id).toBe('fresh')
+      expect(v.gpuBlocks, e.id).toBeGreaterThan(0)
+      expect(ours.router.inFlight(e.id), e.id).toBe(0)
+    }
+    // The group prefixes the decode instances hold skip the prefill leg, as with the approximate view.
+    expect(lane.stats.split).toBeGreaterThan(0)
+    expect(lane.stats.split).toBeLessThan(i)
+    lane.close()
+  })
+
+  it('names our lanes with the exact view, and runs the default lanes without them', () => {
+    expect(resolvePdLanes(['pd:events', 'PD_ALWAYS:events', 'aggregated:events']).map((l) => [l.name, l.kvEvents === true, l.aggregated === true])).toEqual([
+      ['pd:events', true, false],
+      ['pd_always:events', true, false],
+      ['aggregated:events', true, true],
+    ])
+    expect(resolvePdLanes(undefined).some((l) => l.name.endsWith(':events'))).toBe(false)
+  })
+
   it('refuses an unknown lane by name', () => {
     expect(() => resolvePdLanes(['pd', 'fastest'])).toThrow(/unknown lane 'fastest' with --prefill\/--decode; choose from aggregated, pd, pd_always/)
     expect(resolvePdLanes(['PD-Always']).map((l) => l.name)).toEqual(['pd_always'])

@@ -7,6 +7,7 @@ import { RequestError } from '../../src/core/errors.js'
 import { RouterLegPicker, type RoleMember } from '../../src/schedule/router-picker.js'
 import { releaseSchedule, schedule, type RequestView } from '../../src/schedule/index.js'
 import type { PdOptions } from '../../src/schedule/profiles/pd.js'
+import { exactSeed } from '../../src/core/exact-seed.js'
 
 const routers: Router[] = []
 afterEach(() => routers.splice(0).forEach((r) => r.close()))
@@ -205,4 +206,60 @@ describe('the pd profile under load (decodePrefillCap)', () => {
     expect(Object.values(inFlight(p)).every((n) => n === 0)).toBe(true)
   })
 
+})
+
+describe('the pd profile with the exact view', () => {
+  it("counts a decode instance's blocks still on their way from a prefill leg as lacking, and runs whole there once its engine reports them", () => {
+    let now = 0
+    const r = new Router({ strategy: 'longest_prefix', instances: [{ id: 'placeholder' }] })
+    routers.push(r)
+    const p = new RouterLegPicker(r, [{ id: P[0]!, role: 'prefill' }, { id: D[0]!, role: 'decode' }], r.params.blockSize, () => now)
+    for (const id of [P[0]!, D[0]!]) r.exact.setView(id, 'fresh')
+    const text = doc(7)
+    const ids = Uint32Array.from({ length: 2000 }, (_, i) => 1000 + i)
+    const v: RequestView = { ...view(text), exact: { ids, seed: exactSeed(undefined, undefined) }, promptTokens: ids.length }
+    const first = schedule(p, v, DEFAULTS)
+    expect(first.profile).toBe('pd')
+    releaseSchedule(first)
+    // A second of the same prompt while the first's blocks are pending on the decode instance
+    // (routed there, not reported): its engine has none of them, so the prefill leg runs again
+    // rather than the decode instance computing all 2,000 tokens itself.
+    now = 1000
+    const pending = r.exact.instance(D[0]!)!
+    expect(pending.pendingBlocks).toBeGreaterThan(0)
+    expect(pending.gpuBlocks).toBe(0)
+    const second = schedule(p, v, DEFAULTS)
+    expect(second.profile).toBe('pd')
+    expect(second.uncachedTokens).toBe(2000)
+    releaseSchedule(second)
+    // The transfer done, the decode instance's engine reports the blocks: now it runs whole there.
+    const bs = r.params.exactBlockSize
+    const n = Math.floor(ids.length / bs)
+    expect(r.exact.store(D[0]!, null, BigUint64Array.from({ length: n }, (_, i) => BigInt(i + 1)), ids.subarray(0, n * bs), bs, exactSeed(undefined, undefined), 0)).toBe(n)
+    now = 2000
+    const third = schedule(p, v, DEFAULTS)
+    expect(third.profile).toBe('single')
+    if (third.profile !== 'single') return
+    expect(third.reason).toBe('short_uncached')
+    expect(third.target.instance).toBe(D[0])
+    expect(third.uncachedTokens).toBeLessThan(256)
+    releaseSchedule(third)
+  })
+
+  it('leaves the approximate match alone on a decode instance whose events it does not follow', () => {
+    const r = new Router({ strategy: 'longest_prefix', instances: [{ id: 'placeholder' }] })
+    routers.push(r)
+    const p = new RouterLegPicker(r, [{ id: P[0]!, role: 'prefill' }, { id: D[0]!, role: 'decode' }], r.params.blockSize, () => 0)
+    // Only the prefill instance's events are followed: the decode instance has no exact view.
+    r.exact.setView(P[0]!, 'fresh')
+    const ids = Uint32Array.from({ length: 2000 }, (_, i) => 5000 + i)
+    const v: RequestView = { ...view(doc(8)), exact: { ids, seed: exactSeed(undefined, undefined) }, promptTokens: ids.length }
+    releaseSchedule(schedule(p, v, DEFAULTS))
+    const again = schedule(p, v, DEFAULTS)
+    expect(again.profile).toBe('single')
+    if (again.profile !== 'single') return
+    expect(again.target.lease.exact).toBe(false)
+    expect(again.reason).toBe('short_uncached')
+    releaseSchedule(again)
+  })
 })

@@ -1,7 +1,7 @@
 // Runs an endpoint's discovery sources and feeds their lists to it, logging every change
 // of membership. A source that fails keeps its last list in the endpoint.
 import type { Logger } from 'pino'
-import type { Endpoint } from '../endpoint.js'
+import type { DiscoveryTarget } from '../host-entry.js'
 import { createSource } from './create.js'
 import { describeSource, type DiscoverySourceConfig } from '../../config/discovery.js'
 import { DiscoveryError, type DiscoverySource, type InstanceEntry } from './source.js'
@@ -17,12 +17,12 @@ interface Running {
 }
 
 export class EndpointDiscovery {
-  readonly #ep: Endpoint
+  readonly #ep: DiscoveryTarget
   readonly #log: Logger
   /** By the source's configuration: a reload keeps an unchanged source running. */
   readonly #running = new Map<string, Running>()
 
-  constructor(ep: Endpoint, log: Logger) {
+  constructor(ep: DiscoveryTarget, log: Logger) {
     this.#ep = ep
     this.#log = log.child({ endpoint: ep.name })
   }
@@ -63,7 +63,7 @@ export class EndpointDiscovery {
           }
           const onError = (err: Error) => {
             if (this.#running.get(key) !== r) return
-            const kept = this.#ep.instances.size
+            const kept = this.#ep.size
             const repeat = r.failing === err.message && !(err instanceof DiscoveryError && err.distinct)
             if (!repeat) this.#log.warn({ source: r.label, err: err.message, instances: kept }, 'discovery source failed; keeping its last list')
             else this.#log.debug({ source: r.label, err: err.message }, 'discovery source still failing')

@@ -1,11 +1,11 @@
 // What every discovery source is: something that reports the full list of instances it
 // currently sees, again each time that list may have changed, until it is stopped.
-import type { EndpointConfig } from '../../config/config.js'
 import { PrefixRouterError } from '../../core/errors.js'
 import type { Role } from '../../config/disaggregation.js'
+import type { HostEntry } from '../host-entry.js'
 
-/** One instance as `instances` lists it (after validation). */
-export type InstanceEntry = EndpointConfig['instances'][number]
+/** One instance as a source reports it: the entry the endpoint's owner takes. */
+export type InstanceEntry = HostEntry
 
 export interface DiscoverySource {
   /**

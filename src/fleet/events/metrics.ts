@@ -1,12 +1,19 @@
 // The exact view's metrics, read at scrape time from each endpoint's view and router: nothing
 // is counted on the event path itself.
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { Endpoint } from '../endpoint.js'
-import type { InstanceView } from './exact-view.js'
+import type { Router } from '../../core/router.js'
+import type { ExactView, InstanceView } from './exact-view.js'
 
-type Each = (ep: Endpoint, id: string, v: InstanceView) => void
+/** What these metrics read of an endpoint: defined here, so that the view does not import its owner. */
+export interface ExactViewSource {
+  readonly name: string
+  readonly exact: Pick<ExactView, 'ids' | 'status'> | undefined
+  readonly router: Pick<Router, 'stats'>
+}
 
-function eachView(endpoints: () => Iterable<Endpoint>, fn: Each): void {
+type Each = (ep: ExactViewSource, id: string, v: InstanceView) => void
+
+function eachView(endpoints: () => Iterable<ExactViewSource>, fn: Each): void {
   for (const ep of endpoints()) {
     const x = ep.exact
     if (x === undefined) continue
@@ -19,7 +26,7 @@ function eachView(endpoints: () => Iterable<Endpoint>, fn: Each): void {
 
 const sum = (v: InstanceView, f: (p: InstanceView['publishers'][number]) => number) => v.publishers.reduce((n, p) => n + f(p), 0)
 
-export function registerKvEventMetrics(endpoints: () => Iterable<Endpoint>, registers: Registry[]): void {
+export function registerKvEventMetrics(endpoints: () => Iterable<ExactViewSource>, registers: Registry[]): void {
   const counter = (name: string, help: string, f: (p: InstanceView['publishers'][number]) => number) =>
     new Counter({
       name,
@@ -92,7 +99,7 @@ export function registerKvEventMetrics(endpoints: () => Iterable<Endpoint>, regi
       })
     },
   })
-  const index = (name: string, help: string, f: (s: ReturnType<Endpoint['router']['stats']>) => number) =>
+  const index = (name: string, help: string, f: (s: ReturnType<Router['stats']>) => number) =>
     new Gauge({
       name,
       help,

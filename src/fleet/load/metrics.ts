@@ -1,13 +1,20 @@
 // Load from the engines, as Prometheus sees it: read at scrape time from each endpoint's
 // scraper, so nothing is counted on the scrape path itself.
 import { Counter, Gauge, type Registry } from 'prom-client'
-import type { Endpoint } from '../endpoint.js'
-import type { EngineLoadStatus } from './scraper.js'
+import type { Router } from '../../core/router.js'
+import type { EngineLoadScraper, EngineLoadStatus } from './scraper.js'
 import { SCRAPE_RESULTS } from './sink.js'
 
-type Each = (ep: Endpoint, id: string, s: EngineLoadStatus) => void
+/** What these metrics read of an endpoint: defined here, so that the scraper's side does not import the endpoint. */
+export interface EngineLoadSource {
+  readonly name: string
+  readonly load: Pick<EngineLoadScraper, 'ids' | 'status'> | undefined
+  readonly router: Pick<Router, 'inFlight'>
+}
 
-function eachStatus(endpoints: () => Iterable<Endpoint>, fn: Each): void {
+type Each = (ep: EngineLoadSource, id: string, s: EngineLoadStatus) => void
+
+function eachStatus(endpoints: () => Iterable<EngineLoadSource>, fn: Each): void {
   for (const ep of endpoints()) {
     const l = ep.load
     if (l === undefined) continue
@@ -18,7 +25,7 @@ function eachStatus(endpoints: () => Iterable<Endpoint>, fn: Each): void {
   }
 }
 
-export function registerEngineLoadMetrics(endpoints: () => Iterable<Endpoint>, registers: Registry[]): void {
+export function registerEngineLoadMetrics(endpoints: () => Iterable<EngineLoadSource>, registers: Registry[]): void {
   new Gauge({
     name: 'prefix_router_engine_load_requests',
     help:

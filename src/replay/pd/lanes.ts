@@ -11,18 +11,24 @@ import type { PdRouterFactory } from './types.js'
 
 export const PD_PEERS: readonly PdRouterFactory[] = [vllmPd, sglangPd, llmdPd, dynamoPd]
 
+/** The default lanes: ours with the approximate view, then the peers. */
 export function pdLanes(threshold = DEFAULT_PD_THRESHOLD, cap = DEFAULT_PD_DECODE_PREFILL_CAP): PdRouterFactory[] {
   return [...ourLanes(threshold, cap), ...PD_PEERS]
 }
 
+/** Every lane that can be named: the default ones and ours with the exact view (`…:events`). */
+export function allPdLanes(threshold = DEFAULT_PD_THRESHOLD, cap = DEFAULT_PD_DECODE_PREFILL_CAP): PdRouterFactory[] {
+  return [...ourLanes(threshold, cap), ...ourLanes(threshold, cap, 'exact'), ...PD_PEERS]
+}
+
 export function pdLaneNames(): string[] {
-  return pdLanes().map((f) => f.name)
+  return allPdLanes().map((f) => f.name)
 }
 
 /** Lanes by name (any case, - or _), all of them when none are named; a RangeError names an unknown one. */
 export function resolvePdLanes(names: readonly string[] | undefined, threshold = DEFAULT_PD_THRESHOLD, cap = DEFAULT_PD_DECODE_PREFILL_CAP): PdRouterFactory[] {
-  const all = pdLanes(threshold, cap)
-  if (names === undefined || names.length === 0) return all
+  if (names === undefined || names.length === 0) return pdLanes(threshold, cap)
+  const all = allPdLanes(threshold, cap)
   const out: PdRouterFactory[] = []
   for (const raw of names) {
     const n = raw.trim().toLowerCase().replace(/-/g, '_')

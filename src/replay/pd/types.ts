@@ -25,7 +25,7 @@ export interface PdPlacement {
 export interface PdRouter {
   route(req: PreparedRequest, now: number): PdPlacement
   /** Routers fed by the engines' KV events (as ReplayRouter.kvEvents): every engine's batches. */
-  kvEvents?: (instance: number, events: readonly KvEvent[], atMs: number) => void
+  kvEvents?: ((instance: number, events: readonly KvEvent[], atMs: number) => void) | undefined
   close(): void
 }
 

@@ -61,7 +61,7 @@ export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint' | 'k
         bootstrapPort: i.bootstrapPort ?? null,
         healthy: i.healthy,
         // No discovery list names it any more, but none of the listed instances is healthy yet.
-        keptUntilReplacementHealthy: ep.keptUntilReplaced(i.id),
+        keptUntilReplacementHealthy: ep.owner?.keptUntilReplaced(i.id) === true,
         // Outlier detection: out of rotation until this time (ISO), then back by probe.
         ejectedUntil: i.outlier.ejected ? new Date(i.outlier.ejectedUntil).toISOString() : null,
         ejections: i.outlier.ejections,

@@ -13,7 +13,8 @@
 // threshold, a request still runs whole when the prefill pool is so much busier that its first
 // token comes sooner from the decode instance, within a cap on what that instance has queued
 // (runsWhole): a fixed split leaves the decode instances' compute idle while prompts queue at
-// the prefill instances.
+// the prefill instances. With the exact view, what a decode instance lacks leaves out the blocks
+// only pending there (lackingTokens): a split request's blocks are on their way, not held.
 import type { DisaggregationConfig } from '../../config/disaggregation.js'
 import { RequestError } from '../../core/errors.js'
 import type { Chosen, LegPicker, RequestView, Schedule, SingleReason } from '../types.js'
@@ -82,10 +83,29 @@ export function runsWhole<I>(picker: LegPicker<I>, decode: Chosen<I>, uncached: 
   return uncached * decoding * DECODE_STALL_WEIGHT <= gain ? 'prefill_busier' : undefined
 }
 
+/**
+ * Tokens of the prompt the decode instance would compute were the request run whole there now:
+ * what its pick saw missing or, with the exact view, what its engine has not reported holding
+ * (`reported`, read before the pick), whichever is more. The exact view counts as held the
+ * blocks routed to an instance whose events have not come yet (pendingMs): right for a request
+ * run whole there, whose prefill stores them within its own first token, but a split request's
+ * blocks reach its decode instance only when its prefill leg is done and they are moved, which
+ * behind a busy prefill pool is seconds later. A request for the same prompt run whole there
+ * meanwhile computes all of them again, each token stalling the decodes running there.
+ */
+export function lackingTokens<I>(picker: LegPicker<I>, decode: Chosen<I>, view: RequestView, reported: ((instance: I) => number) | undefined): number {
+  const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
+  // Only where the pick matched on the exact view: an instance whose events are not followed
+  // (none yet, or lost) reports nothing, and its approximate match is all there is.
+  if (reported === undefined || !decode.lease.exact) return uncached
+  return Math.max(uncached, view.promptTokens - Math.min(view.promptTokens, reported(decode.instance)))
+}
+
 export function pd<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions): Schedule<I> {
   if (o.order === 'prefill-first') return prefillFirst(picker, view, o)
+  const reported = picker.reportedTokens?.(view)
   const decode = picker.pick(view, 'decode')
-  const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
+  const uncached = lackingTokens(picker, decode, view, reported)
   const whole = runsWhole(picker, decode, uncached, o.threshold, o.decodePrefillCap)
   if (whole !== undefined) return { profile: 'single', target: decode, reason: whole, uncachedTokens: uncached }
   let prefill: Chosen<I> | undefined
@@ -103,13 +123,15 @@ export function pd<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions): Sc
 function prefillFirst<I>(picker: LegPicker<I>, view: RequestView, o: PdOptions): Schedule<I> {
   const prefill = prefillOrNone(picker, view, o)
   let decode: Chosen<I>
+  let reported: ((instance: I) => number) | undefined
   try {
+    reported = picker.reportedTokens?.(view)
     decode = picker.pick(view, 'decode')
   } catch (err) {
     prefill?.lease.release()
     throw err
   }
-  const uncached = uncachedTokens(decode.lease, view, picker.blockTokens)
+  const uncached = lackingTokens(picker, decode, view, reported)
   if (prefill === undefined) return { profile: 'single', target: decode, reason: 'no_prefill_instance', uncachedTokens: uncached }
   const whole = runsWhole(picker, decode, uncached, o.threshold, o.decodePrefillCap)
   if (whole !== undefined) {

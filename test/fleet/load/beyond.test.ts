@@ -50,7 +50,7 @@ describe('LoadBeyondOwn', () => {
     proxy = await startRouter(fleet.urls, { routing: { strategy: 'longest_prefix' }, engineLoad: { intervalMs: 20 } })
     const ep = proxy.endpoint(undefined)!
     const busy = fleet.urls[0]!
-    expect(ep.setSharedPrefill(busy, 64)).toBe(true)
+    expect(ep.owner!.setSharedPrefill(busy, 64)).toBe(true)
     await direct(busy, 4, held)
     const row = () => ep.router.instances().find((i) => i.id === busy)!
     await until(() => row().engineInFlight === 4, 30_000, "the engine's figure")
