@@ -16,7 +16,7 @@ import { parseConfig } from '../src/config/config.js'
 import { keyBinding, nativeRequest } from '../src/core/key/native-key.js'
 import { openAIRequest } from '../src/core/key/openai-key.js'
 import { Router } from '../src/core/router.js'
-import { closeParsePool } from '../src/proxy/parse-pool.js'
+import { closeParsePool } from '../src/request/parse-pool.js'
 import { ProxyServer } from '../src/proxy/proxy.js'
 import { machine, perCall } from './harness.js'
 

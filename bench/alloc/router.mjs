@@ -4,7 +4,7 @@
 // Usage: node --import ./bench/alloc/probe.mjs bench/alloc/router.mjs UPSTREAM_URL on|off
 import { pino } from 'pino'
 import { parseConfig } from '../../dist/config/config.js'
-import { batched } from '../../dist/proxy/access-log.js'
+import { batched } from '../../dist/log/logger.js'
 import { ProxyServer } from '../../dist/proxy/proxy.js'
 
 const [upstream, accessLog = 'on'] = process.argv.slice(2)

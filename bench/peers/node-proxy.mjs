@@ -125,7 +125,7 @@ class Refused extends Error {
 /** Routing: the key from the body and the pick, through the library's public exports or serve's own modules. */
 async function routing() {
   const { Router, RequestError, routingKey } = await dist('index.js')
-  const { matchRoute } = await dist('proxy/routes.js')
+  const { matchRoute } = await dist('request/routes.js')
   const router = new Router({ instances: Array.from({ length: instanceCount }, (_, i) => ({ id: `instance-${i}` })) })
   const p = router.params
   const keyOptions = { api: 'chat', prefixLength: p.prefixLength, strategy: p.strategy, matchLength: p.matchLength, tenant: undefined }

@@ -13,7 +13,7 @@ import { RouterClosedError } from '../core/errors.js'
 import type { RouterOptions } from '../core/options.js'
 import { Router } from '../core/router.js'
 import type { HostView } from '../fleet/endpoint-events.js'
-import { ProxyServer, type ReloadResult } from '../proxy/proxy.js'
+import { Runtime, type ReloadResult } from '../runtime/runtime.js'
 import { RestartBackoff } from './backoff.js'
 import { HostLogWriter } from './host-log.js'
 import { publishHosts } from './membership.js'
@@ -34,7 +34,7 @@ export interface ClusterOptions {
 const key = (endpoint: string, instance: string) => `${endpoint}\u0000${instance}`
 
 export class ClusterPrimary {
-  #proxy!: ProxyServer
+  #runtime!: Runtime
   /** The workers have been told to serve (and every one that becomes ready later is). */
   #serving = false
   #metrics: ClusterMetrics | undefined
@@ -54,19 +54,18 @@ export class ClusterPrimary {
   private constructor() {}
 
   /**
-   * Starts the primary's server (admin port, probes, discovery) and `workers` workers, and
+   * Starts the primary's runtime (admin port, probes, discovery; no front port) and `workers` workers, and
    * resolves once every worker listens; rejects with the first worker's failure to start.
    */
   static async start(config: Config, opts: ClusterOptions): Promise<ClusterPrimary> {
     const c = new ClusterPrimary()
-    c.#proxy = await ProxyServer.start(config, {
-      role: 'primary',
+    c.#runtime = await Runtime.start(config, {
       ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }),
       endpointEvents: { router: (_name, options) => c.#createRouter(options), onSync: (ep) => c.#publish(ep) },
       onReload: (next) => c.#reconfigure(next),
-      metricsText: () => c.#metrics?.text(c.#ready) ?? c.#proxy.metrics.registry.metrics(),
+      metricsText: () => c.#metrics?.text(c.#ready) ?? c.#runtime.metrics.registry.metrics(),
     })
-    c.#metrics = new ClusterMetrics(c.#proxy.metrics.registry, () => c.#ready.size)
+    c.#metrics = new ClusterMetrics(c.#runtime.metrics.registry, () => c.#ready.size)
     // A second signal exits without the drain: the routers are closed all the same, so that a
     // state kept in a file (where the system has no anonymous shared memory) is removed
     // (closing twice is harmless).
@@ -87,12 +86,12 @@ export class ClusterPrimary {
     return c
   }
 
-  get proxy(): ProxyServer {
-    return this.#proxy
+  get runtime(): Runtime {
+    return this.#runtime
   }
 
   get log(): Logger {
-    return this.#proxy.log
+    return this.#runtime.log
   }
 
   /** The front port's URL, as the first worker to listen reported it. */
@@ -105,10 +104,10 @@ export class ClusterPrimary {
   }
 
   reload(): ReloadResult {
-    return this.#proxy.reload()
+    return this.#runtime.reload()
   }
 
-  /** Drains every worker (each as one process drains), then closes the primary's server. */
+  /** Drains every worker (each as one process drains), then closes the primary's runtime. */
   async shutdown(): Promise<void> {
     await this.#stop(false)
   }
@@ -124,7 +123,7 @@ export class ClusterPrimary {
 
   #sharedRouters(): SharedRouters {
     const out: SharedRouters = {}
-    for (const ep of this.#proxy.endpoints()) {
+    for (const ep of this.#runtime.endpoints()) {
       const path = ep.router.sharedPath
       // Every router here is made by #createRouter, in shared memory.
       if (path === undefined) throw new Error(`endpoint '${ep.name}' has no shared routing state`)
@@ -146,7 +145,7 @@ export class ClusterPrimary {
 
   /** Every endpoint's record, before a worker is told of its router: one not synced yet has none. */
   #publishAll(): void {
-    for (const ep of this.#proxy.endpoints()) this.#publish(ep)
+    for (const ep of this.#runtime.endpoints()) this.#publish(ep)
   }
 
   #reconfigure(config: Config): void {
@@ -161,7 +160,7 @@ export class ClusterPrimary {
         if (!isMessage<ToPrimary>(m)) return
         if (m.prefixRouter === 'hello') {
           this.#publishAll()
-          w.send({ prefixRouter: 'start', config: this.#proxy.config, routers: this.#sharedRouters() })
+          w.send({ prefixRouter: 'start', config: this.#runtime.config, routers: this.#sharedRouters() })
         } else if (m.prefixRouter === 'ready') {
           this.#ready.add(w)
           if (this.#url === '') this.#url = m.url
@@ -186,7 +185,7 @@ export class ClusterPrimary {
       return this.#countRequests()
     }
     if (m.prefixRouter !== 'try' && m.prefixRouter !== 'down') return
-    const ep = this.#proxy.endpoint(m.endpoint)
+    const ep = this.#runtime.endpoint(m.endpoint)
     const inst = ep?.instances.get(m.instance)
     if (ep === undefined || inst === undefined || ep.name !== m.endpoint) return
     if (m.prefixRouter === 'down') return ep.markDown(inst, m.reason)
@@ -227,7 +226,7 @@ export class ClusterPrimary {
   /** The primary's instances carry the requests every worker sent them, for /admin/instances. */
   #countRequests(): void {
     const total = this.#requests.total()
-    for (const ep of this.#proxy.endpoints()) for (const inst of ep.instances.values()) inst.requests = total[ep.name]?.[inst.id] ?? 0
+    for (const ep of this.#runtime.endpoints()) for (const inst of ep.instances.values()) inst.requests = total[ep.name]?.[inst.id] ?? 0
   }
 
   async #stop(now: boolean): Promise<void> {
@@ -239,6 +238,6 @@ export class ClusterPrimary {
       else if (w.isConnected()) w.send({ prefixRouter: 'drain' } satisfies ToWorker)
     }
     await Promise.all(exited)
-    await this.#proxy.close()
+    await this.#runtime.close()
   }
 }

@@ -109,7 +109,7 @@ export async function runWorker(): Promise<void> {
 
   try {
     // Its log lines carry its pid, as the primary's line about a worker's exit does.
-    proxy = await ProxyServer.start(start.config, { role: 'worker', buildEndpoint: fleet.build, holdRequests: true })
+    proxy = await ProxyServer.start(start.config, { fleet: 'mirror', buildEndpoint: fleet.build, holdRequests: true })
   } catch (err) {
     send({ prefixRouter: 'failed', ...startError(err, start.config) })
     process.exit(1)

@@ -3,7 +3,7 @@
 // raises a write's EPIPE as an 'error' on process.stdout or process.stderr, which with no
 // listener is an uncaught exception: the router ended at its next message, without a drain.
 // What it writes there afterwards goes nowhere. The log lines on stdout have their own
-// destination (proxy/batched-log.ts), which stops on its own EPIPE and says so.
+// destination (log/batched-log.ts), which stops on its own EPIPE and says so.
 export function outliveClosedPipes(): void {
   for (const stream of [process.stdout, process.stderr]) {
     stream.on('error', (err: NodeJS.ErrnoException) => {

@@ -8,20 +8,20 @@ import { tokenizerSetting } from '../config/tokenizer-default.js'
 import { strategyInfo } from '../core/strategies.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
 import type { Endpoint } from '../fleet/endpoint.js'
-import type { ProxyServer } from '../proxy/proxy.js'
+import type { Runtime } from '../runtime/runtime.js'
 import { unhealthyHint } from './hints.js'
 import { describeRoles, hasRoles, roleGap, roleGapMessage } from '../fleet/roles.js'
 
 /** The first line: how many instances, each endpoint's strategy, in how many processes, where. */
-export function listeningLine(proxy: ProxyServer, url: string, workers: number): string {
-  const eps = [...proxy.endpoints()]
+export function listeningLine(runtime: Runtime, url: string, workers: number): string {
+  const eps = [...runtime.endpoints()]
   const total = eps.reduce((n, e) => n + e.instances.size, 0)
   const how = eps.length === 1 ? `with ${eps[0]!.routing.strategy}` : `in ${eps.length} endpoints (${eps.map((e) => `${e.name}: ${e.instances.size} with ${e.routing.strategy}`).join('; ')})`
-  return `prefix-router: routing ${total} instance(s) ${how}${workers > 1 ? ` in ${workers} worker processes` : ''} on ${url} (admin ${proxy.adminUrl})\n`
+  return `prefix-router: routing ${total} instance(s) ${how}${workers > 1 ? ` in ${workers} worker processes` : ''} on ${url} (admin ${runtime.adminUrl})\n`
 }
 
-export function healthReport(proxy: ProxyServer, config: Config): string {
-  const eps = [...proxy.endpoints()]
+export function healthReport(runtime: Runtime, config: Config): string {
+  const eps = [...runtime.endpoints()]
   const lines: string[] = []
   for (const ep of eps) {
     const all = [...ep.instances.values()]
@@ -62,17 +62,17 @@ function sampleModel(ep: Endpoint): string | undefined {
   return ep.healthy().flatMap((i) => i.models())[0] ?? ep.models()[0]?.id
 }
 
-export function tryIt(proxy: Pick<ProxyServer, 'url' | 'endpoint'>): string {
-  const ep = proxy.endpoint(undefined)!
+export function tryIt(front: { url: string } & Pick<Runtime, 'endpoint'>): string {
+  const ep = front.endpoint(undefined)!
   const model = sampleModel(ep)
   if (model === undefined) {
     return (
       'prefix-router: no model known to try a request with: no healthy instance listed one at GET /v1/models, and the configuration declares none\n' +
-      `  (requests name the model your servers serve; ${proxy.url}/v1/models lists what the router knows)\n`
+      `  (requests name the model your servers serve; ${front.url}/v1/models lists what the router knows)\n`
     )
   }
   return (
-    `try:\n  curl -s ${proxy.url}/v1/chat/completions -H 'content-type: application/json' \\\n` +
+    `try:\n  curl -s ${front.url}/v1/chat/completions -H 'content-type: application/json' \\\n` +
     // A quote in a model's name would end the shell's single-quoted string.
     `    -d '${JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 16 }).replaceAll("'", "'\\''")}'\n`
   )
@@ -82,10 +82,10 @@ export function tryIt(proxy: Pick<ProxyServer, 'url' | 'endpoint'>): string {
  * Per endpoint with KV events: how many publishers are reached and views trusted, and the
  * tokenizer in force; a line per publisher not reached, with why.
  */
-export function exactReport(proxy: ProxyServer): string {
-  const eps = [...proxy.endpoints()]
+export function exactReport(runtime: Runtime): string {
+  const eps = [...runtime.endpoints()]
   const lines: string[] = []
-  const t = tokenizerSetting(proxy.config)
+  const t = tokenizerSetting(runtime.config)
   const tokenizer = t === undefined ? 'no tokenizer' : `tokenizer ${t.tokenizer.mode}${t.implied ? " (the default: each request's token ids from an instance's POST /tokenize; --tokenizer local spares the round trip)" : ''}`
   for (const ep of eps) {
     const view = ep.exact

@@ -14,7 +14,7 @@ import type { EppServer } from '../epp/server.js'
 import type { KeyPair } from '../epp/tls.js'
 import { featuresOf } from '../config/optional-features.js'
 import { requireFeatures } from '../core/optional-packages.js'
-import { routerLogger } from '../proxy/logger.js'
+import { routerLogger } from '../log/logger.js'
 import { joinBootstrapPorts } from './role-flags.js'
 import { outliveClosedPipes } from '../command-line/closed-pipes.js'
 import { exactReport, healthReport } from './banner.js'
@@ -182,13 +182,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   const ep = epp.endpoint(undefined)!
   process.stderr.write(
-    `prefix-router: endpoint picker for ${[...epp.proxy.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
-      healthReport(epp.proxy, config) +
-      exactReport(epp.proxy),
+    `prefix-router: endpoint picker for ${[...epp.runtime.endpoints()].reduce((n, e) => n + e.instances.size, 0)} instance(s) with ${ep.routing.strategy}, ${settings.bodyMode} bodies, on grpc://${epp.grpcAddress} (${transport(epp, settings)}; admin ${epp.adminUrl})\n` +
+      healthReport(epp.runtime, config) +
+      exactReport(epp.runtime),
   )
   process.on('SIGHUP', () => {
     try {
-      epp.proxy.reload()
+      epp.runtime.reload()
     } catch {
       // reload() logged why; the running configuration stays.
     }

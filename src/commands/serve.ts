@@ -6,6 +6,7 @@ import { TokenizerLoadError } from '../core/errors.js'
 import { requireFeatures } from '../core/optional-packages.js'
 import { featuresOf } from '../config/optional-features.js'
 import { ProxyServer } from '../proxy/proxy.js'
+import type { Runtime } from '../runtime/runtime.js'
 import { exactReport, healthReport, listeningLine, shareReport, tryIt } from './banner.js'
 import { CliError } from '../command-line/cli-error.js'
 import { parseFlags } from '../command-line/parse-flags.js'
@@ -100,13 +101,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   const workers = config.workers === 'auto' ? Math.min(availableParallelism(), MAX_WORKERS) : config.workers
   // Written the moment the router listens, before it serves: nothing answered comes before it.
-  const banner = (proxy: ProxyServer, url: string) =>
+  const banner = (runtime: Runtime, url: string) =>
     process.stderr.write(
-      listeningLine(proxy, url, workers) +
-        shareReport(proxy.shareLoad) +
-        healthReport(proxy, config) +
-        exactReport(proxy) +
-        tryIt({ url, endpoint: (name) => proxy.endpoint(name) }) +
+      listeningLine(runtime, url, workers) +
+        shareReport(runtime.shareLoad) +
+        healthReport(runtime, config) +
+        exactReport(runtime) +
+        tryIt({ url, endpoint: (name) => runtime.endpoint(name) }) +
         (built.demoFrom === undefined
           ? ''
           : 'prefix-router: DEMO: answers are SIMULATED (a prefix cache and a latency model, no language model). Give --upstream URL to route to your vLLM servers.\n'),
@@ -122,7 +123,7 @@ export async function run(argv: string[]): Promise<number> {
     if (err instanceof ConfigError) throw new CliError(err.message)
     throw listenError(err, config) ?? err
   }
-  const { proxy } = server
+  const { runtime } = server
 
   process.on('SIGHUP', () => {
     try {
@@ -142,7 +143,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   process.once('SIGINT', now)
   process.once('SIGTERM', now)
-  const { delayMs, timeoutMs } = proxy.config.drain
+  const { delayMs, timeoutMs } = runtime.config.drain
   process.stderr.write(
     `prefix-router: ${signal}: draining (health checks answer 503; new connections accepted for ${delayMs} ms, then requests in flight get up to ${timeoutMs} ms)\n`,
   )
@@ -155,21 +156,21 @@ export async function run(argv: string[]): Promise<number> {
 /** What `run` needs of the router, whether one process or a cluster primary and its workers. */
 interface Server {
   /** In a cluster, the primary's: admin port, probes, the configuration. */
-  readonly proxy: ProxyServer
+  readonly runtime: Runtime
   readonly url: string
   reload(): unknown
   shutdown(): Promise<void>
 }
 
-type Banner = (proxy: ProxyServer, url: string) => void
+type Banner = (runtime: Runtime, url: string) => void
 
 async function single(config: Config, reloadConfig: () => Config, banner: Banner): Promise<Server> {
-  const proxy = await ProxyServer.start(config, { reloadConfig, onListening: (p) => banner(p, p.url) })
-  return { proxy, url: proxy.url, reload: () => proxy.reload(), shutdown: () => proxy.shutdown() }
+  const proxy = await ProxyServer.start(config, { reloadConfig, onListening: (p) => banner(p.runtime, p.url) })
+  return { runtime: proxy.runtime, url: proxy.url, reload: () => proxy.reload(), shutdown: () => proxy.shutdown() }
 }
 
 async function clustered(config: Config, workers: number, reloadConfig: () => Config, banner: Banner): Promise<Server> {
   // Loaded only here: one process never pays for node:cluster and the IPC plumbing.
   const { ClusterPrimary } = await import('../cluster/primary.js')
-  return ClusterPrimary.start(config, { workers, reloadConfig, onListening: (c) => banner(c.proxy, c.url) })
+  return ClusterPrimary.start(config, { workers, reloadConfig, onListening: (c) => banner(c.runtime, c.url) })
 }

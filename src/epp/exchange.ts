@@ -14,13 +14,14 @@ import { decisionOf } from '../core/strategies.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
 import type { RouterMetrics } from '../metrics/router-metrics.js'
-import { tenantHash } from '../proxy/access-log.js'
-import { chatKey, openAILimits } from '../proxy/chat-key.js'
-import { bodyTimeout, methodNotAllowed, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../proxy/errors.js'
-import { REQUEST_ID_HEADER, requestIdOf, type RequestId } from '../proxy/request-id.js'
-import { openAIBodyOf } from '../proxy/openai-body.js'
-import { matchRoute } from '../proxy/routes.js'
-import { exactTokens } from '../tokens/request-tokens.js'
+import { tenantHash } from '../request/tenant-hash.js'
+import type { RequestKeying } from '../request/keying.js'
+import { openAILimits, type RequestKey } from '../request/request-key.js'
+import { checkDeclaredLength, checkMethod, endpointOf } from '../request/admission.js'
+import { bodyTimeout, notFound, pickerFailed, tooLarge, toProxyError, type ProxyError } from '../request/errors.js'
+import { REQUEST_ID_HEADER, requestIdOf, type RequestId } from '../request/request-id.js'
+import { openAIBodyOf } from '../request/openai-body.js'
+import { matchRoute } from '../request/routes.js'
 import {
   bytesOf,
   continueResponse,
@@ -55,6 +56,8 @@ export interface PickerCore {
   readonly metrics: RouterMetrics
   readonly eppMetrics: EppMetrics
   readonly bodyMode: BodyMode
+  /** A request's key and tokens, as serve makes them. */
+  readonly keying: RequestKeying
   endpoint(name: string | undefined): Endpoint | undefined
 }
 
@@ -184,14 +187,10 @@ export class Exchange {
     const method = this.#headers[':method'] ?? 'POST'
     const matched = matchRoute(path)
     if (matched === undefined || matched.route.kind !== 'openai') throw notFound('not_found', `the endpoint picker routes OpenAI bodies (POST /v1/chat/completions, /v1/completions, ...); no route for ${echo(method)} ${echo(path.split('?')[0]!)}`)
-    if (method !== matched.method) throw methodNotAllowed(matched.method)
-    const ep = this.core.endpoint(matched.route.endpoint)
-    if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(matched.route.endpoint ?? 'default')}'`)
-    this.#ep = ep
+    checkMethod(matched, method)
+    this.#ep = endpointOf(this.core, matched.route.endpoint)
     this.#api = matched.route.api
-    const limit = this.core.config.limits.maxBodyBytes
-    const length = this.#headers['content-length']
-    if (length !== undefined && Number(length) > limit) throw tooLarge(limit)
+    checkDeclaredLength(this.#headers['content-length'], this.core.config.limits.maxBodyBytes)
     // No body at all: read as an empty one, which is refused as serve refuses it.
     if (h.end_of_stream) return this.#pick('request_headers')
     // Buffered: the gateway waits for this answer before it sends the body.
@@ -237,15 +236,12 @@ export class Exchange {
   #keyRead(phase: 'request_headers' | 'request_body', raw: Buffer, tenantHeader: string | undefined, read: Awaited<ReturnType<typeof openAIBodyOf>>): Promise<void> | undefined {
     const ep = this.#ep!
     const { core } = this
-    const k = chatKey(core.config, core.log, ep.name, tenantHeader, read)
+    const k = core.keying.key(core.config, core.log, ep, tenantHeader, read)
     this.#model = k.model
     this.#tenant = k.tenant
-    if (ep.tokenizer === undefined) return this.#choose(phase, k, undefined, raw.length)
-    const t0 = performance.now()
-    return exactTokens(ep.tokenizer, this.#api!, raw, k.model, ep.isAdapter(k.model), ep.tokenizeTarget(k.model)).then((exact) => {
-      core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-      this.#choose(phase, k, exact, raw.length)
-    })
+    const tokens = core.keying.tokens(ep, this.#api!, raw, k.model)
+    if (tokens === undefined) return this.#choose(phase, k, undefined, raw.length)
+    return tokens.then((exact) => this.#choose(phase, k, exact, raw.length))
   }
 
   /**
@@ -253,7 +249,7 @@ export class Exchange {
    * destination; the prefill pod, when the request gets a prefill leg, for the decode pod's
    * sidecar), else the strategy's pick inside the gateway's subset.
    */
-  #scheduled(ep: Endpoint, k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined, bytes: number): Pick {
+  #scheduled(ep: Endpoint, k: RequestKey, exact: ExactTokens | undefined, bytes: number): Pick {
     if (!ep.disaggregated || !disaggregates(this.#api) || this.#subset !== undefined) return pickIn(ep, k, this.#subset, exact)
     const view = { key: k.key, tenant: k.tenant, model: k.model, anchor: k.anchor, exact, promptTokens: exact?.ids.length ?? Math.ceil(bytes / APPROX_BYTES_PER_TOKEN) }
     const s = schedule(endpointPicker(ep), view, ep.disaggregation)
@@ -265,7 +261,7 @@ export class Exchange {
     return s.decode
   }
 
-  #choose(phase: 'request_headers' | 'request_body', k: ReturnType<typeof chatKey>, exact: ExactTokens | undefined, bytes: number): undefined {
+  #choose(phase: 'request_headers' | 'request_body', k: RequestKey, exact: ExactTokens | undefined, bytes: number): undefined {
     const ep = this.#ep!
     const { core } = this
     // The stream may have ended while the body was parsed or tokenized: then there is nothing to lease for.

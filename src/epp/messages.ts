@@ -1,8 +1,8 @@
 // ext_proc messages, as proto-loader gives and takes them (protos.ts: snake_case fields, the
 // set oneof member named, google.protobuf.Struct's Value members camelCase as protobufjs keeps
 // them): what the picker reads from Envoy's requests and the responses it builds.
-import type { ProxyError } from '../proxy/errors.js'
-import { REQUEST_ID_HEADER } from '../proxy/request-id.js'
+import type { ProxyError } from '../request/errors.js'
+import { REQUEST_ID_HEADER } from '../request/request-id.js'
 import { Encoded, encodeResponse } from './codec.js'
 
 /** The header and dynamic-metadata key naming the endpoints picked (protocol: Destination Endpoint). */

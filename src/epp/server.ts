@@ -1,5 +1,5 @@
-// The endpoint picker: serve's fleet (endpoints from the configuration, probes, discovery,
-// engine load, KV events, the admin port and its metrics: a ProxyServer with no front port)
+// The endpoint picker: the fleet runtime serve stands on (endpoints from the configuration,
+// probes, discovery, engine load, KV events, the admin port and its metrics: src/runtime)
 // behind Envoy's ext_proc protocol on a gRPC port, with grpc.health.v1 beside it. TLS on that
 // port when credentials are given (tls.ts), and then grpc.health.v1 on a plaintext port of its
 // own as well: the kubelet's gRPC probes do not speak TLS.
@@ -7,7 +7,9 @@ import { Server, ServerCredentials, type ServerDuplexStream } from '@grpc/grpc-j
 import { constants as http2constants, type Http2Session } from 'node:http2'
 import type { Logger } from 'pino'
 import type { Config } from '../config/config.js'
-import { ProxyServer } from '../proxy/proxy.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
+import type { RequestKeying } from '../request/keying.js'
+import { Runtime } from '../runtime/runtime.js'
 import { Exchange, type BodyMode, type PickerCore } from './exchange.js'
 import { healthImplementation, servingStatus, type ServingStatus } from './health.js'
 import type { ProcessingRequest, ProcessingResponse } from './messages.js'
@@ -60,7 +62,7 @@ export class EppServer implements PickerCore {
   #shutdown: Promise<void> | undefined
 
   private constructor(
-    readonly proxy: ProxyServer,
+    readonly runtime: Runtime,
     opts: EppOptions,
   ) {
     this.bodyMode = opts.bodyMode
@@ -69,18 +71,17 @@ export class EppServer implements PickerCore {
     this.#grpc = new Server({ 'grpc.enable_channelz': 0, 'grpc.max_concurrent_streams': this.#maxStreams })
     this.#host = opts.grpcHost
     if (opts.tls) this.#tls = new ReloadableTlsCredentials(opts.tls)
-    this.eppMetrics = new EppMetrics(proxy.metrics.registry, () => this.exchanges.size)
+    this.eppMetrics = new EppMetrics(runtime.metrics.registry, () => this.exchanges.size)
   }
 
   static async start(config: Config, opts: EppOptions): Promise<EppServer> {
-    // 'primary': the fleet and the admin port, no front port of its own.
-    const proxy = await ProxyServer.start(config, { role: 'primary', ...(opts.logger && { logger: opts.logger }), ...(opts.probeFirst !== undefined && { probeFirst: opts.probeFirst }), ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }) })
-    const s = new EppServer(proxy, opts)
+    const runtime = await Runtime.start(config, { ...(opts.logger && { logger: opts.logger }), ...(opts.probeFirst !== undefined && { probeFirst: opts.probeFirst }), ...(opts.reloadConfig && { reloadConfig: opts.reloadConfig }) })
+    const s = new EppServer(runtime, opts)
     try {
       await s.#listen(opts.grpcHost, opts.grpcPort)
       if (opts.healthPort !== undefined) await s.#listenHealth(opts.grpcHost, opts.healthPort)
     } catch (err) {
-      await proxy.close()
+      await runtime.close()
       throw err
     }
     return s
@@ -143,26 +144,29 @@ export class EppServer implements PickerCore {
   }
 
   get config(): Config {
-    return this.proxy.config
+    return this.runtime.config
   }
   get log(): Logger {
-    return this.proxy.log
+    return this.runtime.log
+  }
+  get keying(): RequestKeying {
+    return this.runtime.keying
   }
   get metrics(): RouterMetrics {
-    return this.proxy.metrics
+    return this.runtime.metrics
   }
   get draining(): boolean {
     return this.#draining
   }
 
   endpoint(name: string | undefined) {
-    return this.proxy.endpoint(name)
+    return this.runtime.endpoint(name)
   }
 
   /** A request would get an instance now: one ready at least, and not draining. */
   ready(): boolean {
     if (this.#draining) return false
-    for (const ep of this.proxy.endpoints()) if (ep.healthy().length > 0) return true
+    for (const ep of this.runtime.endpoints()) if (ep.healthy().length > 0) return true
     return false
   }
 
@@ -188,7 +192,7 @@ export class EppServer implements PickerCore {
   }
 
   get adminUrl(): string {
-    return this.proxy.adminUrl
+    return this.runtime.adminUrl
   }
 
   /**
@@ -203,7 +207,7 @@ export class EppServer implements PickerCore {
 
   async #drain({ delayMs, timeoutMs }: { delayMs: number; timeoutMs: number }): Promise<void> {
     this.#draining = true
-    this.proxy.draining = true
+    this.runtime.draining = true
     this.log.info({ delayMs, timeoutMs, streams: this.exchanges.size }, 'draining: readiness answers NOT_SERVING')
     await sleep(delayMs)
     // Watch streams never end by themselves: they have reported NOT_SERVING by now.
@@ -235,7 +239,7 @@ export class EppServer implements PickerCore {
       for (const stop of [...this.#watchers]) stop()
       this.#forceShutdown()
       this.#healthGrpc?.forceShutdown()
-      await this.proxy.close()
+      await this.runtime.close()
     })()
     return this.#closed
   }
@@ -251,5 +255,3 @@ function bind(server: Server, host: string, port: number, creds: ServerCredentia
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
-
-type RouterMetrics = ProxyServer['metrics']

@@ -5,7 +5,7 @@ import { RequestError } from '../core/errors.js'
 import { echo } from '../core/echo.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import type { ChatKey } from '../proxy/chat-key.js'
+import type { RequestKey } from '../request/request-key.js'
 
 /** How the protocol names an instance: host:port of its URL (the port its scheme implies when none is written). */
 export function hostPort(i: Instance): string {
@@ -26,7 +26,7 @@ export const subsetNoneEligible = (subset: readonly string[]) =>
  * strategy chooses is avoided and the pick made again (its lease released at once), up to
  * MAX_AVOID times.
  */
-export function pickIn(ep: Endpoint, k: ChatKey, subset: readonly string[] | undefined, exact: ExactTokens | undefined): Pick {
+export function pickIn(ep: Endpoint, k: RequestKey, subset: readonly string[] | undefined, exact: ExactTokens | undefined): Pick {
   if (subset === undefined) return ep.pick(k.key, k.tenant, k.model, k.anchor, undefined, exact)
   if (subset.length === 0) throw subsetEmpty()
   const wanted = new Set(subset)

@@ -3,7 +3,6 @@
 import type { Logger } from 'pino'
 import type { Router } from '../core/router.js'
 import type { RouterOptions } from '../core/options.js'
-import type { RequestTokenizer } from '../tokens/index.js'
 import type { Instance } from './instance.js'
 import type { EjectionReason } from './outlier.js'
 
@@ -21,6 +20,4 @@ export interface EndpointEvents {
   router?(endpoint: string, options: RouterOptions): Router
   /** After every membership or health change, before the router takes it: the process that owns the fleet publishes it. */
   onSync?(ep: HostView): void
-  /** How requests get their token ids for the exact view (with kvEvents). */
-  tokenizer?: RequestTokenizer
 }

@@ -15,7 +15,6 @@ import type { HostEntry } from './host-entry.js'
 import type { Instance } from './instance.js'
 import type { TryResult } from './outlier.js'
 import { ExactView } from './events/exact-view.js'
-import type { RequestTokenizer } from '../tokens/index.js'
 import type { ExactTokens } from '../core/router.js'
 import type { DisaggregationConfig } from '../config/disaggregation.js'
 import { legGroup, type Leg } from './groups.js'
@@ -55,9 +54,6 @@ export abstract class Endpoint {
   /** This endpoint's own configuration (its instances' KV-event addresses, among others). */
   #epConfig: EndpointConfig
   #closed = false
-  readonly #tokenizer: RequestTokenizer | undefined
-  /** Next instance asked for a remote tokenization, in rotation. */
-  #tokenizeNext = 0
   /** How the host set names a group to the router: made once, not on every pick. */
   readonly #groupId = (name: string): number => this.router.groupId(name)
 
@@ -72,7 +68,6 @@ export abstract class Endpoint {
     this.hosts = hosts
     this.router = router
     this.log = log
-    this.#tokenizer = events.tokenizer
     this.exact = this.#exactView(config, ep)
   }
 
@@ -155,18 +150,6 @@ export abstract class Endpoint {
     }
     this.exact = this.#exactView(config, ep)
     this.syncExact()
-  }
-
-  /** The tokenizer, when this endpoint routes by the exact view. */
-  get tokenizer(): RequestTokenizer | undefined {
-    return this.exact === undefined || !strategyInfo(this.routing.strategy).exactView ? undefined : this.#tokenizer
-  }
-
-  /** The instance to ask for a remote tokenization of a request for `model`: healthy ones serving it, in turn. */
-  tokenizeTarget(model: string | undefined): string | undefined {
-    const h = this.healthy().filter((i) => model === undefined || !i.knowsModels() || i.serves(model))
-    if (h.length === 0) return undefined
-    return h[this.#tokenizeNext++ % h.length]!.id
   }
 
   /** Whether `model` is a LoRA adapter here (its blocks are keyed by its name). */

@@ -1,32 +1,9 @@
 // The access log: one `info` line per front request, built when the request ends.
-import { createHash } from 'node:crypto'
-import type { DestinationStream, Logger } from 'pino'
-import { BatchedLog } from './batched-log.js'
+import type { Logger } from 'pino'
 import { echo } from '../core/echo.js'
-import * as line from './log-line.js'
+import { tenantHash } from '../request/tenant-hash.js'
+import * as line from '../log/log-line.js'
 import type { Req } from './types.js'
-
-/**
- * stdout for serve's log lines, written in batches (batched-log.ts). pino's default writes
- * each line on its own through libuv's thread pool (a thread hop and a wake-up of the loop for
- * every line), which cost more CPU than the rest of the access log at a thousand requests a
- * second: batches of LOG_BATCH_BYTES, or what is there every LOG_FLUSH_MS, make that one write
- * for a dozen lines. One for the process: every server in it writes to the same stdout.
- */
-export function logDestination(): DestinationStream {
-  return (stdout ??= batched(1))
-}
-let stdout: DestinationStream | undefined
-
-/**
- * A batching pino destination on `dest` (a file descriptor or path). The batch is kept as
- * buffers, one per line: kept as one string, every line measured the bytes of the whole batch
- * so far, which made V8 flatten it anew each time (about 2 KiB allocated per line).
- */
-export function batched(dest: number | string): BatchedLog & DestinationStream {
-  // The access log's lines come as bytes, which the batch keeps as they are.
-  return Object.assign(new BatchedLog(dest), { [line.WRITES_BYTES]: true })
-}
 
 /** What the handler learns about a request as it goes, for its metrics, log line and spans. */
 export interface Outcome {
@@ -100,15 +77,6 @@ export function newOutcome(requestId: string, requestIdReplaced: boolean): Outco
     prefillMs: undefined,
     kvParams: undefined,
   }
-}
-
-/**
- * A tenant id as the log shows it: 12 hex digits of its SHA-256, enough to tell tenants apart
- * and follow one across lines. SHA-256 rather than the router's XXH3, which is cheaper but
- * can be inverted for short inputs. (`printf %s ID | sha256sum | cut -c1-12` finds a tenant's.)
- */
-export function tenantHash(tenant: string): string {
-  return createHash('sha256').update(tenant).digest('hex').slice(0, 12)
 }
 
 /** The path without its query string, which may carry values that are nobody's business. */

@@ -6,8 +6,8 @@ import type { Res } from './types.js'
 export interface StreamFailure {
   message: string
   type: string
-  /** upstream_stream_error, upstream_timeout or shutdown. */
-  code: string
+  /** The instance's stream broke, or went quiet past its deadline, or the router is shutting down. */
+  code: 'upstream_stream_error' | 'upstream_timeout' | 'shutdown'
 }
 
 export interface FramedResponse extends Res {

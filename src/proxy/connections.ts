@@ -6,6 +6,7 @@ import type http from 'node:http'
 import type http2 from 'node:http2'
 import type net from 'node:net'
 import { nghttp2Finished } from '../net/h2-finished.js'
+import { checkingIntervalMs } from '../runtime/h1-options.js'
 import type { Req, Res } from './types.js'
 
 type Handler = (req: Req, res: Res) => void
@@ -20,12 +21,6 @@ export interface ClientTimeouts {
   /** From a session's last stream closing to the next one opening (0: none). */
   keepAliveTimeoutMs: number
 }
-
-/**
- * How often connections are checked: for Node's HTTP/1.1 timeouts, which it checks only this
- * often (30 s by default), and for HTTP/2 sessions nghttp2 has finished with.
- */
-export const checkingIntervalMs = (headersTimeoutMs: number): number => Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4) || 1000))
 
 export class FrontConnections {
   readonly #sockets = new Set<net.Socket>()

@@ -5,13 +5,16 @@ import type { Config } from '../config/config.js'
 import type { Endpoint } from '../fleet/endpoint.js'
 import type { RouterMetrics } from '../metrics/router-metrics.js'
 import type { ClientState } from './forward.js'
-import type { DecisionRing } from './decisions.js'
+import type { DecisionRing } from '../runtime/admin/decisions.js'
 import type { PrefillPods } from './pd/prefill-pods.js'
+import type { RequestKeying } from '../request/keying.js'
 
 export interface ProxyCore {
   readonly config: Config
   readonly metrics: RouterMetrics
   readonly log: Logger
+  /** A request's key and tokens, before the pick. */
+  readonly keying: RequestKeying
   endpoint(name: string | undefined): Endpoint | undefined
   endpoints(): Iterable<Endpoint>
   /** Proxied requests in flight, and how many of them are on a retry (for the retry budget). */

@@ -1,7 +1,7 @@
 // Expect: 100-continue is answered here and never forwarded (undici refuses to send it). The
 // client holds its body back until told to go on, so a body declared over the limit is refused
 // before a byte of it is sent.
-import { tooLarge } from './errors.js'
+import { tooLarge } from '../request/errors.js'
 import type { Req, Res } from './types.js'
 
 type Handler = (req: Req, res: Res) => void

@@ -10,9 +10,9 @@ import type { Dispatcher } from 'undici'
 import type { Instance } from '../fleet/instance.js'
 import { isAwsCredential } from './aws-credentials.js'
 import { isFramed } from './broken-stream.js'
-import { upstreamError } from './errors.js'
+import { upstreamError } from '../request/errors.js'
 import { connectionTokens, endToEndRaw, isConnectionHeader, valueOf, type HeaderList } from './hop-headers.js'
-import { REQUEST_ID_HEADER } from './request-id.js'
+import { REQUEST_ID_HEADER } from '../request/request-id.js'
 import type { Res } from './types.js'
 import { PrefixRouterError } from '../core/errors.js'
 
@@ -263,7 +263,7 @@ class Upstream implements Dispatcher.DispatchHandler {
     if (!this.started) return this.reject(Object.assign(err, { requestSent: this.sent, answered: this.answered }))
     if (err === SHUTDOWN) {
       // Mid-answer: an event stream is told why it ends; any other body is cut, not passed as whole.
-      const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' }
+      const shutdown = { message: 'the router is shutting down; retry the request', type: 'server_error', code: 'shutdown' as const }
       if (isFramed(res)) res.fail(shutdown)
       else if (this.sse) res.end(`data: ${JSON.stringify({ error: shutdown })}\n\n`)
       else res.destroy()

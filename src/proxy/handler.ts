@@ -10,19 +10,19 @@ import { PREFILLER_HEADER, proxySidecar } from './pd/sidecar.js'
 import { disaggregates } from '../schedule/index.js'
 import { invokeKey, TENANT_HEADER } from '../core/key/index.js'
 import { readInvokePrefix, type InvokeBody } from './invoke-body.js'
-import { chatKey, openAILimits } from './chat-key.js'
+import { openAILimits } from '../request/request-key.js'
 import { logAccess, newOutcome, type Outcome } from './access-log.js'
-import type { DecisionRing } from './decisions.js'
 import { bodyChunks, bodyLeft, endAfterBody, readWhole, type WholeUse } from './body.js'
 import { EventStreamResponse } from './event-stream-response.js'
 import { echo } from '../core/echo.js'
 import { RequestError } from '../core/errors.js'
-import { duplicateHost, methodNotAllowed, notFound, tooLarge, toProxyError, upstreamError } from './errors.js'
+import { checkDeclaredLength, checkMethod, endpointOf } from '../request/admission.js'
+import { duplicateHost, notFound, toProxyError, upstreamError } from '../request/errors.js'
 import { CLIENT_GONE, type ClientState } from './forward.js'
-import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from './openai-body.js'
+import { openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from '../request/openai-body.js'
 import { repeatsHost } from './host-header.js'
-import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
-import { matchRoute, OPENAI_ROUTES, type Route } from './routes.js'
+import { REQUEST_ID_HEADER, requestIdOf } from '../request/request-id.js'
+import { matchRoute, OPENAI_ROUTES, type Route } from '../request/routes.js'
 import { inferenceComponentOf, INFERENCE_COMPONENT_HEADER, VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
 import type { Req, Res } from './types.js'
 
@@ -93,7 +93,7 @@ export async function handle(core: ProxyCore, req: Req, res: Res): Promise<void>
     const m = matchRoute(req.url ?? '/')
     if (m === undefined) throw notFound('not_found', `no route for ${echo(req.method ?? '')} ${echo((req.url ?? '').split('?')[0]!)}`)
     // A path the router does not forward is a 404 whatever the method: Allow would name a route that does not exist.
-    if (req.method !== m.method && m.route.kind !== 'unsupported') throw methodNotAllowed(m.method)
+    if (m.route.kind !== 'unsupported') checkMethod(m, req.method)
     const { route } = m
     const ep = dispatch(core, route, req, res, out)
     // The body is read and the request proxied here rather than in a function of their own:
@@ -186,17 +186,14 @@ function dispatch(core: ProxyCore, route: Route, req: Req, res: Res, out: Outcom
     // paths include ones that change one instance's state (LoRA loading).
     throw notFound('unsupported_route', `the router does not forward ${echo(route.path)}; its OpenAI and vLLM routes are ${OPENAI_ROUTES.join(', ')}, each also under /endpoints/{name}/openai`)
   }
-  const ep = core.endpoint(route.endpoint)
-  if (ep === undefined) throw notFound('endpoint_not_found', `no endpoint named '${echo(route.endpoint ?? 'default')}'`)
+  const ep = endpointOf(core, route.endpoint)
   out.endpoint = ep.name
   if (route.kind === 'models') {
     const data = ep.models().map(({ id, parent }) => ({ id, object: 'model', created: 0, owned_by: 'prefix-router', root: parent ?? id, parent: parent ?? null }))
     send(req, res, out, 200, JSON.stringify({ object: 'list', data }))
     return void (out.status = 200)
   }
-  const limit = core.config.limits.maxBodyBytes
-  const length = declaredLength(req)
-  if (length !== undefined && length > limit) throw tooLarge(limit)
+  checkDeclaredLength(req.headers['content-length'], core.config.limits.maxBodyBytes)
   out.strategy = ep.routing.strategy
   return ep
 }
@@ -272,7 +269,7 @@ class OpenAIBodyRequest implements WholeUse<number> {
 }
 
 function openAIOutbound(core: ProxyCore, ep: Endpoint, route: Route & { kind: 'openai' }, req: Req, read: OpenAIBody): Outbound {
-  const k = chatKey(core.config, core.log, ep.name, req.headers[TENANT_HEADER], read)
+  const k = core.keying.key(core.config, core.log, ep, req.headers[TENANT_HEADER], read)
   return { key: k.key, body: read.raw, tenant: k.tenant, model: k.model, anchor: k.anchor, stream: k.stream, path: route.upstreamPath, api: route.api }
 }
 

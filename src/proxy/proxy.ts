@@ -1,26 +1,13 @@
-// The running router: endpoints built from config, the front server, the admin server,
-// and reload. Everything per request is in handler.ts.
-import { tokenizerFromConfig } from './tokenizer-config.js'
-import type { RequestTokenizer } from '../tokens/index.js'
-import type { AddressInfo } from 'node:net'
+// serve's HTTP front over the fleet runtime (src/runtime): the front port, its warm-up, the
+// requests in flight and their drain. Everything per request is in handler.ts.
 import type { Logger } from 'pino'
-import { ConfigError, type Config } from '../config/config.js'
-import { EndpointDiscovery } from '../fleet/discovery/endpoint-discovery.js'
-import { requireSourcePackages } from '../fleet/discovery/create.js'
-import { closeWhenDrained, drainThen } from '../fleet/drain.js'
-import type { BuildEndpoint, Endpoint, EndpointEvents } from '../fleet/endpoint.js'
-import { localEndpoint } from '../fleet/local-endpoint.js'
-import { probeToken } from '../fleet/owner.js'
-import { RouterMetrics } from '../metrics/router-metrics.js'
-import { defaultReplicaId } from '../fleet/share/replica-id.js'
-import { registerShareLoadMetrics } from '../fleet/share/metrics.js'
-import { registerTokenizerMetrics } from '../tokens/metrics.js'
-import { logFallbacks } from '../tokens/fallback-log.js'
+import type { Config } from '../config/config.js'
+import type { Endpoint } from '../fleet/endpoint.js'
 import type { ShareLoad } from '../fleet/share/share-load.js'
-import type { SharedLoadSink } from '../fleet/share/sink.js'
-import { listenAdmin, type AdminServer } from './admin.js'
-import { DecisionRing } from './decisions.js'
-import { routerLogger } from './logger.js'
+import type { RouterMetrics } from '../metrics/router-metrics.js'
+import type { RequestKeying } from '../request/keying.js'
+import type { DecisionRing } from '../runtime/admin/decisions.js'
+import { Runtime, type ReloadResult, type RuntimeOptions } from '../runtime/runtime.js'
 import { SHUTDOWN, type ClientState } from './forward.js'
 import { handle, type ProxyCore } from './handler.js'
 import { listenFront, type FrontServer } from './server.js'
@@ -28,41 +15,12 @@ import { preconnect } from './preconnect.js'
 import { warmUp } from './warm.js'
 import { PrefillPods } from './pd/prefill-pods.js'
 
+export type { ReloadResult } from '../runtime/runtime.js'
+
 /** Of a drain's timeout, what is kept at its end for the requests ended then to write their answers. */
 const SETTLE_MS = 100
 
-export interface ProxyOptions {
-  /** Re-reads the configuration for a reload (SIGHUP, POST /admin/reload). */
-  reloadConfig?: () => Config
-  logger?: Logger
-  /** Run one round of health and model probes before accepting traffic (default true). */
-  probeFirst?: boolean
-  /**
-   * Register the process's own metrics (heap, GC, event-loop lag) in this server's registry
-   * (default true). Off for a second server in the process: they would be measured twice.
-   */
-  processMetrics?: boolean
-  /** Ports of its own even in a node:cluster worker, not shared through the primary (a throwaway server). */
-  exclusive?: boolean
-  /**
-   * Its part when several processes serve one front port (node:cluster). 'primary': probes,
-   * discovery and the admin port, no front port. 'worker': the front port only, its fleet
-   * given by the primary through the endpoints `buildEndpoint` makes. Unset: one process does it all.
-   */
-  role?: 'primary' | 'worker'
-  /** Added to every endpoint's events: how its router is made, who publishes its membership. */
-  endpointEvents?: Pick<EndpointEvents, 'router' | 'onSync'>
-  /** Builds each endpoint's view (default: its owner and its view in this process; a worker's reads the primary's). */
-  buildEndpoint?: BuildEndpoint
-  /** After a reload has taken effect here (a primary passes it on to its workers). */
-  onReload?(config: Config): void
-  /** What GET /metrics answers (default: this process's registry). */
-  metricsText?(): Promise<string>
-  /**
-   * With shareLoad: where the other replicas' queued prefill goes, per endpoint and instance
-   * (default: each endpoint's router, counted with the engines' load; /admin/replicas shows it too).
-   */
-  shareLoadSink?: SharedLoadSink
+export interface ProxyOptions extends Omit<RuntimeOptions, 'routesRequests' | 'frontConnections' | 'beforeAdmin'> {
   /**
    * Called the moment the front port listens, before any request on it is handled (the
    * admin port is up by then): where serve prints its banner.
@@ -82,141 +40,101 @@ export interface DrainClock {
   sleep(ms: number): Promise<void>
 }
 
-export interface ReloadResult {
-  endpoints: string[]
-  /** Keys that changed but only take effect on restart. */
-  restartRequired: string[]
-}
-
 export class ProxyServer implements ProxyCore {
-  config: Config
-  readonly metrics: RouterMetrics
-  readonly log: Logger
   readonly traffic = { active: 0, retrying: 0 }
   readonly requests = new Set<ClientState>()
-  readonly decisions = new DecisionRing()
   /** As a decode pod's sidecar: the prefill pods the endpoint picker names (sidecar.enabled). */
   readonly prefillPods: PrefillPods | undefined
-  draining = false
   #shutdown: Promise<void> | undefined
   /** Cuts the drain's waits short when close() is called during it. */
   #wake: (() => void) | undefined
   #closing = false
-  #endpoints = new Map<string, Endpoint>()
-  #discovery = new Map<string, EndpointDiscovery>()
   #front: FrontServer | undefined
-  #admin: AdminServer | undefined
   /** Requests waiting for serveHeld() (holdRequests). */
   #held: (() => void)[] | undefined
   #opts: ProxyOptions
-  /** The exact view's tokenizer (config.tokenizer), shared by the endpoints. */
-  readonly #tokenizer: RequestTokenizer | undefined
-  /** Stops the tokenizer's fallback summaries in the log. */
-  #stopFallbackLog: (() => void) | undefined
-  /** This replica's id (config.replicaId, or one made at start). */
-  readonly replicaId: string
-  /** Queued prefill shared with the other replicas (config.shareLoad), in the process that owns the fleet. */
-  #share: ShareLoad | undefined
 
-  private constructor(config: Config, opts: ProxyOptions, tokenizer: RequestTokenizer | undefined) {
-    this.config = config
+  private constructor(
+    readonly runtime: Runtime,
+    opts: ProxyOptions,
+  ) {
     this.#opts = opts
     this.#held = opts.holdRequests === true ? [] : undefined
-    this.#tokenizer = tokenizer
-    this.log = opts.logger ?? routerLogger(config.log)
-    // A worker's instances and in-flight counters mirror the primary's, whose gauges report them.
-    this.metrics = new RouterMetrics(
-      () => this.#endpoints.values(),
-      () => this.#front,
-      { processMetrics: opts.processMetrics, fleet: opts.role !== 'worker' },
-    )
-    this.replicaId = config.replicaId ?? defaultReplicaId()
-    if (this.#shares()) registerShareLoadMetrics(() => this.#share, [this.metrics.registry])
-    if (tokenizer !== undefined) {
-      registerTokenizerMetrics(tokenizer, [this.metrics.registry])
-      this.#stopFallbackLog = logFallbacks(tokenizer, this.log)
-    }
-    for (const ep of config.endpoints) this.#endpoints.set(ep.name, this.#newEndpoint(config, ep))
+    const config = runtime.config
     if (config.sidecar.enabled) {
       this.prefillPods = new PrefillPods(config.sidecar.allow, config.upstream)
-      if (this.prefillPods.allow.any && opts.role !== 'worker') {
-        this.log.warn("sidecar: any prefill pod the x-prefiller-host-port header names is sent the request's prefill leg; restrict them with sidecar.allow (--sidecar-allow), or make sure only the endpoint picker can set the header")
+      if (this.prefillPods.allow.any && runtime.ownsFleet) {
+        this.runtime.log.warn("sidecar: any prefill pod the x-prefiller-host-port header names is sent the request's prefill leg; restrict them with sidecar.allow (--sidecar-allow), or make sure only the endpoint picker can set the header")
       }
-    }
-  }
-
-  /**
-   * Whether this process publishes and hears the replicas' queued prefill: one process, or a
-   * cluster's primary, which reads every worker's leases on the shared routing state (workers
-   * never do: one process per host speaks for all of them).
-   */
-  #shares(): boolean {
-    return this.config.shareLoad !== undefined && this.#opts.role !== 'worker'
-  }
-
-  /** The sharing of queued prefill between replicas, when configured (in a cluster, the primary's). */
-  get shareLoad(): ShareLoad | undefined {
-    return this.#share
-  }
-
-  #newEndpoint(config: Config, ep: Config['endpoints'][number]): Endpoint {
-    return (this.#opts.buildEndpoint ?? localEndpoint)(config, ep, this.#endpointEvents())
-  }
-
-  #endpointEvents() {
-    return {
-      log: this.log,
-      onEjection: (i: { id: string }, reason: string) => this.metrics.ejections.inc({ instance: i.id, reason }),
-      ...(this.#tokenizer !== undefined && { tokenizer: this.#tokenizer }),
-      ...this.#opts.endpointEvents,
     }
   }
 
   static async start(config: Config, opts: ProxyOptions = {}): Promise<ProxyServer> {
-    if (config.endpoints.length === 0) throw new ConfigError('no endpoints configured')
-    for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
-    const p = new ProxyServer(config, opts, await tokenizerFromConfig(config))
+    let p: ProxyServer | undefined
     try {
-      // Only an endpoint's owner probes (a worker's come from its primary).
-      if (opts.probeFirst !== false) await Promise.all([...p.#endpoints.values()].map((e) => e.owner?.probe()))
-      for (const ep of p.#endpoints.values()) ep.owner?.startProbes()
-      // Never waits for Redis: its connections are made in the background, and made again.
-      if (p.#shares()) p.#share = await p.#startShare(config)
-      // Discovered instances are there before the first request, unless a source is slow to answer.
-      const discovered = p.#applyDiscovery(config)
-      if (opts.probeFirst !== false) await discovered
-      if (opts.role !== 'primary') await p.#warmUp()
-      // The admin port first: once the front listens, nothing more is awaited before onListening.
-      if (opts.role !== 'worker') p.#admin = await listenAdmin(p, config.admin, opts.exclusive)
-      if (opts.role !== 'primary') {
-        p.#front = await listenFront(config, p.#frontHandler(), opts.exclusive)
-        opts.onListening?.(p)
-      }
+      // The warm-up runs through this front before the admin port opens, and the port last:
+      // once it listens, nothing more is awaited before onListening.
+      await Runtime.start(config, {
+        ...opts,
+        routesRequests: true,
+        frontConnections: () => (p === undefined ? undefined : p.#front),
+        beforeAdmin: async (runtime) => {
+          p = new ProxyServer(runtime, opts)
+          await p.#warmUp()
+        },
+      })
+      p!.#front = await listenFront(config, p!.#frontHandler(), opts.exclusive)
+      opts.onListening?.(p!)
     } catch (err) {
-      await p.close()
+      await p?.close()
       throw err
     }
-    return p
+    return p!
   }
 
-  async #startShare(config: Config): Promise<ShareLoad> {
-    const s = config.shareLoad!
-    const { ShareLoad } = await import('../fleet/share/share-load.js')
-    return ShareLoad.start({
-      url: s.url,
-      replicaId: this.replicaId,
-      intervalMs: s.intervalMs,
-      prefix: s.prefix,
-      expireMs: s.expireMs,
-      endpoints: () => this.#endpoints.values(),
-      log: this.log,
-      // Into each endpoint's router, with the engines' load (LoadBeyondOwn keeps the two apart).
-      sink: this.#opts.shareLoadSink ?? { setSharedPrefill: (endpoint, instance, blocks) => void this.#endpoints.get(endpoint)?.owner?.setSharedPrefill(instance, blocks) },
-    })
+  get config(): Config {
+    return this.runtime.config
+  }
+  get metrics(): RouterMetrics {
+    return this.runtime.metrics
+  }
+  get log(): Logger {
+    return this.runtime.log
+  }
+  get keying(): RequestKeying {
+    return this.runtime.keying
+  }
+  get decisions(): DecisionRing {
+    return this.runtime.decisions
+  }
+  get replicaId(): string {
+    return this.runtime.replicaId
+  }
+  get shareLoad(): ShareLoad | undefined {
+    return this.runtime.shareLoad
+  }
+  /** Shutting down: /health and /ping answer 503 so that load balancers stop sending. */
+  get draining(): boolean {
+    return this.runtime.draining
+  }
+  get adminUrl(): string {
+    return this.runtime.adminUrl
+  }
+  endpoint(name: string | undefined): Endpoint | undefined {
+    return this.runtime.endpoint(name)
+  }
+  endpoints(): Iterable<Endpoint> {
+    return this.runtime.endpoints()
+  }
+  reload(next?: Config): ReloadResult {
+    return this.runtime.reload(next)
+  }
+  metricsText(): Promise<string> {
+    return this.runtime.metricsText()
   }
 
   #frontHandler(): Parameters<typeof listenFront>[1] {
-    if (this.#opts.role !== 'worker') return (req, res) => void handle(this, req, res)
+    if (this.runtime.ownsFleet) return (req, res) => void handle(this, req, res)
     // Which process answered: with several serving one port, the only way a client can tell.
     const pid = String(process.pid)
     const serve: Parameters<typeof listenFront>[1] = (req, res) => {
@@ -233,11 +151,6 @@ export class ProxyServer implements ProxyCore {
     for (const next of held ?? []) next()
   }
 
-  /** The text GET /metrics on the admin port answers. */
-  metricsText(): Promise<string> {
-    return this.#opts.metricsText?.() ?? this.metrics.registry.metrics()
-  }
-
   /** Before the port opens, so that neither traffic nor /health meets a process still in the interpreter. */
   async #warmUp(): Promise<void> {
     const { requests, timeoutMs, connections } = this.config.warmup
@@ -251,108 +164,15 @@ export class ProxyServer implements ProxyCore {
     // keep-alive time (uvicorn's is 5 s), which a long warm-up could outlast.
     if (connections > 0) {
       const { path, timeoutMs: probeMs } = this.config.health
-      const c = await preconnect(this.#endpoints.values(), Math.min(connections, this.config.upstream.connections), path, probeMs)
+      const c = await preconnect(this.runtime.endpoints(), Math.min(connections, this.config.upstream.connections), path, probeMs)
       this.log.debug(c, 'upstream connections opened')
     }
-  }
-
-  /** Whether this process handles front requests (and so records their decisions). */
-  get routesRequests(): boolean {
-    return this.#opts.role !== 'primary'
   }
 
   get url(): string {
     const a = this.#front!.address
     const host = a.family === 'IPv6' ? `[${a.address}]` : a.address === '0.0.0.0' ? '127.0.0.1' : a.address
     return `${this.#front!.protocol}://${host}:${a.port}`
-  }
-
-  get adminUrl(): string {
-    const a = this.#admin!.address as AddressInfo
-    return `http://${a.address === '0.0.0.0' ? '127.0.0.1' : a.address}:${a.port}`
-  }
-
-  endpoint(name: string | undefined): Endpoint | undefined {
-    if (name === undefined) return this.#endpoints.values().next().value // the first one is the default
-    return this.#endpoints.get(name)
-  }
-
-  endpoints(): Iterable<Endpoint> {
-    return this.#endpoints.values()
-  }
-
-  /** Applies a new configuration to later requests; requests in flight keep their leases. */
-  reload(next?: Config): ReloadResult {
-    let config: Config
-    try {
-      config = next ?? this.#opts.reloadConfig?.() ?? this.config
-      for (const ep of config.endpoints) requireSourcePackages(ep.discovery ?? [])
-      // A probe token that cannot be read refuses the reload before any endpoint changes.
-      for (const epc of config.endpoints) probeToken(config, epc)
-    } catch (err) {
-      // Both paths (SIGHUP, POST /admin/reload) land here: the operator sees why in the log.
-      this.log.warn({ err: (err as Error).message }, 'reload failed; keeping the running configuration')
-      throw err
-    }
-    const restartRequired: string[] = (['listen', 'admin', 'tls', 'limits', 'upstream', 'workers', 'shareLoad', 'replicaId', 'sidecar'] as const).filter(
-      (k) => JSON.stringify(config[k]) !== JSON.stringify(this.config[k]),
-    )
-    // The logger's destination is made once, at start.
-    if (config.log.format !== this.config.log.format) restartRequired.push('log.format')
-    const retired: Promise<void>[] = []
-    const names = new Set(config.endpoints.map((e) => e.name))
-    for (const [name, ep] of this.#endpoints) {
-      if (!names.has(name)) {
-        this.#endpoints.delete(name)
-        void this.#discovery.get(name)?.stop()
-        this.#discovery.delete(name)
-        retired.push(drainThen(ep, () => ep.close()))
-      }
-    }
-    for (const epc of config.endpoints) {
-      const cur = this.#endpoints.get(epc.name)
-      if (cur) {
-        for (const inst of cur.update(config, epc)) retired.push(closeWhenDrained(cur, inst))
-      } else {
-        const ep = this.#newEndpoint(config, epc)
-        this.#endpoints.set(epc.name, ep)
-        ep.owner?.startProbes()
-        void ep.owner?.probe()
-      }
-    }
-    this.config = {
-      ...config,
-      listen: this.config.listen,
-      admin: this.config.admin,
-      tls: this.config.tls,
-      limits: this.config.limits,
-      upstream: this.config.upstream,
-      workers: this.config.workers,
-      shareLoad: this.config.shareLoad,
-      replicaId: this.config.replicaId,
-      log: { ...config.log, format: this.config.log.format },
-    }
-    this.log.level = config.log.level
-    void this.#applyDiscovery(config)
-    this.log.info({ endpoints: [...names], restartRequired }, 'configuration reloaded')
-    void Promise.all(retired)
-    this.#opts.onReload?.(this.config)
-    return { endpoints: [...names], restartRequired }
-  }
-
-  /** Starts, stops or keeps each endpoint's discovery sources as the configuration lists them. */
-  #applyDiscovery(config: Config): Promise<void> {
-    const started: Promise<void>[] = []
-    for (const epc of config.endpoints) {
-      const ep = this.#endpoints.get(epc.name)
-      // Discovery feeds the owner: a worker's discovered instances come from its primary.
-      if (ep?.owner === undefined || this.#closing) continue
-      let d = this.#discovery.get(epc.name)
-      if (d === undefined && (epc.discovery?.length ?? 0) === 0) continue
-      if (d === undefined) this.#discovery.set(epc.name, (d = new EndpointDiscovery(ep.owner, this.log)))
-      started.push(d.apply(epc.discovery ?? []))
-    }
-    return Promise.all(started).then(() => undefined)
   }
 
   /**
@@ -371,7 +191,7 @@ export class ProxyServer implements ProxyCore {
     const now = () => this.#opts.drainClock?.now() ?? Date.now()
     // The drain is over by then: ending what is left is counted in the timeout, not after it.
     const end = now() + delayMs + timeoutMs
-    this.draining = true
+    this.runtime.draining = true
     // Held requests are answered as any other during a drain, not left waiting.
     this.serveHeld()
     const front = this.#front
@@ -418,15 +238,7 @@ export class ProxyServer implements ProxyCore {
     this.#closing = true
     this.#wake?.()
     await this.#front?.close()
-    await this.#admin?.close()
-    // Before the routers close: the goodbye tells the others to drop this replica's figures now.
-    await this.#share?.close()
-    await Promise.all([...this.#discovery.values()].map((d) => d.stop()))
-    this.#discovery.clear()
-    await Promise.all([...this.#endpoints.values()].map((e) => e.close()))
-    this.#endpoints.clear()
-    this.#stopFallbackLog?.()
-    await this.#tokenizer?.close()
+    await this.runtime.close()
     await this.prefillPods?.close()
   }
 }

@@ -1,7 +1,7 @@
 // The SageMaker runtime's request and answer headers that the router itself acts on. The
 // others (Target-Model, Custom-Attributes, Inference-Id, …) are the container's business
 // and pass through to the instance like any header.
-import { badRequest } from './errors.js'
+import { badRequest } from '../request/errors.js'
 
 /**
  * Names the inference component to invoke. The router has no components of its own; the

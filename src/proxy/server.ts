@@ -9,7 +9,8 @@ import type { Config } from '../config/config.js'
 import { descriptorNeeds } from '../config/fd-needs.js'
 import { frontMaxConnections } from '../net/fd-limit.js'
 import { h1h2cServer } from '../net/h2c-sniff.js'
-import { checkingIntervalMs, FrontConnections } from './connections.js'
+import { FrontConnections } from './connections.js'
+import { h1Options } from '../runtime/h1-options.js'
 import { checkContinue } from './expect.js'
 import type { Req, Res } from './types.js'
 
@@ -36,17 +37,6 @@ export interface FrontServer {
 }
 
 type Handler = (req: Req, res: Res) => void
-
-export function h1Options(config: Config): Pick<http.ServerOptions, 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout' | 'connectionsCheckingInterval'> {
-  const { headersTimeoutMs, requestTimeoutMs, keepAliveTimeoutMs } = config.limits
-  return {
-    headersTimeout: headersTimeoutMs,
-    requestTimeout: requestTimeoutMs,
-    // Node holds an idle connection a second longer than it advertises (Keep-Alive: timeout=).
-    keepAliveTimeout: keepAliveTimeoutMs,
-    connectionsCheckingInterval: checkingIntervalMs(headersTimeoutMs),
-  }
-}
 
 const h2Settings: http2.Settings = { maxConcurrentStreams: 1000, initialWindowSize: 1 << 20 }
 

@@ -7,15 +7,14 @@ import type { OpenAIApi } from '../core/key/openai-key.js'
 import type { ExactTokens, Lease } from '../core/router.js'
 import type { Endpoint, Pick } from '../fleet/endpoint.js'
 import type { Instance } from '../fleet/instance.js'
-import { exactTokens } from '../tokens/request-tokens.js'
 import { echo } from '../core/echo.js'
-import { RequestError } from '../core/errors.js'
+import { noHealthyInstance, RequestError } from '../core/errors.js'
 import { decisionOf } from '../core/strategies.js'
 import type { Outcome } from './access-log.js'
 import type { ProxyCore } from './core.js'
-import { isConnectError, noHealthyInstance, ProxyError, shuttingDown, toProxyError, upstreamError, upstreamFailed } from './errors.js'
+import { isConnectError, isRefusal, ProxyError, shuttingDown, toProxyError, upstreamError, upstreamFailed } from '../request/errors.js'
 import { forward, forwardFresh, PrefillLegFailed, resetUnanswered, requestWasSent, UpstreamStatusError, type ClientState, type ForwardRequest } from './forward.js'
-import { REQUEST_ID_HEADER } from './request-id.js'
+import { REQUEST_ID_HEADER } from '../request/request-id.js'
 import { VARIANT, VARIANT_HEADER } from './sagemaker-headers.js'
 import { ATTR, endSpan, injectInto, NO_SPAN, startChild, startRequestSpan, tracingOff, type RequestSpan } from './tracing.js'
 import type { Req, Res } from './types.js'
@@ -206,12 +205,8 @@ class Proxying implements ForwardRequest {
  * approximate view (no tokenizer, or one that failed or answered late).
  */
 export async function requestTokens(core: ProxyCore, ep: Endpoint, o: Outbound): Promise<ExactTokens | undefined> {
-  const tokenizer = ep.tokenizer
-  if (tokenizer === undefined || o.api === undefined || !Buffer.isBuffer(o.body)) return undefined
-  const t0 = performance.now()
-  const exact = await exactTokens(tokenizer, o.api, o.body, o.model, ep.isAdapter(o.model), ep.tokenizeTarget(o.model))
-  core.metrics.tokenize.observe([exact === undefined ? 'fallback' : 'ok'], (performance.now() - t0) / 1000)
-  return exact
+  if (o.api === undefined || !Buffer.isBuffer(o.body)) return undefined
+  return core.keying.tokens(ep, o.api, o.body, o.model)
 }
 
 /** The request's span (every try and leg is a child of it). */
@@ -276,7 +271,7 @@ export async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res,
         pick = attempt === 0 && plan !== undefined ? plan.first : ep.pick(o.key, o.tenant, o.model, o.anchor, tries, exact, plan?.leg)
       } catch (err) {
         endSpan(pickSpan, undefined, err)
-        if (attempt > 0) throw err instanceof RequestError && (err.code === 'no_healthy_instance' || err.code === 'no_decode_instance') ? lastError(lastTry) : err
+        if (attempt > 0) throw isRefusal(err, 'no_healthy_instance', 'no_decode_instance') ? lastError(lastTry) : err
         throw err
       }
       const decisionSeconds = (performance.now() - t0) / 1000
@@ -321,7 +316,7 @@ export async function proxyTo(core: ProxyCore, ep: Endpoint, req: Req, res: Res,
           core.log.warn({ instance: instance.id, reason, attempt: attempt + 1, err: (err as Error).message }, 'try failed; retrying on another instance')
           continue
         }
-        if (isConnectError(err) && ep.healthy().length === 0) throw noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000)))
+        if (isConnectError(err) && ep.healthy().length === 0) throw toProxyError(noHealthyInstance(ep.name, Math.max(1, Math.ceil(core.config.health.intervalMs / 1000))))
         throw err instanceof RequestError ? err : upstreamError(err)
       } finally {
         p.answered()

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { brokenRules, circles, crossings, importEdges, importGraph, importNames, specifiers, tsFiles, type ImportEdge, type LayerRule } from '../helpers/import-graph.js'
 import { underscoreImports, underscoreImportsIn, underscoreMembers } from '../helpers/underscore-names.js'
+import { folderCrossings } from '../helpers/forbidden-imports.js'
 
 const src = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'src')
 
@@ -42,6 +43,48 @@ describe('the import graph of src/', () => {
 
   it('imports in no direction the layers forbid', () => {
     expect(brokenRules(importEdges(src), LAYERS)).toEqual([])
+  })
+
+  // Two fronts over one runtime: serve's HTTP front (proxy/) and the endpoint picker's ext_proc
+  // front (epp/) each own their protocol, and what both use lives below them (request/, runtime/).
+  it('no front imports the other front', () => {
+    expect(folderCrossings(graph, ['proxy'], ['epp'])).toEqual([])
+    expect(folderCrossings(graph, ['epp'], ['proxy'])).toEqual([])
+  })
+
+  it('the runtime, and what both fronts share below it, import neither front', () => {
+    expect(folderCrossings(graph, ['runtime', 'request', 'log'], ['proxy', 'epp'])).toEqual([])
+  })
+
+  // Turning a request into tokens is request/keying.ts's: the fleet knows instances and models.
+  it('fleet/ imports nothing from tokens/', () => {
+    expect(folderCrossings(graph, ['fleet'], ['tokens'])).toEqual([])
+  })
+})
+
+describe('the layering rules', () => {
+  const g = new Map([
+    ['proxy/handler.ts', ['request/routes.ts', 'epp/subset.ts']],
+    ['epp/exchange.ts', ['request/routes.ts', 'proxy/errors.ts']],
+    ['runtime/runtime.ts', ['fleet/endpoint.ts', 'proxy/proxy.ts']],
+    ['fleet/endpoint.ts', ['tokens/index.ts', 'fleet/instance.ts']],
+    ['proxyish/x.ts', ['epp/y.ts']],
+    ['request/routes.ts', []],
+  ])
+
+  it('find a front importing the other, in either direction', () => {
+    expect(folderCrossings(g, ['proxy'], ['epp'])).toEqual(['proxy/handler.ts -> epp/subset.ts'])
+    expect(folderCrossings(g, ['epp'], ['proxy'])).toEqual(['epp/exchange.ts -> proxy/errors.ts'])
+  })
+
+  it('find the runtime importing a front', () => {
+    expect(folderCrossings(g, ['runtime', 'request'], ['proxy', 'epp'])).toEqual(['runtime/runtime.ts -> proxy/proxy.ts'])
+  })
+
+  it('find fleet/ importing tokens/, and name folders whole (proxyish/ is not proxy/)', () => {
+    expect(folderCrossings(g, ['fleet'], ['tokens'])).toEqual(['fleet/endpoint.ts -> tokens/index.ts'])
+    expect(folderCrossings(new Map([['proxyish/x.ts', ['epp/y.ts']]]), ['proxy'], ['epp'])).toEqual([])
+    expect(folderCrossings(new Map([['request/a.ts', ['request/b.ts']]]), ['request'], ['proxy', 'epp'])).toEqual([])
   })
 })
 

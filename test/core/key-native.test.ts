@@ -14,8 +14,8 @@ import { openAIRequest, type OpenAIRequest } from '../../src/core/key/openai-key
 import { tenantOf } from '../../src/core/key/tenant.js'
 import { textSpan } from '../../src/core/key/index.js'
 import { Router } from '../../src/core/router.js'
-import { ProxyError } from '../../src/proxy/errors.js'
-import { ParsePool } from '../../src/proxy/parse-pool.js'
+import { ProxyError } from '../../src/request/errors.js'
+import { ParsePool } from '../../src/request/parse-pool.js'
 
 // ---- a JSON value model, written out in randomly chosen but equivalent spellings ----------
 

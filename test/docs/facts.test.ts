@@ -45,8 +45,8 @@ describe("the docs' admin port", () => {
     router = undefined
   })
 
-  // The routes as the admin server matches them (src/proxy/admin.ts).
-  const routes = [...read('../../src/proxy/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
+  // The routes as the admin server matches them (src/runtime/admin/admin.ts).
+  const routes = [...read('../../src/runtime/admin/admin.ts').matchAll(/req\.method === '(\w+)' && path === '([^']+)'/g)].map((m) => ({ method: m[1]!, path: m[2]! }))
 
   it('lists every route the admin server answers, and says that none is authenticated', () => {
     expect(routes.length).toBeGreaterThan(4)

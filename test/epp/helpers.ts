@@ -32,7 +32,7 @@ export async function startRig(n: number, mode: BodyMode = 'streamed', overrides
   return rig
 }
 
-export const inFlight = (r: Rig) => totalInFlight(r.epp.proxy)
+export const inFlight = (r: Rig) => totalInFlight(r.epp.runtime)
 
 /** Every stream ended and every lease released: waited for, not slept for. */
 export async function settled(r: Rig): Promise<void> {

@@ -37,7 +37,7 @@ describe('epp: a stream that sends its headers and never a body', () => {
     expect(body.error).toMatchObject({ code: 'request_timeout', message: 'request body not received within 300 ms' })
     await s.closed()
     await settled(r)
-    expect(await r.epp.proxy.metricsText()).toMatch(/prefix_router_requests_total\{endpoint="default",instance="",strategy="[a-z_]+",status="408"\} 1/)
+    expect(await r.epp.runtime.metricsText()).toMatch(/prefix_router_requests_total\{endpoint="default",instance="",strategy="[a-z_]+",status="408"\} 1/)
   })
 
   it('in buffered mode too, after the headers were answered', async () => {

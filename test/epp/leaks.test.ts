@@ -203,7 +203,7 @@ async function collected(t: Tracked[]): Promise<{ heap: number; alive: number }>
 }
 
 async function metric(r: Rig, name: string): Promise<number> {
-  const text = await r.epp.proxy.metricsText()
+  const text = await r.epp.runtime.metricsText()
   let n = 0
   let series = 0
   for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, 'gm'))) {
@@ -267,7 +267,7 @@ describe('epp: 10,000 streams ended every way', () => {
     expect(await metric(r, 'prefix_router_in_flight')).toBe(0)
     // Nearly every stream reached the picker (the cancelled-first ones may not), and the normal ones all ended 'response'.
     expect(r.epp.streamsTaken).toBeGreaterThan(TOTAL * 0.9)
-    const text = await r.epp.proxy.metricsText()
+    const text = await r.epp.runtime.metricsText()
     expect(Number(/prefix_router_epp_streams_ended_total\{how="response"\} (\d+)/.exec(text)?.[1])).toBe(Math.ceil(TOTAL / WAYS.length))
     expect(exchanges.registered).toBeGreaterThan(TOTAL * 0.9)
     expect(leases.registered).toBeGreaterThan(TOTAL / 2)
@@ -368,7 +368,7 @@ describe('epp: faults the leak test found', () => {
       expect(cancelled).toBeGreaterThanOrEqual(CANCELS)
       expect(completed).toBe(total - cancelled)
       // The picker asked the gateway to reconnect along the way, and is there after.
-      const goaways = Number(/prefix_router_epp_goaways_total\{reason="stream_resets"\} (\d+)/.exec(await epp.proxy.metricsText())?.[1])
+      const goaways = Number(/prefix_router_epp_goaways_total\{reason="stream_resets"\} (\d+)/.exec(await epp.runtime.metricsText())?.[1])
       console.log(`epp resets: ${cancelled} streams cancelled, ${completed} completed on one channel; the picker asked it to reconnect ${goaways} times`)
       expect(goaways).toBeGreaterThanOrEqual(4)
       await until(() => epp.exchanges.size === 0, 5000, 'every stream ended in the picker')

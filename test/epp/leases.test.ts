@@ -9,7 +9,7 @@ import { chatBody, inFlight, settled, startRig, useRigs } from './helpers.js'
 useRigs()
 
 async function ended(r: Awaited<ReturnType<typeof startRig>>, how: string): Promise<number> {
-  const text = await r.epp.proxy.metricsText()
+  const text = await r.epp.runtime.metricsText()
   const m = new RegExp(`prefix_router_epp_streams_ended_total\\{how="${how}"\\} (\\d+)`).exec(text)
   return m ? Number(m[1]) : 0
 }
@@ -71,7 +71,7 @@ describe('epp and longest_prefix', () => {
     s.send({ request_body: { body: Buffer.from(chatBody('a prompt long enough to fill blocks. '.repeat(200))), end_of_stream: true } })
     const picked = (await s.next()).request_headers.response.header_mutation.set_headers[0].header.raw_value.toString()
     await s.next() // the body handed back
-    const router = r.epp.proxy.endpoint(undefined)!.router
+    const router = r.epp.runtime.endpoint(undefined)!.router
     const at = () => router.instances().find((i) => new URL(i.id).host === picked)!
     expect(at().inFlight).toBe(1)
     expect(at().queuedPrefillBlocks).toBeGreaterThan(0)

@@ -17,7 +17,7 @@ const open = { fleets: [] as SimFleet[], servers: [] as ProxyServer[], epp: unde
 afterEach(async () => {
   open.gw?.close()
   if (open.epp) {
-    await until(() => open.epp!.exchanges.size === 0 && totalInFlight(open.epp!.proxy) === 0, 5000, 'picker streams ended')
+    await until(() => open.epp!.exchanges.size === 0 && totalInFlight(open.epp!.runtime) === 0, 5000, 'picker streams ended')
     await open.epp.close()
   }
   for (const s of open.servers) {
@@ -74,7 +74,7 @@ describe('the endpoint picker with prefill and decode pods', () => {
   it('a request the picker runs whole has a client-sent x-prefiller-host-port removed', async () => {
     const p = await pool()
     // A threshold no prompt reaches: every request runs whole on its decode pod.
-    p.epp.proxy.reload({ ...p.epp.proxy.config, disaggregation: { ...p.epp.proxy.config.disaggregation, threshold: 100_000 } })
+    p.epp.runtime.reload({ ...p.epp.runtime.config, disaggregation: { ...p.epp.runtime.config.disaggregation, threshold: 100_000 } })
     const res = await p.gw.chat({ body: chatBody('hello', { max_tokens: 2 }), headers: { [PREFILLER]: '10.9.9.9:80' } })
     expect(res.status).toBe(200)
     expect(res.removeHeaders).toContain(PREFILLER)

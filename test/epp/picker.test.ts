@@ -121,7 +121,7 @@ describe('epp refusals and hints', () => {
   it('a served endpoint other than the pick is counted', async () => {
     const r = await startRig(2, 'streamed', { routing: { strategy: 'prefix_aware' } })
     await r.gw.chat({ body: chatBody('hi'), served: '10.9.9.9:8000' })
-    const text = await r.epp.proxy.metricsText()
+    const text = await r.epp.runtime.metricsText()
     expect(text).toMatch(/prefix_router_epp_served_elsewhere_total\{endpoint="default"\} 1/)
     expect(text).toMatch(/prefix_router_requests_total\{endpoint="default",instance="[^"]+",strategy="prefix_aware",status="200"\} 1/)
   })

@@ -1,4 +1,4 @@
-// The picker reads a body's routing key with serve's own code (src/proxy/chat-key.ts): with
+// The picker reads a body's routing key with serve's own code (src/request/request-key.ts): with
 // prefix_aware, whose pick depends only on the key and the members, serve and the picker in
 // front of the same pods choose the same pod for every body, tenant header included.
 import { describe, expect, it } from 'vitest'

@@ -164,7 +164,7 @@ describe('epp: a stream ends in the picker however it ends on the wire', () => {
       // Asked to go away (NO_ERROR) before nghttp2's limit, never cut (INTERNAL_ERROR).
       expect(codes.length).toBeGreaterThan(0)
       expect(codes.every((c) => c === http2.constants.NGHTTP2_NO_ERROR)).toBe(true)
-      expect(await r.epp.proxy.metricsText()).toMatch(/prefix_router_epp_goaways_total\{reason="stream_resets"\} [1-9]/)
+      expect(await r.epp.runtime.metricsText()).toMatch(/prefix_router_epp_goaways_total\{reason="stream_resets"\} [1-9]/)
       await settled(r)
     } finally {
       for (const g of gateways) g.close()

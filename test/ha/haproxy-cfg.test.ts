@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config/config.js'
-import { matchRoute } from '../../src/proxy/routes.js'
+import { matchRoute } from '../../src/request/routes.js'
 import { HAPROXY_CFG, haproxyBinary } from './helpers.js'
 
 const text = readFileSync(HAPROXY_CFG, 'utf8')

@@ -4,8 +4,9 @@
 // every logger setup (bindings, redaction, serializers, mixins, formatters, hooks).
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { pino, type Logger, type LoggerOptions } from 'pino'
-import { accessLine, batched, logAccess, newOutcome, type Outcome } from '../../src/proxy/access-log.js'
-import { WRITES_BYTES } from '../../src/proxy/log-line.js'
+import { accessLine, logAccess, newOutcome, type Outcome } from '../../src/proxy/access-log.js'
+import { batched } from '../../src/log/logger.js'
+import { WRITES_BYTES } from '../../src/log/log-line.js'
 import type { Req } from '../../src/proxy/types.js'
 
 afterEach(() => vi.restoreAllMocks())

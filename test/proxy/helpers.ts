@@ -32,7 +32,7 @@ export async function startRouter(urls: string[], overrides: Record<string, unkn
 }
 
 /** Sum of in-flight counters over every endpoint of the router. */
-export function totalInFlight(p: ProxyServer): number {
+export function totalInFlight(p: Pick<ProxyServer, 'endpoints'>): number {
   let n = 0
   for (const ep of p.endpoints()) for (const i of ep.router.instances()) n += i.inFlight
   return n

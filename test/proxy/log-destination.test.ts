@@ -3,7 +3,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { MAX_PENDING_BYTES } from '../../src/proxy/batched-log.js'
+import { MAX_PENDING_BYTES } from '../../src/log/batched-log.js'
 import { until } from './helpers.js'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
@@ -11,7 +11,7 @@ const root = fileURLToPath(new URL('../..', import.meta.url))
 /** A child that logs `n` lines through logDestination(), then runs `then`. */
 const script = (n: number, then: string) => `
 import { pino } from 'pino'
-import { logDestination } from './src/proxy/access-log.ts'
+import { logDestination } from './src/log/logger.ts'
 const log = pino({ level: 'info' }, logDestination())
 for (let i = 0; i < ${n}; i++) log.info({ i, requestId: 'r' + i }, 'request')
 ${then}
@@ -61,7 +61,7 @@ describe('log destination', () => {
     const pad = 'x'.repeat(1000)
     const child = `
 import { pino } from 'pino'
-import { logDestination } from './src/proxy/access-log.ts'
+import { logDestination } from './src/log/logger.ts'
 const log = pino({ level: 'info' }, logDestination())
 for (let i = 0; i < ${lines}; i++) log.info({ i, pad: '${pad}' }, 'request')
 process.stdin.resume()

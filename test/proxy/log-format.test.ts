@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url'
 import { pino } from 'pino'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { logAccess, newOutcome } from '../../src/proxy/access-log.js'
-import { prettyDestination, prettyLine } from '../../src/proxy/pretty-log.js'
+import { prettyDestination, prettyLine } from '../../src/log/pretty-log.js'
 import type { Req } from '../../src/proxy/types.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { endChildren } from '../helpers/children.js'
@@ -67,8 +67,8 @@ describe('pretty lines', () => {
   it('loses no line when the process exits at once (the batch under it is flushed)', () => {
     const script = `
 import { pino } from 'pino'
-import { logDestination } from './src/proxy/access-log.ts'
-import { prettyDestination } from './src/proxy/pretty-log.ts'
+import { logDestination } from './src/log/logger.ts'
+import { prettyDestination } from './src/log/pretty-log.ts'
 const log = pino({ level: 'info' }, prettyDestination(logDestination(), false))
 for (let i = 0; i < 2000; i++) log.info({ i }, 'line')
 process.exit(0)

@@ -3,9 +3,10 @@
 // run as it ends.
 import { PassThrough } from 'node:stream'
 import { describe, expect, it } from 'vitest'
-import { bodyChunks, readBody, readWhole } from '../../src/proxy/body.js'
+import { bodyChunks, readWhole } from '../../src/proxy/body.js'
+import { readBody } from '../../src/request/read-body.js'
 import { PrefixRouterError } from '../../src/core/errors.js'
-import { ProxyError } from '../../src/proxy/errors.js'
+import { ProxyError } from '../../src/request/errors.js'
 import type { Req } from '../../src/proxy/types.js'
 
 /** A request body the test feeds by hand, as Node's HTTP/1 server hands one over. */

@@ -6,9 +6,9 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { RequestError } from '../../src/core/errors.js'
 import { textSpan } from '../../src/core/key/index.js'
 import type { OpenAIApi } from '../../src/core/key/openai-key.js'
-import { OFFLOAD_BYTES, offloads, openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from '../../src/proxy/openai-body.js'
-import { JsonShape } from '../../src/proxy/json-shape.js'
-import { closeParsePool } from '../../src/proxy/parse-pool.js'
+import { OFFLOAD_BYTES, offloads, openAIBodyOf, readOpenAIBody, WHOLE_BODY_BYTES, type OpenAIBody, type OpenAIBodyLimits } from '../../src/request/openai-body.js'
+import { JsonShape } from '../../src/request/json-shape.js'
+import { closeParsePool } from '../../src/request/parse-pool.js'
 import { openAIBodies } from '../helpers/openai-bodies.js'
 
 afterAll(() => closeParsePool())

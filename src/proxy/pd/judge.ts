@@ -1,6 +1,6 @@
 // What a prefill leg's answer is worth: the decode leg's KV parameters (vLLM's NixlConnector),
 // or why not; and the answer for a prefill instance that refused the request itself.
-import { ProxyError } from '../errors.js'
+import { ProxyError } from '../../request/errors.js'
 import { cachedTokensOf } from './cached-tokens.js'
 import { checkNixlParams, type NixlParams } from './nixl.js'
 import type { Judge } from './prefill-leg.js'

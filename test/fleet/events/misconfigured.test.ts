@@ -195,7 +195,7 @@ describe('KV events without a tokenizer', () => {
       const v = (await views(r)).find((i) => i.id === f.urls[1])!.kvEvents
       return v.view === 'fresh' && v.gpuBlocks > 0
     }, 30_000, 'the blocks in the view')
-    expect(r.endpoint('default')!.tokenizer?.mode).toBe('remote')
+    expect(r.keying.tokenizerFor(r.endpoint('default')!)?.mode).toBe('remote')
     // The implied tokenizer waits 50 ms for /tokenize, as the default: on a busy machine the
     // first call (a new connection) can miss it and answer 422, so the dry run is asked again.
     let dry: Response | undefined

@@ -6,7 +6,7 @@
 // The raw bytes are kept as they came, for the upstream request.
 import { nativeApis, nativeRequest, type KeyHashing } from '../core/key/native-key.js'
 import { openAIRequest, type OpenAIApi } from '../core/key/openai-key.js'
-import { readBody } from './body.js'
+import { readBody } from './read-body.js'
 import { JsonShape } from './json-shape.js'
 import { parsePool, type ParsedBody } from './parse-pool.js'
 

@@ -1,7 +1,7 @@
-// The status page's files (src/proxy/status/: index.html, status.js, status.css), as the admin
+// The status page's files (src/runtime/admin/status/: index.html, status.js, status.css), as the admin
 // port serves them at /, /status.js and /status.css. They are plain files, shipped as they
-// are (package.json `files`) and read from the package's src/proxy/status whether this module
-// runs from src/proxy or from dist/proxy; read once, on first asked.
+// are (package.json `files`) and read from the package's src/runtime/admin/status whether this module
+// runs from src/runtime/admin or from dist/runtime/admin; read once, on first asked.
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -22,7 +22,7 @@ const FILES: Readonly<Record<string, { file: string; type: string }>> = {
 
 function statusDir(): string {
   const here = dirname(fileURLToPath(import.meta.url))
-  const candidates = [join(here, 'status'), join(here, '../../src/proxy/status')]
+  const candidates = [join(here, 'status'), join(here, '../../../src/runtime/admin/status')]
   return candidates.find((d) => existsSync(join(d, 'index.html'))) ?? candidates[0]!
 }
 

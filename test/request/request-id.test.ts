@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { requestIdOf, uuid } from '../../src/proxy/request-id.js'
+import { requestIdOf, uuid } from '../../src/request/request-id.js'
 
 describe('request ids', () => {
   it('makes version 4 UUIDs (RFC 9562 layout, variant 10), none repeated, over several batches of random bytes', () => {

@@ -23,7 +23,7 @@ export function openAILimits(config: Config, routing: Endpoint['routing'], tenan
   return { maxBytes, maxDepth, span, prefixLength, hash }
 }
 
-export interface ChatKey {
+export interface RequestKey {
   key: Uint8Array | string
   tenant: string | undefined
   model: string | undefined
@@ -33,7 +33,7 @@ export interface ChatKey {
 }
 
 /** The pick's arguments from a parsed OpenAI body and the request's tenant header. */
-export function chatKey(config: Config, log: Logger, endpoint: string, tenantHeader: string | string[] | undefined, read: OpenAIBody): ChatKey {
+export function requestKeyOf(config: Config, log: Logger, endpoint: string, tenantHeader: string | string[] | undefined, read: OpenAIBody): RequestKey {
   let k: RoutingKey
   if (read.native) {
     // The extracted key carries its own anchor; the pick reads it from there.

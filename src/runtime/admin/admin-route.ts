@@ -3,8 +3,7 @@
 // instance, how many of its leading blocks the instance reports holding (GPU, offloaded,
 // pending) and whether its view is trusted. Nothing is routed, leased or recorded.
 import type http from 'node:http'
-import { readBody } from './body.js'
-import { exactTokens } from '../tokens/request-tokens.js'
+import { readBody } from '../../request/read-body.js'
 import type { AdminView } from './admin-view.js'
 
 type Answer = { status: number; body: unknown }
@@ -23,7 +22,7 @@ export async function adminRoute(p: AdminView, req: http.IncomingMessage): Promi
   const api = q.get('api') ?? 'chat'
   if (api !== 'chat' && api !== 'completions') return err(400, `api must be chat or completions; got ${JSON.stringify(api.slice(0, 32))}`, 'invalid_api')
   if (ep.exact === undefined) return err(409, `endpoint '${ep.name}' has no exact view: configure kvEvents (--kv-events-port)`, 'no_exact_view')
-  const tokenizer = ep.tokenizer
+  const tokenizer = p.keying.tokenizerFor(ep)
   if (tokenizer === undefined) return err(409, `endpoint '${ep.name}' has no tokenizer for the exact view: give --tokenizer (and strategy longest_prefix)`, 'no_tokenizer')
   let raw: Buffer
   try {
@@ -38,7 +37,7 @@ export async function adminRoute(p: AdminView, req: http.IncomingMessage): Promi
   } catch {
     return err(400, 'the body is not JSON', 'invalid_json')
   }
-  const t = await exactTokens(tokenizer, api, raw, model, ep.isAdapter(model), ep.tokenizeTarget(model))
+  const t = await p.keying.dryRun(ep, tokenizer, api, raw, model)
   if (t === undefined) return err(422, `the body could not be tokenized (${tokenizer.mode} tokenizer): see prefix_router_tokenize_seconds{result="fallback"}`, 'not_tokenized')
   const blockSize = ep.router.params.exactBlockSize
   return {

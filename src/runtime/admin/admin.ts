@@ -1,17 +1,17 @@
 // The admin port (loopback by default): the status page, Prometheus metrics, instance state, reload.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { ConfigError, type Config } from '../config/config.js'
-import { ADMIN_MAX_CONNECTIONS } from '../net/fd-limit.js'
+import { ConfigError, type Config } from '../../config/config.js'
+import { ADMIN_MAX_CONNECTIONS } from '../../net/fd-limit.js'
 import type { AdminView } from './admin-view.js'
-import { h1Options } from './server.js'
+import { h1Options } from '../h1-options.js'
 import { adminRoute } from './admin-route.js'
-import { strategyInfo } from '../core/strategies.js'
-import type { EngineLoadStatus } from '../fleet/load/scraper.js'
+import { strategyInfo } from '../../core/strategies.js'
+import type { EngineLoadStatus } from '../../fleet/load/scraper.js'
 import { STATUS_PAGE_HEADERS, statusAsset } from './status-page.js'
 import { statusReport } from './status-view.js'
-import { roleGap } from '../fleet/roles.js'
-import type { RequestTokenizer } from '../tokens/index.js'
+import { roleGap } from '../../fleet/roles.js'
+import type { RequestTokenizer } from '../../tokens/index.js'
 
 export interface AdminServer {
   readonly address: AddressInfo
@@ -35,7 +35,7 @@ function tokenizerReport(t: RequestTokenizer | undefined) {
   return { mode: t.mode, ...counts, lastFailure: lastFailure ?? null, lastFailureAt: lastFailureAt === undefined ? null : new Date(lastFailureAt).toISOString() }
 }
 
-export function instancesReport(p: AdminView) {
+export function instancesReport(p: Pick<AdminView, 'endpoints' | 'endpoint' | 'keying'>) {
   return [...p.endpoints()].map((ep) => {
     const live = ep.router.instances()
     const counts = new Map(live.map((i) => [i.id, i.inFlight]))
@@ -53,7 +53,7 @@ export function instancesReport(p: AdminView) {
       missingRole: roleGap(roles) ?? null,
       disaggregation: ep.disaggregation,
       // The exact view's tokenizer, when this endpoint routes by it (null: it does not).
-      tokenizer: tokenizerReport(ep.tokenizer),
+      tokenizer: tokenizerReport(p.keying.tokenizerFor(ep)),
       instances: [...ep.instances.values()].map((i) => ({
         id: i.id,
         // prefill, decode or both; the bootstrap port SGLang's connector sends the decode leg (null: unset).

@@ -8,8 +8,8 @@ import type { Decision } from './decisions.js'
 
 type SharingReport = { state: 'off' } | ({ state: 'connected' | 'disconnected' } & ReturnType<NonNullable<AdminView['shareLoad']>['report']>)
 
-/** The package's version: its package.json is two levels up from src/proxy/ and dist/proxy/ alike. */
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
+/** The package's version: its package.json is three levels up from src/runtime/admin/ and dist/runtime/admin/ alike. */
+const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version
 
 /** An endpoint as /admin/instances reports it (admin.ts instancesReport), as far as this reads it. */
 interface EndpointReport {

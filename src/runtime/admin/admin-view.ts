@@ -1,11 +1,12 @@
-// What the admin port reads of the running router and asks of it: ProxyServer as the admin
-// routes see it. proxy.ts starts the admin server, so the admin files name this instead of
-// importing ProxyServer back.
+// What the admin port reads of the running router and asks of it: the runtime as the admin
+// routes see it. runtime.ts starts the admin server, so the admin files name this instead of
+// importing Runtime back.
 import type { Logger } from 'pino'
-import type { Config } from '../config/config.js'
-import type { Endpoint } from '../fleet/endpoint.js'
-import type { ShareLoad } from '../fleet/share/share-load.js'
-import type { RouterMetrics } from '../metrics/router-metrics.js'
+import type { Config } from '../../config/config.js'
+import type { Endpoint } from '../../fleet/endpoint.js'
+import type { ShareLoad } from '../../fleet/share/share-load.js'
+import type { RouterMetrics } from '../../metrics/router-metrics.js'
+import type { RequestKeying } from '../../request/keying.js'
 import type { DecisionRing } from './decisions.js'
 
 export interface AdminView {
@@ -13,6 +14,8 @@ export interface AdminView {
   readonly metrics: RouterMetrics
   readonly log: Logger
   readonly replicaId: string
+  /** The exact view's tokenizer, and how a request is tokenized (POST /admin/route's dry run). */
+  readonly keying: RequestKeying
   readonly shareLoad: ShareLoad | undefined
   /** The last decisions of requests through this process's HTTP front (none with --workers or in epp). */
   readonly decisions: DecisionRing

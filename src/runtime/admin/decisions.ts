@@ -1,8 +1,7 @@
 // The last routing decisions, for the status page (GET / on the admin port): a ring of
-// DECISIONS slots written in place where the access log is written (handler.ts record()),
+// DECISIONS slots written in place where the access log is written (serve's proxy/handler.ts record()),
 // read only when the page asks. The hot path pays a few stores per request: the strings are
 // the request's own (no copy, no allocation), the numbers go into typed arrays.
-import type { Outcome } from './access-log.js'
 
 /** Slots in the ring: the page shows this many, newest first. */
 export const DECISIONS = 100
@@ -20,6 +19,15 @@ export interface Decision {
   /** From the request's arrival to its end. */
   ms: number
   /** Tries after the first. */
+  retries: number
+}
+
+/** What a front knows of a request that reached an endpoint, as far as the ring keeps it (serve's Outcome has it). */
+export interface Decided {
+  endpoint: string
+  instance: string
+  strategy: string
+  decision: string | undefined
   retries: number
 }
 
@@ -56,7 +64,7 @@ export class DecisionRing {
   }
 
   /** One request that reached an endpoint, as it ended. */
-  record(out: Outcome, status: number, ms: number): void {
+  record(out: Decided, status: number, ms: number): void {
     const i = this.#next
     this.#at[i] = Date.now()
     this.#ms[i] = ms
