@@ -10,7 +10,7 @@ import { prettyDestination, prettyLine } from '../../src/log/pretty-log.js'
 import type { Req } from '../../src/proxy/types.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
 import { endChildren } from '../helpers/children.js'
-import { chat, post, startRouter, until } from './helpers.js'
+import { chat, post, startRouter, until } from '../proxy/helpers.js'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
 const cli = fileURLToPath(new URL('../../dist/cli.js', import.meta.url))

@@ -10,15 +10,15 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DecisionRing } from '../../src/runtime/admin/decisions.js'
-import { newOutcome } from '../../src/proxy/access-log.js'
-import type { ProxyServer } from '../../src/proxy/proxy.js'
-import type { instancesReport } from '../../src/runtime/admin/admin.js'
-import type { StatusReport } from '../../src/runtime/admin/status-view.js'
-import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { Browser, type Page } from '../helpers/chromium.js'
-import { startRedis, type RedisServer } from '../fleet/share/redis-server.js'
-import { chat, closeRouter, post, startRouter, until } from './helpers.js'
+import { DecisionRing } from '../../../src/runtime/admin/decisions.js'
+import { newOutcome } from '../../../src/proxy/access-log.js'
+import type { ProxyServer } from '../../../src/proxy/proxy.js'
+import type { instancesReport } from '../../../src/runtime/admin/admin.js'
+import type { StatusReport } from '../../../src/runtime/admin/status-view.js'
+import { startSimFleet, type SimFleet } from '../../../src/sim/index.js'
+import { Browser, type Page } from '../../helpers/chromium.js'
+import { startRedis, type RedisServer } from '../../fleet/share/redis-server.js'
+import { chat, closeRouter, post, startRouter, until } from '../../proxy/helpers.js'
 
 const MODEL = 'sim-tiny'
 
@@ -170,7 +170,7 @@ describe('the status page', () => {
   })
 
   it('the published package has the page where dist/runtime/admin/status-page.js finds it', () => {
-    const root = fileURLToPath(new URL('../..', import.meta.url))
+    const root = fileURLToPath(new URL('../../..', import.meta.url))
     const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8' })
     const packed = new Set((JSON.parse(out) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path))
     for (const f of ['src/runtime/admin/status/index.html', 'src/runtime/admin/status/status.js', 'src/runtime/admin/status/status.css', 'dist/runtime/admin/status-page.js']) expect(packed.has(f), f).toBe(true)

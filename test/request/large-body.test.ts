@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { GATHER_SLICE, readBody, SCAN_SLICE } from '../../src/request/read-body.js'
 import { closeParsePool, ParsePool } from '../../src/request/parse-pool.js'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
-import { closeRouter, startRouter, startStub, totalInFlight, type Stub, until } from './helpers.js'
+import { closeRouter, startRouter, startStub, totalInFlight, type Stub, until } from '../proxy/helpers.js'
 
 const MiB = 1 << 20
 

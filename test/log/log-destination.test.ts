@@ -4,7 +4,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { MAX_PENDING_BYTES } from '../../src/log/batched-log.js'
-import { until } from './helpers.js'
+import { until } from '../proxy/helpers.js'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
 

@@ -11,7 +11,7 @@ import {
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ProxyServer } from '../../src/proxy/proxy.js'
 import { startSimFleet, type SimFleet } from '../../src/sim/index.js'
-import { startRouter, startStub, totalInFlight, type Stub } from '../proxy/helpers.js'
+import { startRouter, startStub, totalInFlight, type Stub } from './helpers.js'
 
 const credentials = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'not-a-secret', sessionToken: 'session-token-value' }
 
