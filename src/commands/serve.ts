@@ -14,7 +14,7 @@ import { outliveClosedPipes } from '../command-line/closed-pipes.js'
 import { ENV_PREFIX, FLAGS, helpLines, parseArgsOptions } from './flags.js'
 import { baseUrlWarnings, duplicateWarnings, tokenizerWarnings } from './hints.js'
 import { listenError } from '../command-line/listen-error.js'
-import { buildConfig, buildForStart, type BuiltConfig, type ServeFlags } from './serve-config.js'
+import { buildConfig, buildForStart, type BuiltConfig } from './serve-config.js'
 import { joinBootstrapPorts } from './role-flags.js'
 import { version } from './version.js'
 
